@@ -1,0 +1,6 @@
+"""precision_lab.kernels — see DESIGN §2. Installed as a subpackage of precision_lab."""
+if __name__ == "kernels":  # a bare `import kernels` from the repo root would load a second, unrelated copy
+    raise ImportError(
+        "The folder 'kernels/' is installed as 'precision_lab.kernels'; import it under that name "
+        "(pip install -e . first). A bare 'import kernels' would also shadow the PyPI package 'kernels'."
+    )

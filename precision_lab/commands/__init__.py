@@ -1,0 +1,1 @@
+"""One module per CLI subcommand; each defines ``add_parser(subparsers)`` (see precision_lab/cli.py)."""

@@ -1,0 +1,1 @@
+"""Built-in formats; importing this package registers them (filled in by the formats module files)."""
