@@ -1,0 +1,291 @@
+"""lm-eval model ``replayssm``: a Hugging Face model whose SSM state is decoded under a state policy.
+
+    lm_eval --model replayssm \\
+        --model_args pretrained=Qwen/Qwen3.5-4B,policy=split:fp16-sr/nvfp4,seed=0 --tasks ...
+
+model_args (besides every HFLM argument: dtype, batch_size, max_length, device, ...):
+    pretrained  hub id, local path, or a precision-lab preset (``tiny-qwen3.5``, ...: offline, with
+                the local byte tokenizer)
+    policy      state policy string (``fp32``, ``shared:nvfp4-sr``, ``split:fp16-sr/nvfp4@L16`` ...)
+    seed        stochastic-rounding seed (default 0)
+    engine      ``auto`` (default: decode engine for single-token steps, scan/triton for prefills),
+                ``decode``, ``scan`` or ``triton`` (see precision_lab.models.apply_policy)
+    scoring     ``stock`` (default) or ``decode`` for loglikelihood requests, see below
+
+Generation (``generate_until``): HFLM's batching, stop sequences and post-processing are kept; the
+model's SSM mixers are the policy mixers of ``precision_lab.models``, and every generation runs as
+one stream: the prompt is a prefill written once into the checkpoint, then each new token is a
+decode step of the policy (ReplaySSM windows of L with a flush every L steps for shared/split).
+With the ``fp32`` policy this reproduces stock HFLM token for token.
+
+Scoring (``loglikelihood``): stock HFLM scores a continuation with one full forward, which is a
+prefill: a quantized *decode* state never enters the score. ``scoring=decode`` instead prefills the
+context and feeds the continuation one token at a time through the decode path, reading each
+token's log-probability from the step that predicts it.
+
+SR sequence ids. Each request's stream draws its stochastic-rounding bits under a sequence id
+derived from its prompt tokens (CRC-32 of the token ids, 16 bits: the width of the Philox counter
+field), so a request's result does not depend on batch composition, order or data-parallel rank.
+"""
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+import transformers
+from lm_eval.api.registry import register_model
+from lm_eval.models.huggingface import HFLM
+from tqdm import tqdm
+
+from precision_lab.policy import StatePolicy
+from precision_lab.quant.philox import SEQ_BITS
+
+log = logging.getLogger(__name__)
+
+SCORING_MODES = ("stock", "decode")
+
+
+def _cache_kwarg() -> str:
+    """Name of generate()'s cache keyword: ``cache`` in transformers >= 5.2x, ``past_key_values`` before."""
+    from transformers.generation import utils as gen_utils
+
+    return "cache" if "cache" in getattr(gen_utils, "ALL_CACHE_NAMES", ()) else "past_key_values"
+
+
+def prompt_seq_id(tokens: Sequence[int]) -> int:
+    """SR sequence id of a stream: CRC-32 of its prompt token ids, cut to the counter's 16 bits."""
+    data = b"".join(int(t).to_bytes(4, "little", signed=False) for t in tokens)
+    return zlib.crc32(data) & ((1 << SEQ_BITS) - 1)
+
+
+class _LengthTap:
+    """Stands in for HFLM's cache hook during generate_until to learn each request's generation
+    length: HFLM calls ``add_partial("generate_until", (context, gen_kwargs), text)`` once per row,
+    in row order, right after ``_model_generate`` returned that batch (whose lengths we queued)."""
+
+    def __init__(self, hook, lm: ReplaySSMLM):
+        self.hook, self.lm = hook, lm
+
+    def add_partial(self, attr, req, res):
+        if attr == "generate_until" and self.lm._pending_lengths:
+            self.lm.generation_lengths[req[0]] = self.lm._pending_lengths.pop(0)
+        return self.hook.add_partial(attr, req, res)
+
+    def __getattr__(self, name):
+        return getattr(self.hook, name)
+
+
+class _ForceTokens(transformers.LogitsProcessor):
+    """Makes generate() emit given tokens: step s of row b emits ``forced[b, s]``.
+
+    Used by decode scoring so the continuation is fed back token by token through the decode path;
+    the scores are read from the raw logits, before this processor runs."""
+
+    def __init__(self, forced: torch.Tensor, prompt_len: int):
+        self.forced = forced          # [B, T] token ids (pad beyond a row's continuation)
+        self.prompt_len = prompt_len
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        step = input_ids.shape[1] - self.prompt_len
+        out = torch.full_like(scores, float("-inf"))
+        out.scatter_(1, self.forced[:, step : step + 1], 0.0)
+        return out
+
+
+@register_model("replayssm")
+class ReplaySSMLM(HFLM):
+    """HFLM whose SSM mixers run a precision-lab state policy (see the module docstring)."""
+
+    def __init__(self, pretrained: str | transformers.PreTrainedModel = "tiny-qwen3.5", policy: str = "fp32",
+                 seed: int | str = 0, engine: str = "auto", scoring: str = "stock", **kwargs) -> None:
+        from precision_lab.models import PRESETS, apply_policy, load_model
+
+        if scoring not in SCORING_MODES:
+            raise ValueError(f"scoring must be one of {SCORING_MODES}, got {scoring!r}")
+        self.state_policy = StatePolicy.parse(str(policy), seed=int(seed)).validate()
+        self.scoring = scoring
+        self.engine = engine
+        if isinstance(pretrained, str) and pretrained in PRESETS:
+            # Presets build offline with their own byte tokenizer; HFLM then wraps the instance.
+            device = kwargs.pop("device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
+            dtype = kwargs.pop("dtype", None)
+            model, tok = load_model(pretrained, device=device,
+                                    dtype=None if dtype in (None, "auto") else dtype)
+            model.precision_lab_source = {"preset": pretrained}
+            kwargs.setdefault("tokenizer", tok)
+            self.preset = pretrained
+            pretrained = model
+        else:
+            self.preset = None
+        super().__init__(pretrained=pretrained, **kwargs)
+        if self.backend != "causal":
+            raise ValueError("replayssm supports decoder-only (causal) models only")
+        apply_policy(self._model, self.state_policy, engine=engine, seed=self.state_policy.seed)
+        self.streams = 0  # generation / scoring streams run (each = prefill + decode steps)
+        # context string -> generated tokens until the row finished (EOS / stop sequence / limit)
+        self.generation_lengths: dict[str, int] = {}
+        self._pending_lengths: list[int] = []
+
+    def set_policy(self, policy: str | StatePolicy, seed: int | None = None) -> None:
+        """Switch the state policy in place (the runner reuses one loaded model for every policy)."""
+        from precision_lab.models import apply_policy
+
+        seed = self.state_policy.seed if seed is None else int(seed)
+        self.state_policy = StatePolicy.parse(policy, seed=seed).validate()
+        apply_policy(self._model, self.state_policy, engine=self.engine, seed=seed)
+
+    # -- streams ---------------------------------------------------------------------------------
+    def _new_stream(self, context: torch.Tensor, attention_mask: torch.Tensor | None):
+        """A fresh cache whose SR sequence ids are the prompts' CRCs (pad positions excluded)."""
+        from precision_lab.models import new_stream
+
+        ids = []
+        for b in range(context.shape[0]):
+            row = context[b] if attention_mask is None else context[b][attention_mask[b].bool()]
+            ids.append(prompt_seq_id(row.tolist()))
+        self.streams += 1
+        return new_stream(self.model, seq_ids=torch.tensor(ids, dtype=torch.int64))
+
+    def _model_generate(self, context: torch.Tensor, max_length: int, stop: list[str],
+                        **generation_kwargs) -> torch.Tensor:
+        """HFLM's generation with the policy stream attached: prefill, then one decode step per token."""
+        if generation_kwargs.get("num_beams", 1) not in (1, None):
+            raise ValueError("replayssm: beam search is not supported (the policy state does not follow "
+                             "beam reordering); use greedy or sampled decoding")
+        generation_kwargs[_cache_kwarg()] = self._new_stream(context, generation_kwargs.get("attention_mask"))
+        out = super()._model_generate(context, max_length, stop, **generation_kwargs)
+        self._pending_lengths.extend(self._finished_lengths(out[:, context.shape[1]:], stop))
+        return out
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        hook = self.cache_hook
+        self.cache_hook, self._pending_lengths = _LengthTap(hook, self), []
+        try:
+            return super().generate_until(requests, disable_tqdm=disable_tqdm)
+        finally:
+            self.cache_hook = hook
+
+    def _finished_lengths(self, gen: torch.Tensor, stop: list[str]) -> list[int]:
+        """Tokens each row generated until it finished: through its first EOS token or the token that
+        completes a stop sequence (the smallest k whose decoded prefix contains one), else all.
+        gen: [B, N] generated ids (rows that finished early are padded by generate)."""
+        eos = {self.eot_token_id, self._pad_id()}
+        cfg_eos = getattr(self.model.generation_config, "eos_token_id", None)
+        eos |= set(cfg_eos if isinstance(cfg_eos, list) else [cfg_eos] if cfg_eos is not None else [])
+        stops = [s for s in stop if s]
+        lengths = []
+        for row in gen.tolist():
+            n = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
+
+            def has_stop(k: int, row=row) -> bool:
+                text = self.tokenizer.decode(row[:k], skip_special_tokens=False)
+                return any(s in text for s in stops)
+
+            if stops and has_stop(n):
+                lo, hi = 1, n  # has_stop is monotone in k: once a stop string appears it stays
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    lo, hi = (lo, mid) if has_stop(mid) else (mid + 1, hi)
+                n = lo
+            lengths.append(n)
+        return lengths
+
+    # -- loglikelihood -----------------------------------------------------------------------------
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs: int | None = None):
+        if self.scoring == "stock":
+            return super()._loglikelihood_tokens(requests, disable_tqdm=disable_tqdm, override_bs=override_bs)
+        return self._decode_loglikelihood(requests, disable_tqdm=disable_tqdm, override_bs=override_bs)
+
+    def _pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad if pad is not None else self.eot_token_id)
+
+    def _score_batch_size(self, override_bs: int | None) -> int:
+        if override_bs:
+            return int(override_bs)
+        bs = self.batch_size
+        return int(bs) if str(bs).isdigit() else int(self.max_batch_size or 1)
+
+    def _decode_loglikelihood(self, requests, disable_tqdm: bool = False, override_bs: int | None = None
+                              ) -> list[tuple[float, bool]]:
+        """Score each (context, continuation) as a stream: the context is the prefill, each
+        continuation token is fed by a decode step. Returns (sum log p, greedy) per request, in order.
+
+        requests: [((context str, continuation str) | None, context tokens, continuation tokens)]
+        """
+        n = len(requests)
+        order = sorted(range(n), key=lambda i: (-(len(requests[i][1]) + len(requests[i][2])), tuple(requests[i][1])))
+        bs = self._score_batch_size(override_bs)
+        pad = self._pad_id()
+        results: list[tuple[float, bool] | None] = [None] * n
+        pbar = tqdm(total=n, disable=disable_tqdm or self.rank != 0, desc="Scoring through the decode path")
+        for start in range(0, n, bs):
+            idx = order[start : start + bs]
+            ctxs, conts = [], []
+            for i in idx:
+                _, ctx, cont = requests[i]
+                if not cont:
+                    raise ValueError("empty continuation in a loglikelihood request")
+                if len(cont) > self.max_length:
+                    raise ValueError(f"continuation of {len(cont)} tokens exceeds max_length {self.max_length}")
+                # Same left truncation as stock HFLM: keep the last max_length + 1 tokens of ctx+cont
+                # (the last continuation token is predicted, never fed).
+                full = (list(ctx) + list(cont))[-(self.max_length + 1):]
+                ctx_part = full[: len(full) - len(cont)]
+                if not ctx_part:
+                    raise ValueError("loglikelihood request with an empty context")
+                ctxs.append(ctx_part)
+                conts.append(list(cont))
+            P, T = max(map(len, ctxs)), max(map(len, conts))
+            inp = torch.full((len(idx), P), pad, dtype=torch.long)
+            mask = torch.zeros((len(idx), P), dtype=torch.long)
+            forced = torch.full((len(idx), T), pad, dtype=torch.long)
+            for r, (c, k) in enumerate(zip(ctxs, conts)):
+                inp[r, P - len(c):] = torch.tensor(c)
+                mask[r, P - len(c):] = 1
+                forced[r, : len(k)] = torch.tensor(k)
+            inp, mask, forced = inp.to(self.device), mask.to(self.device), forced.to(self.device)
+            logits = self._forced_decode(inp, mask, forced)  # [B, T, V]
+            logp = F.log_softmax(logits.float(), dim=-1)
+            for r, i in enumerate(idx):
+                k = forced[r, : len(conts[r])]
+                lp = logp[r, : len(k)].gather(-1, k.unsqueeze(-1)).squeeze(-1)
+                greedy = bool((logits[r, : len(k)].argmax(-1) == k).all())
+                results[i] = (float(lp.double().sum()), greedy)
+                req = requests[i][0]
+                if req is not None:
+                    self.cache_hook.add_partial("loglikelihood", req, results[i])
+                pbar.update(1)
+        pbar.close()
+        return results  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def _forced_decode(self, inp: torch.Tensor, mask: torch.Tensor, forced: torch.Tensor) -> torch.Tensor:
+        """Prefill ``inp`` [B, P] (left-padded), then feed ``forced`` [B, T] one token per decode step.
+        Returns the raw logits [B, T, V] of the T steps (step s predicts forced[:, s])."""
+        T = forced.shape[1]
+        gen_cfg = transformers.GenerationConfig(
+            max_new_tokens=T, min_new_tokens=T, do_sample=False, num_beams=1,
+            # no EOS: a continuation that contains the EOS token must not end the stream early
+            eos_token_id=None, pad_token_id=self._pad_id(),
+            output_logits=True, return_dict_in_generate=True)
+        with torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
+                            enabled=self.mixed_precision_dtype is not None):
+            out = self.model.generate(input_ids=inp, attention_mask=mask, generation_config=gen_cfg,
+                                      logits_processor=transformers.LogitsProcessorList([_ForceTokens(forced, inp.shape[1])]),
+                                      **{_cache_kwarg(): self._new_stream(inp, mask)})
+        if len(out.logits) != T:
+            raise RuntimeError(f"decode scoring produced {len(out.logits)} steps for {T} continuation tokens")
+        return torch.stack(out.logits, dim=1)
+
+    # -- provenance ----------------------------------------------------------------------------
+    def get_model_info(self) -> dict:
+        info = super().get_model_info() if self.preset is None else {}
+        report = self.model.precision_lab_report() if hasattr(self.model, "precision_lab_report") else {}
+        info.update({"replayssm_policy": self.state_policy.short_str(), "replayssm_seed": self.state_policy.seed,
+                     "replayssm_engine": self.engine, "replayssm_scoring": self.scoring,
+                     "replayssm_preset": self.preset, "replayssm_served": report.get("layers")})
+        return info

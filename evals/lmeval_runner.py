@@ -1,0 +1,303 @@
+"""Run lm-eval tasks under several state policies and compare each with the FP32-state run.
+
+    precision-lab lm-eval --model tiny-qwen3.5 --policies fp32 shared:nvfp4-sr split:fp16-sr/nvfp4 \\
+        --tasks gpqa --synthetic --limit 4 --gen-kwargs max_gen_toks=32 --out runs/lmeval-demo
+
+One model is loaded once; for each policy its SSM mixers are switched in place (``apply_policy``)
+and each task is evaluated through lm-eval's ``simple_evaluate`` with the ``replayssm`` model, so
+prompts, filters and metrics are lm-eval's. Per (policy, task) the per-sample outputs are saved in
+``OUT/runs/<policy>/<task>.json`` (the response, filtered answer, score, generation length, and
+the prompt hash); an existing file with the same settings is reused, so an interrupted study
+resumes where it stopped. Every run's python/numpy/torch seeds are reset by lm-eval, so the items
+(and GPQA's shuffled choices) are identical across policies; the pairing is checked item by item
+(prompt hashes) before any statistic is computed.
+
+The summary ``OUT/lmeval.json`` (kind "lmeval") holds, per task and policy: accuracy, the delta
+against FP32 with a paired bootstrap CI, the exact McNemar p-value, accuracy by quartile of the
+FP32 generation length, and generation-length statistics (see ``stats.py``).
+
+Data parallel: launch the same command under ``accelerate launch`` / ``torchrun`` with a hub id or
+path as ``--model``; lm-eval shards the requests over ranks and gathers the samples on rank 0,
+which writes the files.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from precision_lab.evals import stats as st
+from precision_lab.evals import tasks as task_presets
+from precision_lab.policy import StatePolicy
+
+log = logging.getLogger(__name__)
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class LMEvalConfig:
+    """Settings of one lm-eval study (each field is a CLI flag of ``precision-lab lm-eval``)."""
+
+    model: str                                   # preset, hub id or local path
+    tasks: list[str]                             # preset names (gpqa, mmlu_pro, math_hard, ruler_niah) or lm-eval task names
+    out: str                                     # output folder (resumable)
+    policies: list[str] = field(default_factory=lambda: ["fp32"])  # fp32 is always run, first
+    data_dir: str | None = None                  # local rows in the upstream formats (see evals/tasks)
+    synthetic: bool = False                      # use the shipped SYNTHETIC rows (smoke tests only)
+    include_path: list[str] = field(default_factory=list)  # extra lm-eval task folders
+    seed: int = 0                                # SR seed
+    engine: str = "auto"
+    scoring: str = "stock"                       # loglikelihood scoring: stock | decode
+    batch_size: str = "1"
+    limit: float | None = None                   # items per task (lm-eval --limit)
+    gen_kwargs: str | None = None                # e.g. "max_gen_toks=1024"
+    num_fewshot: int | None = None
+    apply_chat_template: bool = False
+    model_args: str = ""                         # extra HFLM args, "k=v,k=v" (dtype=bfloat16,max_length=...)
+    device: str | None = None
+    n_boot: int = 10_000
+    stats_seed: int = 0
+
+    def __post_init__(self):
+        pols = [StatePolicy.parse(p, seed=self.seed) for p in self.policies]
+        names = [p.short_str() for p in pols]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate policies: {names}")
+        self.policies = ["fp32"] + [n for n in names if n != "fp32"]
+        if not self.tasks:
+            raise ValueError("no tasks given")
+        if self.scoring not in ("stock", "decode"):
+            raise ValueError(f"scoring must be stock or decode, got {self.scoring!r}")
+        if self.synthetic and self.data_dir:
+            raise ValueError("give either --data-dir or --synthetic, not both")
+
+
+def _parse_kv(text: str) -> dict:
+    out = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        k, sep, v = part.partition("=")
+        if not sep:
+            raise ValueError(f"model arg {part!r} is not key=value")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _atomic_write_json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=_json_default))
+    os.replace(tmp, path)
+
+
+def _json_default(o):
+    import numpy as np
+
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+def _file_digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in sorted(paths):
+        h.update(str(p.name).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+class Study:
+    """One study: task configs, the model, per-(policy, task) runs and the summary."""
+
+    def __init__(self, cfg: LMEvalConfig):
+        self.cfg = cfg
+        self.out = Path(cfg.out)
+        self.task_dir = self.out / "tasks"
+        self.presets: dict[str, task_presets.TaskPreset] = {}
+        self.data_digest: dict[str, str] = {}
+        self._lm = None
+
+    # -- tasks ------------------------------------------------------------------------------------
+    def prepare_tasks(self) -> dict[str, list[str]]:
+        """Write local task YAMLs for preset names; returns study task -> lm-eval task names."""
+        wanted = [t for t in self.cfg.tasks if t in task_presets.PRESETS]
+        if wanted:
+            if not (self.cfg.data_dir or self.cfg.synthetic):
+                raise ValueError(f"task preset(s) {wanted} read local rows: pass --data-dir DIR (rows in the upstream "
+                                 "format, see precision_lab.evals.tasks) or --synthetic for the shipped test rows")
+            data = Path(self.cfg.data_dir) if self.cfg.data_dir else task_presets.SYNTHETIC_DIR
+            self.presets = task_presets.write_task_configs(self.task_dir, data, wanted)
+            for name, p in self.presets.items():
+                self.data_digest[name] = _file_digest([data / f for t in p.tasks for f in set(t.data_files.values())])
+        return {t: (self.presets[t].task_names if t in self.presets else [t]) for t in self.cfg.tasks}
+
+    def task_manager(self):
+        from lm_eval.tasks import TaskManager
+
+        paths = [str(self.task_dir)] if self.presets else []
+        paths += list(self.cfg.include_path)
+        return TaskManager(include_path=paths or None)
+
+    # -- model ------------------------------------------------------------------------------------
+    def lm(self):
+        if self._lm is None:
+            from precision_lab.evals.lmeval_model import ReplaySSMLM
+
+            kw = _parse_kv(self.cfg.model_args)
+            bs = self.cfg.batch_size
+            kw.update(pretrained=self.cfg.model, policy="fp32", seed=self.cfg.seed, engine=self.cfg.engine,
+                      scoring=self.cfg.scoring, batch_size=int(bs) if str(bs).isdigit() else bs)
+            if self.cfg.device:
+                kw["device"] = self.cfg.device
+            self._lm = ReplaySSMLM(**kw)
+        return self._lm
+
+    # -- runs -------------------------------------------------------------------------------------
+    def run_path(self, policy: str, task: str) -> Path:
+        return self.out / "runs" / StatePolicy.parse(policy).file_stem() / f"{task}.json"
+
+    def fingerprint(self, policy: str, task: str) -> dict:
+        c = self.cfg
+        return {"model": c.model, "policy": policy, "seed": c.seed, "engine": c.engine, "scoring": c.scoring,
+                "task": task, "limit": c.limit, "gen_kwargs": c.gen_kwargs, "num_fewshot": c.num_fewshot,
+                "apply_chat_template": c.apply_chat_template, "model_args": c.model_args,
+                "data": self.data_digest.get(task), "synthetic": c.synthetic}
+
+    def run_one(self, policy: str, task: str, lm_tasks: list[str], tm) -> dict | None:
+        """Evaluate one (policy, task) unless a matching run file exists. Returns the run record
+        (rank 0) or None (other data-parallel ranks)."""
+        path = self.run_path(policy, task)
+        fp = self.fingerprint(policy, task)
+        if path.exists():
+            rec = json.loads(path.read_text())
+            if rec.get("fingerprint") == fp:
+                log.info("reusing %s", path)
+                return rec
+            log.warning("%s was made with other settings; rerunning", path)
+        from lm_eval import simple_evaluate
+
+        lm = self.lm()
+        lm.set_policy(policy, seed=self.cfg.seed)
+        lm.generation_lengths.clear()
+        res = simple_evaluate(model=lm, tasks=lm_tasks, task_manager=tm, limit=self.cfg.limit,
+                              gen_kwargs=self.cfg.gen_kwargs, num_fewshot=self.cfg.num_fewshot,
+                              apply_chat_template=self.cfg.apply_chat_template, log_samples=True,
+                              bootstrap_iters=0)
+        if res is None:  # non-zero rank
+            return None
+        rec = {"fingerprint": fp, "policy": policy, "task": task,
+               "lm_eval_results": res["results"], "n_shot": res.get("n-shot"),
+               "samples": self._extract(task, res["samples"], lm),
+               "served": lm.model.precision_lab_report()["layers"]}
+        _atomic_write_json(path, rec)
+        return rec
+
+    def _extract(self, task: str, samples: dict, lm) -> list[dict]:
+        """Per-item records (one per doc of each subtask) under the preset's filter and metric."""
+        preset = self.presets.get(task) or task_presets.preset_of_task(task)
+        out = []
+        for sub, rows in sorted(samples.items()):
+            want = preset.filter if preset else (rows[0]["filter"] if rows else None)
+            for s in rows:
+                if s["filter"] != want:
+                    continue
+                resp = s["resps"][0][0] if s["resps"] and s["resps"][0] else None
+                gen = isinstance(resp, str)
+                out.append({
+                    "task": sub, "doc_id": s["doc_id"], "prompt_hash": s.get("prompt_hash"),
+                    "score": task_presets.sample_score(preset, s),
+                    "response": resp if gen else None,
+                    "filtered": s["filtered_resps"][0] if s["filtered_resps"] else None,
+                    "target": s.get("target"),
+                    # tokens generated until the stream finished (EOS, stop sequence or max_gen_toks)
+                    "gen_tokens": lm.generation_lengths.get(s["arguments"][0][0]) if gen else None,
+                })
+        if not out:
+            raise RuntimeError(f"task {task}: lm-eval logged no samples under filter "
+                               f"{preset.filter if preset else '?'!r}")
+        return out
+
+    # -- the whole study -----------------------------------------------------------------------
+    def run(self) -> dict | None:
+        tasks = self.prepare_tasks()
+        tm = self.task_manager()
+        records: dict[str, dict[str, dict]] = {}
+        for policy in self.cfg.policies:
+            for task, lm_tasks in tasks.items():
+                rec = self.run_one(policy, task, lm_tasks, tm)
+                if rec is not None:
+                    records.setdefault(task, {})[policy] = rec
+        if not records:
+            return None
+        summary = self.summarize(records)
+        _atomic_write_json(self.out / "lmeval.json", summary)
+        return summary
+
+    def summarize(self, records: dict[str, dict[str, dict]]) -> dict:
+        from precision_lab.provenance import provenance
+
+        c = self.cfg
+        out_tasks = {}
+        for task, by_policy in records.items():
+            base = by_policy["fp32"]["samples"]
+            key = lambda r: (r["task"], r["doc_id"])
+            base_idx = {key(r): r for r in base}
+            items = sorted(base_idx)
+            b_scores = [base_idx[k]["score"] for k in items]
+            b_len = [base_idx[k]["gen_tokens"] for k in items]
+            has_len = all(x is not None for x in b_len)
+            entry = {"n": len(items), "lm_eval_tasks": sorted({k[0] for k in items}),
+                     "fp32": {"accuracy": sum(b_scores) / len(b_scores),
+                              "generation_length": st.length_stats(b_len) if has_len else None},
+                     "policies": {}}
+            preset = self.presets.get(task)
+            if preset:
+                entry["preset"] = {"name": preset.name, "metric": preset.metric, "filter": preset.filter,
+                                   "describe": preset.describe}
+            for policy, rec in by_policy.items():
+                if policy == "fp32":
+                    continue
+                idx = {key(r): r for r in rec["samples"]}
+                if sorted(idx) != items:
+                    raise RuntimeError(f"{task}: policy {policy} answered other items than fp32 "
+                                       f"({len(idx)} vs {len(items)}); rerun both with the same settings")
+                bad = [k for k in items if idx[k]["prompt_hash"] != base_idx[k]["prompt_hash"]]
+                if bad:
+                    raise RuntimeError(f"{task}: prompts differ between fp32 and {policy} for {len(bad)} items "
+                                       f"(e.g. {bad[0]}); the comparison would not be paired")
+                v_len = [idx[k]["gen_tokens"] for k in items]
+                entry["policies"][policy] = st.compare_runs(
+                    b_scores, [idx[k]["score"] for k in items],
+                    base_lengths=b_len if has_len else None, var_lengths=v_len if has_len else None,
+                    n_boot=c.n_boot, seed=c.stats_seed)
+                entry["policies"][policy]["changed_responses"] = sum(
+                    idx[k]["response"] != base_idx[k]["response"] for k in items)
+            out_tasks[task] = entry
+        return {"kind": "lmeval", "schema_version": SCHEMA_VERSION,
+                "provenance": provenance(config=asdict(c), data_digest=self.data_digest,
+                                         policies=c.policies, model=c.model, seed=c.seed),
+                "model": c.model, "policies": c.policies, "tasks": out_tasks,
+                "runs": {t: {p: str(self.run_path(p, t).relative_to(self.out)) for p in ps}
+                         for t, ps in records.items()}}
+
+
+def run_study(cfg: LMEvalConfig) -> dict | None:
+    """Run (or resume) a study; returns the summary dict on rank 0."""
+    return Study(cfg).run()
+
+
+def format_summary(summary: dict) -> str:
+    """A plain-text table: task, policy, accuracy, delta [CI] in points, McNemar p."""
+    lines = [f"{'task':<14} {'policy':<26} {'n':>5} {'acc':>7} {'delta (pts) [95% CI]':>26} {'McNemar p':>10}"]
+    for task, e in summary["tasks"].items():
+        lines.append(f"{task:<14} {'fp32':<26} {e['n']:>5} {100 * e['fp32']['accuracy']:>7.2f}")
+        for pol, r in e["policies"].items():
+            d = r["delta"]
+            ci = f"{100 * d['delta']:+.2f} [{100 * d['ci_low']:+.2f}, {100 * d['ci_high']:+.2f}]"
+            lines.append(f"{'':<14} {pol:<26} {r['n']:>5} {100 * r['accuracy']:>7.2f} {ci:>26} "
+                         f"{r['mcnemar']['p_value']:>10.3g}")
+    return "\n".join(lines)

@@ -1,0 +1,392 @@
+"""Mamba-2 decode-step kernels (DESIGN §4, §7): conventional step, ReplaySSM step, speculative verify.
+
+Per token (one head h of group g = h // (H/G); state S [P, N] of a pool slot):
+    dt = softplus(dt_raw + dt_bias),  a = A·dt (log decay),  u = dt·x [P]
+    conventional:  S ← e^a S + u Bᵀ;  y = S C + D x;  y *= silu(z);  store round_F(S)
+ReplaySSM keeps the checkpoint and a ring buffer of records (u [P], B [N], a) per slot. With the
+records of logical positions lo..p (ring position ``(start + j) & (RING-1)``) and a base state S_b
+holding everything before lo, the output of the token at position p is the output-only form
+
+    y_p = e^{Σ_{i=lo..p} a_i} (S_b C_p) + Σ_{j=lo..p} e^{Σ_{i=j+1..p} a_i} (B_j·C_p) u_j
+
+* non-flush step / verify (``flush=False``): S_b = the READ copy, lo = 0; the T new tokens' records
+  are written at positions W..W+T-1 and their outputs are the only other writes.
+* flush (``flush=True``): the W buffered records are folded into the UPDATE checkpoint in fp32
+  (S ← e^{a_j} S + u_j B_jᵀ, oldest first); with ``fold_new`` (autoregressive flush, T = 1) the
+  new token is folded too and y = S C comes from that fp32 result; otherwise (speculative flush) the
+  T drafts are verified against S_b = the fp32 S with lo = W. Then round_H(S) is stored as the
+  update checkpoint and round_F(S) as the read copy (split mode), both from the same fp32 S.
+* commit is pointer arithmetic on (start, W) (``commit`` below): rejected records are overwritten.
+
+Launch: one program per (row block of P, head, batch entry); a program streams its rows of the
+head's state (contiguous) once. ``slots[b] = -1`` skips the entry (zero output, nothing stored).
+``decode_reference.py`` computes the same things in torch, in the same order.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from precision_lab.kernels.decode_state import (
+    FMT_NVFP4,
+    PackedState,
+    load_state,
+    softplus,
+    sr_seed,
+    store_state,
+)
+
+__all__ = ["Mamba2Records", "commit", "mamba2_conventional_step", "mamba2_decode_stream", "mamba2_replay_step"]
+
+
+class Mamba2Records:
+    """Ring buffer of ReplaySSM records for a pool of ``slots`` sequences.
+
+    u [S, RING, H, P] fp32 (dt·x), b [S, RING, G, N] fp32 (B of the group), a [S, RING, H] fp32 (A·dt).
+    """
+
+    def __init__(self, slots: int, ring: int, H: int, G: int, P: int, N: int, device="cpu"):
+        if ring & (ring - 1):
+            raise ValueError(f"ring size must be a power of two, got {ring}")
+        self.ring = ring
+        self.u = torch.zeros(slots, ring, H, P, dtype=torch.float32, device=device)
+        self.b = torch.zeros(slots, ring, G, N, dtype=torch.float32, device=device)
+        self.a = torch.zeros(slots, ring, H, dtype=torch.float32, device=device)
+
+    def clone(self) -> Mamba2Records:
+        r = Mamba2Records.__new__(Mamba2Records)
+        r.ring, r.u, r.b, r.a = self.ring, self.u.clone(), self.b.clone(), self.a.clone()
+        return r
+
+
+def commit(start: torch.Tensor, wlen: torch.Tensor, accepted: torch.Tensor | int, flushed: bool,
+           ring: int) -> None:
+    """Advance the window pointers in place after a step that verified T tokens and kept ``accepted``.
+
+    Non-flush: W += a. Flush: the history moved into the checkpoint, the accepted tokens' records
+    (at positions W..W+a-1) become the new window: start += W, W = a. An autoregressive flush
+    (fold_new) keeps nothing: call with accepted = 0.
+    """
+    if flushed:
+        start.add_(wlen).bitwise_and_(ring - 1)
+        wlen.zero_().add_(accepted)
+    else:
+        wlen.add_(accepted)
+
+
+@triton.jit
+def mamba2_conventional_step_kernel(
+    st_d, st_sc, st_gs, s_d, s_sc, s_gs,
+    slot_ptr, seq_ptr, ev_ptr, seed,
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dtb_ptr, z_ptr, y_ptr,
+    H, G, R, C,
+    FMT: tl.constexpr, SR: tl.constexpr,
+    HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr,
+):
+    i_r, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_g = i_h // (H // G)
+    slot = tl.load(slot_ptr + i_b).to(tl.int64)
+    valid = slot >= 0
+    rows = i_r * BR + tl.arange(0, BR)
+    cols = tl.arange(0, BC)
+    # (block & scalar masks trip the interpreter: broadcast the slot test explicitly)
+    m_r = (rows < R) & ((rows * 0 + slot) >= 0)
+    m_c = cols < C
+    slot = tl.maximum(slot, 0)
+    bh = i_b.to(tl.int64) * H + i_h
+    bg = i_b.to(tl.int64) * G + i_g
+
+    dt = tl.load(dt_ptr + bh).to(tl.float32)
+    if HAS_DTB:
+        dt += tl.load(dtb_ptr + i_h).to(tl.float32)
+    dt = softplus(dt)
+    alpha = tl.exp(tl.load(A_ptr + i_h).to(tl.float32) * dt)
+    b_x = tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
+    b_B = tl.load(B_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
+    b_C = tl.load(C_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
+
+    b_s = load_state(st_d, st_sc, st_gs, slot, s_d, s_sc, s_gs, i_h, rows, m_r, R, C, FMT, BR, BC)
+    b_s = alpha * b_s + (dt * b_x)[:, None] * b_B[None, :]
+    b_y = tl.sum(b_s * b_C[None, :], 1)
+    if HAS_D:
+        b_y += tl.load(D_ptr + i_h).to(tl.float32) * b_x
+    if HAS_Z:
+        b_z = tl.load(z_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
+        b_y = b_y * (b_z / (1.0 + tl.exp(-b_z)))
+    tl.store(y_ptr + bh * R + rows, tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=rows < R)
+    seq = tl.load(seq_ptr + i_b)
+    ev = tl.load(ev_ptr + i_b)
+    store_state(b_s, st_d, st_sc, st_gs, slot, s_d, s_sc, s_gs, i_h, rows, m_r, R, C,
+                seed, seq, ev, False, FMT, SR, BR, BC)
+
+
+@triton.jit
+def mamba2_replay_step_kernel(
+    u_d, u_sc, u_gs, su_d, su_sc, su_gs,          # update checkpoint
+    r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,          # read copy
+    ru_ptr, rb_ptr, ra_ptr, s_ru, s_rb, s_ra,     # records u, B, a (slot strides)
+    slot_ptr, start_ptr, wlen_ptr, seq_ptr, ev_ptr, seed,
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dtb_ptr, z_ptr, y_ptr,
+    H, G, R, C, RING,
+    T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, SPLIT: tl.constexpr,
+    UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
+    HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr,
+):
+    i_r, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_g = i_h // (H // G)
+    slot = tl.load(slot_ptr + i_b).to(tl.int64)
+    valid = slot >= 0
+    start = tl.load(start_ptr + i_b)
+    W = tl.load(wlen_ptr + i_b)
+    rows = i_r * BR + tl.arange(0, BR)
+    cols = tl.arange(0, BC)
+    jj = tl.arange(0, BJ)
+    # (block & scalar masks trip the interpreter: broadcast the slot test explicitly)
+    m_r = (rows < R) & ((rows * 0 + slot) >= 0)
+    m_cv = (cols < C) & ((cols * 0 + slot) >= 0)
+    m_c = cols < C
+    # B records are shared by the group's heads: its first head (row block 0) writes them.
+    m_cb = m_cv & ((cols * 0 + (i_h % (H // G)) + i_r) == 0)
+    slot_ok = (jj * 0 + slot) >= 0
+    slot = tl.maximum(slot, 0)
+
+    A = tl.load(A_ptr + i_h).to(tl.float32)
+    # Records of the window as register tiles over logical positions jj: history (non-flush only:
+    # a flush folds it) from the ring, then the T new tokens inserted at W..W+T-1.
+    if FLUSH:
+        m_hist = jj < 0
+    else:
+        m_hist = (jj < W) & slot_ok
+    pos = ((start + jj) & (RING - 1)).to(tl.int64)
+    t_a = tl.load(ra_ptr + slot * s_ra + pos * H + i_h, mask=m_hist, other=0)
+    t_u = tl.load(ru_ptr + slot * s_ru + (pos * H + i_h)[:, None] * R + rows[None, :],
+                  mask=m_hist[:, None] & m_r[None, :], other=0)
+    t_b = tl.load(rb_ptr + slot * s_rb + (pos * G + i_g)[:, None] * C + cols[None, :],
+                  mask=m_hist[:, None] & m_c[None, :], other=0)
+    for t in tl.static_range(T):
+        bth = (i_b.to(tl.int64) * T + t) * H + i_h
+        btg = (i_b.to(tl.int64) * T + t) * G + i_g
+        dt = tl.load(dt_ptr + bth).to(tl.float32)
+        if HAS_DTB:
+            dt += tl.load(dtb_ptr + i_h).to(tl.float32)
+        dt = softplus(dt)
+        n_u = dt * tl.load(x_ptr + bth * R + rows, mask=m_r, other=0).to(tl.float32)
+        n_b = tl.load(B_ptr + btg * C + cols, mask=m_c, other=0).to(tl.float32)
+        n_a = A * dt
+        p = W + t
+        at = jj == p
+        t_a = tl.where(at, n_a, t_a)
+        t_u = tl.where(at[:, None], n_u[None, :], t_u)
+        t_b = tl.where(at[:, None], n_b[None, :], t_b)
+        if not FOLD_NEW:  # an autoregressive flush folds its own token: no record is kept
+            q = ((start + p) & (RING - 1)).to(tl.int64)
+            tl.store(ru_ptr + slot * s_ru + (q * H + i_h) * R + rows, n_u, mask=m_r)
+            tl.store(ra_ptr + slot * s_ra + q * H + i_h, n_a, mask=valid & (i_r == 0))
+            tl.store(rb_ptr + slot * s_rb + (q * G + i_g) * C + cols, n_b, mask=m_cb)
+
+    if FLUSH:
+        b_s = load_state(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC)
+        for j in range(0, W):
+            q = ((start + j) & (RING - 1)).to(tl.int64)
+            f_a = tl.load(ra_ptr + slot * s_ra + q * H + i_h, mask=valid, other=0)
+            f_u = tl.load(ru_ptr + slot * s_ru + (q * H + i_h) * R + rows, mask=m_r, other=0)
+            f_b = tl.load(rb_ptr + slot * s_rb + (q * G + i_g) * C + cols, mask=m_cv, other=0)
+            b_s = tl.exp(f_a) * b_s + f_u[:, None] * f_b[None, :]
+        if FOLD_NEW:
+            n_a = tl.sum(tl.where(jj == W, t_a, 0.0), 0)
+            n_u = tl.sum(tl.where((jj == W)[:, None], t_u, 0.0), 0)
+            n_b = tl.sum(tl.where((jj == W)[:, None], t_b, 0.0), 0)
+            b_s = tl.exp(n_a) * b_s + n_u[:, None] * n_b[None, :]
+        seq = tl.load(seq_ptr + i_b)
+        ev = tl.load(ev_ptr + i_b)
+        store_state(b_s, u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C,
+                    seed, seq, ev, False, UFMT, USR, BR, BC)
+        if SPLIT:
+            store_state(b_s, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
+                        seed, seq, ev, True, RFMT, RSR, BR, BC)
+        if FOLD_NEW:
+            lo = W + 1
+        else:
+            lo = W
+    else:
+        b_s = load_state(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC)
+        lo = W * 0
+
+    for t in tl.static_range(T):
+        bth = (i_b.to(tl.int64) * T + t) * H + i_h
+        btg = (i_b.to(tl.int64) * T + t) * G + i_g
+        p = W + t
+        b_c = tl.load(C_ptr + btg * C + cols, mask=m_c, other=0).to(tl.float32)
+        m_w = (jj >= lo) & (jj <= p)
+        w_a = tl.where(m_w, t_a, 0.0)
+        tot = tl.sum(w_a, 0)
+        decay = tl.where(m_w, tl.exp(tot - tl.cumsum(w_a, 0)), 0.0)
+        score = tl.sum(t_b * b_c[None, :], 1)
+        b_y = tl.exp(tot) * tl.sum(b_s * b_c[None, :], 1) + tl.sum((decay * score)[:, None] * t_u, 0)
+        b_x = tl.load(x_ptr + bth * R + rows, mask=m_r, other=0).to(tl.float32)
+        if HAS_D:
+            b_y += tl.load(D_ptr + i_h).to(tl.float32) * b_x
+        if HAS_Z:
+            b_z = tl.load(z_ptr + bth * R + rows, mask=m_r, other=0).to(tl.float32)
+            b_y = b_y * (b_z / (1.0 + tl.exp(-b_z)))
+        tl.store(y_ptr + bth * R + rows, tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=rows < R)
+
+
+# ---------------------------------------------------------------------------------------------
+# Host wrappers
+# ---------------------------------------------------------------------------------------------
+def _pow2(n: int) -> int:
+    return triton.next_power_of_2(max(int(n), 1))
+
+
+def _block_rows(R: int, C: int, fmts: tuple[int, ...], block_r: int | None) -> int:
+    if any(f == FMT_NVFP4 for f in fmts):
+        return _pow2(R)  # NVFP4's global scale is per matrix: one program must own the whole head
+    if block_r is not None:
+        return block_r
+    return min(_pow2(R), 64)
+
+
+def _num_warps(br: int, bc: int) -> int:
+    return 8 if br * bc >= 8192 else 4
+
+
+def _as_i64(v, B: int, device) -> torch.Tensor:
+    return torch.as_tensor(v, dtype=torch.int64, device=device).expand(B).contiguous()
+
+
+def _opt(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    return like if t is None else t.contiguous()
+
+
+def mamba2_conventional_step(state: PackedState, slots: torch.Tensor, x: torch.Tensor, dt: torch.Tensor,
+                             A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, D: torch.Tensor | None = None,
+                             dt_bias: torch.Tensor | None = None, z: torch.Tensor | None = None, *,
+                             seq_ids: torch.Tensor | None = None, events: torch.Tensor | int = 1,
+                             seed: int = 0, layer: int = 0, block_r: int | None = None,
+                             out: torch.Tensor | None = None) -> torch.Tensor:
+    """One conventional decode step, state updated in place in ``state``'s format.
+
+    state: PackedState pool [S, H, P, N]; slots: [B] int (-1 = skip); x [B, H, P]; dt [B, H] (raw);
+    A [H]; B, C [B, G, N]; D, dt_bias [H]; z [B, H, P]; seq_ids [B] and events [B] (or scalars):
+    the SR counters of this write. Returns y [B, H, P] in x's dtype.
+    """
+    Bsz, H, P = x.shape
+    G, N = B.shape[-2:]
+    if (state.R, state.C) != (P, N):
+        raise ValueError(f"state pool holds [{state.R}, {state.C}] matrices, inputs need [{P}, {N}]")
+    if H % G:
+        raise ValueError(f"heads {H} must be a multiple of groups {G}")
+    dev = x.device
+    x = x.contiguous()
+    y = torch.empty_like(x) if out is None else out
+    seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
+    br = _block_rows(P, N, (state.code,), block_r)
+    bc = max(_pow2(N), 16)
+    grid = (triton.cdiv(P, br), H, Bsz)
+    mamba2_conventional_step_kernel[grid](
+        *state.kernel_args(), slots.to(torch.int32).contiguous(), _as_i64(seq_ids, Bsz, dev),
+        _as_i64(events, Bsz, dev), sr_seed(seed, layer),
+        x, dt.contiguous(), A.contiguous(), B.contiguous(), C.contiguous(), _opt(D, A), _opt(dt_bias, A),
+        _opt(z, x), y, H, G, P, N,
+        FMT=state.code, SR=state.sr, HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
+        BR=br, BC=bc, num_warps=_num_warps(br, bc), enable_fp_fusion=False)
+    return y
+
+
+def mamba2_replay_step(update: PackedState, read: PackedState | None, records: Mamba2Records,
+                       slots: torch.Tensor, start: torch.Tensor, wlen: torch.Tensor,
+                       x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                       D: torch.Tensor | None = None, dt_bias: torch.Tensor | None = None,
+                       z: torch.Tensor | None = None, *, flush: bool = False, fold_new: bool = False,
+                       seq_ids: torch.Tensor | None = None, events: torch.Tensor | int = 1,
+                       seed: int = 0, layer: int = 0, block_r: int | None = None,
+                       out: torch.Tensor | None = None) -> torch.Tensor:
+    """One ReplaySSM step for T = x.shape[1] tokens (T = 1: autoregressive; T > 1: speculative verify).
+
+    update / read: PackedState pools [S, H, P, N] (read=None: shared mode, one copy, ``update``);
+    records: the slots' ring buffers; start, wlen: [B] int32 window pointers (not advanced here: see
+    ``commit``); x [B, T, H, P]; dt [B, T, H]; B, C [B, T, G, N]; z [B, T, H, P].
+    flush: fold the window into the update checkpoint and write both copies (SR event ``events``);
+    fold_new: also fold the new token (autoregressive flush; needs T = 1).
+    Returns y [B, T, H, P]. The non-flush step writes only y and the T records.
+    """
+    Bsz, T, H, P = x.shape
+    G, N = B.shape[-2:]
+    if fold_new and (T != 1 or not flush):
+        raise ValueError("fold_new (autoregressive flush) needs flush=True and T = 1")
+    if T > records.ring:
+        raise ValueError(f"T = {T} tokens do not fit a ring of {records.ring} records")
+    shared = read is None
+    read = update if shared else read
+    for st in (update, read):
+        if (st.R, st.C) != (P, N):
+            raise ValueError(f"state pool holds [{st.R}, {st.C}] matrices, inputs need [{P}, {N}]")
+    dev = x.device
+    x = x.contiguous()
+    y = torch.empty_like(x) if out is None else out
+    seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
+    fmts = (update.code, read.code) if flush else (read.code,)
+    br = _block_rows(P, N, fmts, block_r)
+    bc = max(_pow2(N), 16)
+    grid = (triton.cdiv(P, br), H, Bsz)
+    mamba2_replay_step_kernel[grid](
+        *update.kernel_args(), *read.kernel_args(),
+        records.u, records.b, records.a, records.u.stride(0), records.b.stride(0), records.a.stride(0),
+        slots.to(torch.int32).contiguous(), start.to(torch.int32).contiguous(), wlen.to(torch.int32).contiguous(),
+        _as_i64(seq_ids, Bsz, dev), _as_i64(events, Bsz, dev), sr_seed(seed, layer),
+        x, dt.contiguous(), A.contiguous(), B.contiguous(), C.contiguous(), _opt(D, A), _opt(dt_bias, A),
+        _opt(z, x), y, H, G, P, N, records.ring,
+        T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared,
+        UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
+        HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
+        BR=br, BC=bc, BJ=records.ring, num_warps=_num_warps(br, bc), enable_fp_fusion=False)
+    return y
+
+def mamba2_decode_stream(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                         D: torch.Tensor | None = None, dt_bias: torch.Tensor | None = None,
+                         z: torch.Tensor | None = None, *, policy, S0: torch.Tensor | None = None,
+                         seq_ids: torch.Tensor | None = None, layer: int = 0, slots: torch.Tensor | None = None,
+                         pool_slots: int | None = None):
+    """Autoregressive decode of a whole stream with the kernels (DESIGN §4), one launch per token.
+
+    x [B, T, H, P]; dt [B, T, H]; B, C [B, T, G, N]; policy: StatePolicy (fp32 / conventional /
+    shared / split); S0 [B, H, P, N] (zeros if None); slots [B] pool slots (default arange(B); -1
+    entries are skipped); pool_slots: pool size (default max slot + 1).
+    Returns (y [B, T, H, P], update PackedState pool, read PackedState pool, state writes).
+    """
+    from precision_lab.kernels.decode_state import initial_pool
+    from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
+
+    Bsz, T, H, P = x.shape
+    G, N = B.shape[-2:]
+    dev = x.device
+    slots = torch.arange(Bsz, device=dev) if slots is None else slots.to(dev)
+    S = int(pool_slots or int(slots.max()) + 1)
+    seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids.to(dev)
+    S0 = torch.zeros(Bsz, H, P, N, device=dev) if S0 is None else S0.float()
+    kw = dict(seq_ids=seq_ids, seed=policy.seed, layer=layer)
+    update = initial_pool(S0, policy.update, slots, S, copy=COPY_UPDATE, **kw)
+    read = initial_pool(S0, policy.read, slots, S, copy=COPY_READ, **kw) if policy.mode == "split" else None
+    ys, writes, L = [], 0, policy.buffer_len
+    records = Mamba2Records(S, _pow2(L), H, G, P, N, device=dev) if policy.is_replay else None
+    start = torch.zeros(Bsz, dtype=torch.int32, device=dev)
+    wlen = torch.zeros(Bsz, dtype=torch.int32, device=dev)
+    for t in range(T):
+        zt = None if z is None else z[:, t:t + 1]
+        if not policy.is_replay:
+            y = mamba2_conventional_step(update, slots, x[:, t], dt[:, t], A, B[:, t], C[:, t], D, dt_bias,
+                                         None if zt is None else zt[:, 0], events=writes + 1, **kw)
+            writes += 1
+            ys.append(y)
+            continue
+        flush = t % L == L - 1
+        y = mamba2_replay_step(update, read, records, slots, start, wlen, x[:, t:t + 1], dt[:, t:t + 1], A,
+                               B[:, t:t + 1], C[:, t:t + 1], D, dt_bias, zt, flush=flush, fold_new=flush,
+                               events=writes + 1, **kw)
+        ys.append(y[:, 0])
+        commit(start, wlen, 0 if flush else 1, flush, records.ring)
+        writes += int(flush)
+    return torch.stack(ys, 1), update, (update if read is None else read), writes

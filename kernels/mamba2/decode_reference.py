@@ -1,0 +1,144 @@
+"""Torch references of the Mamba-2 decode-step kernels (``decode.py``), fp32, in the kernels' order.
+
+Each function computes exactly what one kernel launch computes, on dense per-batch tensors (no
+pool, no slots): the tests gather the kernels' pool slots and compare. The math is in ``decode.py``'s
+docstring. Also ``mamba2_stream_reference``: a whole token stream under a ``StatePolicy``
+(autoregressive, DESIGN §4), the trajectory the kernels' driver must reproduce.
+"""
+from __future__ import annotations
+
+import torch
+from precision_lab.kernels.decode_state import PackedState, rbits_for, torch_softplus
+from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
+
+
+def _heads(t: torch.Tensor, H: int) -> torch.Tensor:
+    """[..., G, N] → [..., H, N]: each head sees its group's vector."""
+    G = t.shape[-2]
+    return t.repeat_interleave(H // G, dim=-2)
+
+
+def _token(dt, A, dt_bias):
+    """(dt after softplus, log decay a = A·dt) in the kernels' order."""
+    dt = dt.float()
+    if dt_bias is not None:
+        dt = dt + dt_bias.float()
+    dt = torch_softplus(dt)
+    return dt, A.float() * dt
+
+
+def _finish(y, x, D, z):
+    if D is not None:
+        y = y + D.float()[:, None] * x
+    if z is not None:
+        z = z.float()
+        y = y * (z / (1.0 + torch.exp(-z)))
+    return y
+
+
+def store(S: torch.Tensor, fmt: str, *, seed: int, layer: int, seq_ids, events, copy: int) -> PackedState:
+    """The codes a kernel stores for the fp32 states S [B, H, R, C] (one write event per sequence)."""
+    return PackedState.quantize(S, fmt, rbits_for(S.shape, fmt, seed=seed, layer=layer, seq_ids=seq_ids,
+                                                  events=events, copy=copy))
+
+
+def mamba2_conventional_step_ref(S, x, dt, A, B, C, D=None, dt_bias=None, z=None):
+    """S [B, H, P, N] fp32 (the decoded stored state); x [B, H, P]; dt [B, H]; B, C [B, G, N].
+
+    Returns (y [B, H, P] fp32, S_new [B, H, P, N] fp32 before rounding)."""
+    H = x.shape[1]
+    dt, a = _token(dt, A, dt_bias)
+    x = x.float()
+    S = torch.exp(a)[..., None, None] * S + (dt[..., None] * x)[..., :, None] * _heads(B.float(), H)[..., None, :]
+    y = (S * _heads(C.float(), H)[..., None, :]).sum(-1)
+    return _finish(y, x, D, z), S
+
+
+def _window_out(S_base, u, b, a, lo, p, c):
+    """Output-only form at position p over records lo..p (u [B,J,H,P], b [B,J,H,N], a [B,J,H])."""
+    J = a.shape[1]
+    j = torch.arange(J, device=a.device).view(1, J, 1)
+    m = (j >= lo) & (j <= p)
+    w_a = torch.where(m, a, torch.zeros_like(a))
+    tot = w_a.sum(1)                                                    # [B, H]
+    decay = torch.where(m, torch.exp(tot[:, None] - torch.cumsum(w_a, 1)), torch.zeros_like(a))
+    score = (b * c[:, None]).sum(-1)                                    # [B, J, H]
+    return torch.exp(tot)[..., None] * (S_base * c[..., None, :]).sum(-1) + ((decay * score)[..., None] * u).sum(1)
+
+
+def mamba2_replay_step_ref(S_update, S_read, hist, x, dt, A, B, C, D=None, dt_bias=None, z=None, *,
+                           flush=False, fold_new=False):
+    """One ReplaySSM step (see decode.py) on dense tensors.
+
+    S_update / S_read: [B, H, P, N] fp32 decoded copies; hist: dict u [B, W, H, P], b [B, W, G, N],
+    a [B, W, H] (logical order, oldest first); x [B, T, H, P]; dt [B, T, H]; B, C [B, T, G, N].
+    Returns (y [B, T, H, P], new records dict (T tokens), S fp32 after the fold or None).
+    """
+    Bsz, T, H, P = x.shape
+    W = hist["a"].shape[1]
+    dtv, a_new = _token(dt, A, dt_bias)
+    new = {"u": dtv[..., None] * x.float(), "b": B.float(), "a": a_new}
+    S_new = None
+    if flush:
+        S = S_update
+        for j in range(W):
+            S = torch.exp(hist["a"][:, j])[..., None, None] * S + \
+                hist["u"][:, j][..., :, None] * _heads(hist["b"][:, j], H)[..., None, :]
+        if fold_new:
+            S = torch.exp(new["a"][:, 0])[..., None, None] * S + \
+                new["u"][:, 0][..., :, None] * _heads(new["b"][:, 0], H)[..., None, :]
+        S_new, lo = S, W + int(fold_new)
+    else:
+        S, lo = S_read, 0
+    u = torch.cat([hist["u"], new["u"]], 1)
+    b = _heads(torch.cat([hist["b"], new["b"]], 1), H)
+    a = torch.cat([hist["a"], new["a"]], 1)
+    ys = []
+    for t in range(T):
+        c = _heads(C[:, t].float(), H)
+        y = _window_out(S, u, b, a, lo, W + t, c)
+        ys.append(_finish(y, x[:, t].float(), D, None if z is None else z[:, t]))
+    return torch.stack(ys, 1), new, S_new
+
+
+def mamba2_stream_reference(x, dt, A, B, C, D=None, dt_bias=None, z=None, *, policy, S0=None,
+                            seq_ids=None, layer: int = 0):
+    """A whole autoregressive decode stream (DESIGN §4) through the step references.
+
+    x [B, T, H, P] ...; policy: StatePolicy; S0 [B, H, P, N] initial state (zeros if None).
+    Returns (y [B, T, H, P] fp32, final decoded update copy, final decoded read copy, writes).
+    """
+    Bsz, T, H, P = x.shape
+    G, N = B.shape[-2:]
+    seq_ids = torch.arange(Bsz) if seq_ids is None else seq_ids.cpu()
+    S0 = torch.zeros(Bsz, H, P, N) if S0 is None else S0.float()
+    kw = dict(seed=policy.seed, layer=layer, seq_ids=seq_ids)
+    ev0 = torch.zeros(Bsz, dtype=torch.int64)
+    upd = store(S0, policy.update, events=ev0, copy=COPY_UPDATE, **kw).dequantize()
+    split = policy.mode == "split"
+    rd = store(S0, policy.read, events=ev0, copy=COPY_READ, **kw).dequantize() if split else upd
+    writes, ys = 0, []
+    L = policy.buffer_len
+    hist = {"u": torch.zeros(Bsz, 0, H, P), "b": torch.zeros(Bsz, 0, G, N), "a": torch.zeros(Bsz, 0, H)}
+    for t in range(T):
+        ev = torch.full((Bsz,), writes + 1, dtype=torch.int64)
+        if not policy.is_replay:
+            y, S = mamba2_conventional_step_ref(upd, x[:, t], dt[:, t], A, B[:, t], C[:, t], D, dt_bias,
+                                                None if z is None else z[:, t])
+            upd = rd = store(S, policy.update, events=ev, copy=COPY_UPDATE, **kw).dequantize()
+            writes += 1
+            ys.append(y)
+            continue
+        args = (x[:, t:t + 1], dt[:, t:t + 1], A, B[:, t:t + 1], C[:, t:t + 1], D, dt_bias,
+                None if z is None else z[:, t:t + 1])
+        flush = t % L == L - 1
+        y, new, S = mamba2_replay_step_ref(upd, rd, hist, *args, flush=flush, fold_new=flush)
+        ys.append(y[:, 0])
+        if flush:
+            upd = store(S, policy.update, events=ev, copy=COPY_UPDATE, **kw).dequantize()
+            rd = store(S, policy.read, events=ev, copy=COPY_READ, **kw).dequantize() if split else upd
+            writes += 1
+            hist = {k: v[:, :0] for k, v in hist.items()}
+        else:
+            hist = {k: torch.cat([hist[k], new[k]], 1) for k in hist}
+    return torch.stack(ys, 1), upd, rd, writes

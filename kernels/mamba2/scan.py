@@ -1,0 +1,244 @@
+"""Teacher-forced Triton scans for Mamba-2 (the KL engine's fast path; DESIGN §4, §7, §8).
+
+Two kernels, one program per (sequence, head), the head's whole state [P, N] kept in registers
+across the token stream of one segment:
+
+* ``mamba2_replay_scan_fwd_kernel`` — ReplaySSM (modes ``shared`` / ``split``, and ``fp32`` with an
+  identity format). Window w holds tokens ``w·L .. w·L+L-1`` (the launch starts on a window
+  boundary). With ``c_j = Σ_{s≤j} A·dt_s`` (cumulative log-decay inside the window) and
+  ``u_s = dt_s x_s``:
+
+      non-flush row j < L-1:  y_j = e^{c_j} (R C_j) + Σ_{s≤j} e^{c_j-c_s} (B_s·C_j) u_s      (read copy R)
+      flush row j = L-1:      S   = e^{c_{L-1}} U + Σ_s e^{c_{L-1}-c_s} u_s B_sᵀ             (update ckpt U, fp32)
+                              y   = S C_{L-1};  U ← round_H(S);  R ← round_F(S)
+
+  then ``y += D x`` and ``y *= silu(z)``. A final partial window only produces outputs (its
+  records stay in the caller's buffer), unless ``fold_partial`` (fp32 mode, where the window is
+  just a chunk size: the last chunk is folded too and the kernel returns the state after T). Each flush is write event ``event0 + w`` of the SR
+  counter layout (quant/philox.py), read copy with copy bit 1.
+
+* ``mamba2_recurrent_scan_fwd_kernel`` — ``conventional`` mode: per token
+  ``S ← e^{A dt} S + u Bᵀ``, ``y = S C`` from the fp32 state, then ``S ← round_F(S)`` (event
+  ``event0 + t``).
+
+The torch references in ``scan_reference.py`` follow the same arithmetic order.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from precision_lab.kernels.scan_formats import C_FP32, quantize_tile
+from precision_lab.quant.philox import layer_seed
+
+__all__ = ["mamba2_replay_scan", "mamba2_recurrent_scan"]
+
+
+@triton.jit
+def mamba2_replay_scan_fwd_kernel(
+    x_ptr, dt_ptr, la_ptr, b_ptr, c_ptr, d_ptr, z_ptr, y_ptr,
+    u0_ptr, r0_ptr, u_ptr, r_ptr, seq_ptr,
+    T, H, G, P, N, L, n_windows,
+    seed, event0,
+    UPD_FMT: tl.constexpr, UPD_SR: tl.constexpr, READ_FMT: tl.constexpr, READ_SR: tl.constexpr,
+    SPLIT: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+    FOLD_PARTIAL: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    i_bh = tl.program_id(0)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    i_g = i_h // (H // G)
+    i_b64 = i_b.to(tl.int64)
+
+    o_w = tl.arange(0, BLOCK_W)
+    o_p = tl.arange(0, BLOCK_P)
+    o_n = tl.arange(0, BLOCK_N)
+    m_p = o_p < P
+    m_n = o_n < N
+    m_pn = m_p[:, None] & m_n[None, :]
+    causal = o_w[None, :] <= o_w[:, None]  # [j, s]: s ≤ j
+
+    # Both copies hold values exactly representable in their formats; load them as fp32.
+    p_state = i_bh.to(tl.int64) * P * N + o_p[:, None] * N + o_n[None, :]
+    b_u = tl.load(u0_ptr + p_state, mask=m_pn, other=0.0)
+    if SPLIT:
+        b_r = tl.load(r0_ptr + p_state, mask=m_pn, other=0.0)
+    else:
+        b_r = b_u
+    if HAS_D:
+        b_dd = tl.load(d_ptr + i_h).to(tl.float32)
+    seq = tl.load(seq_ptr + i_b).to(tl.int64)
+    elem = (o_p[:, None] * N + o_n[None, :]).to(tl.int64)
+
+    for i_w in range(n_windows):
+        t = i_w * L + o_w
+        m_t = (o_w < L) & (t < T)
+        t64 = t.to(tl.int64)
+        p_bth = (i_b64 * T + t64) * H + i_h
+        b_dt = tl.load(dt_ptr + p_bth, mask=m_t, other=0.0)
+        b_la = tl.load(la_ptr + p_bth, mask=m_t, other=0.0)
+        b_x = tl.load(x_ptr + p_bth[:, None] * P + o_p[None, :], mask=m_t[:, None] & m_p[None, :],
+                      other=0.0).to(tl.float32)
+        p_btg = ((i_b64 * T + t64) * G + i_g)[:, None] * N + o_n[None, :]
+        m_tn = m_t[:, None] & m_n[None, :]
+        b_B = tl.load(b_ptr + p_btg, mask=m_tn, other=0.0).to(tl.float32)
+        b_C = tl.load(c_ptr + p_btg, mask=m_tn, other=0.0).to(tl.float32)
+
+        b_c = tl.cumsum(b_la, 0)                      # [W] log-decay from the window start
+        b_ux = b_x * b_dt[:, None]                    # [W, P] records u_s = dt_s x_s
+        # intra-window term: Σ_{s≤j} e^{c_j-c_s} (B_s·C_j) u_s
+        b_cb = tl.dot(b_C, tl.trans(b_B), input_precision="ieee")
+        b_cb = tl.where(causal, b_cb * tl.exp(b_c[:, None] - b_c[None, :]), 0.0)
+        b_y = tl.dot(b_cb, b_ux, input_precision="ieee")
+        # inter term from the read copy
+        b_y += tl.dot(b_C, tl.trans(b_r), input_precision="ieee") * tl.exp(b_c)[:, None]
+
+        # A flush needs a full window; fp32 mode (FOLD_PARTIAL) also folds the stream's last chunk.
+        n_in = tl.minimum(T - i_w * L, L)
+        if FOLD_PARTIAL:
+            n_fold = n_in
+        else:
+            n_fold = L
+        if n_in == n_fold:
+            # flush: fold the window into the fp32 update checkpoint
+            c_last = tl.sum(b_la, 0)
+            b_wu = b_ux * tl.exp(c_last - b_c)[:, None]
+            b_s = b_u * tl.exp(c_last) + tl.dot(tl.trans(b_wu), b_B, input_precision="ieee")
+            is_last = o_w == n_fold - 1
+            b_cl = tl.sum(tl.where(is_last[:, None], b_C, 0.0), 0)        # C_{L-1} [N]
+            b_yf = tl.sum(b_s * b_cl[None, :], 1)                          # S C_{L-1} [P]
+            b_y = tl.where(is_last[:, None], b_yf[None, :], b_y)
+            event = (event0 + i_w).to(tl.int64)
+            b_u = quantize_tile(b_s, m_pn, seed, seq, i_h, event, elem, 0, UPD_FMT, UPD_SR, BLOCK_P, BLOCK_N)
+            if SPLIT:
+                b_r = quantize_tile(b_s, m_pn, seed, seq, i_h, event, elem, 1, READ_FMT, READ_SR, BLOCK_P, BLOCK_N)
+            else:
+                b_r = b_u
+
+        if HAS_D:
+            b_y += b_dd * b_x
+        if HAS_Z:
+            b_z = tl.load(z_ptr + p_bth[:, None] * P + o_p[None, :], mask=m_t[:, None] & m_p[None, :],
+                          other=0.0).to(tl.float32)
+            b_y = b_y * (b_z * tl.sigmoid(b_z))
+        tl.store(y_ptr + p_bth[:, None] * P + o_p[None, :], b_y.to(y_ptr.dtype.element_ty),
+                 mask=m_t[:, None] & m_p[None, :])
+
+    tl.store(u_ptr + p_state, b_u, mask=m_pn)
+    if SPLIT:
+        tl.store(r_ptr + p_state, b_r, mask=m_pn)
+
+
+@triton.jit
+def mamba2_recurrent_scan_fwd_kernel(
+    x_ptr, dt_ptr, la_ptr, b_ptr, c_ptr, d_ptr, z_ptr, y_ptr,
+    s0_ptr, s_ptr, seq_ptr,
+    T, H, G, P, N,
+    seed, event0,
+    FMT: tl.constexpr, SR: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    i_bh = tl.program_id(0)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    i_g = i_h // (H // G)
+    i_b64 = i_b.to(tl.int64)
+    o_p = tl.arange(0, BLOCK_P)
+    o_n = tl.arange(0, BLOCK_N)
+    m_p = o_p < P
+    m_n = o_n < N
+    m_pn = m_p[:, None] & m_n[None, :]
+    p_state = i_bh.to(tl.int64) * P * N + o_p[:, None] * N + o_n[None, :]
+    b_s = tl.load(s0_ptr + p_state, mask=m_pn, other=0.0)
+    if HAS_D:
+        b_dd = tl.load(d_ptr + i_h).to(tl.float32)
+    seq = tl.load(seq_ptr + i_b).to(tl.int64)
+    elem = (o_p[:, None] * N + o_n[None, :]).to(tl.int64)
+
+    for t in range(T):
+        p_bth = (i_b64 * T + t) * H + i_h
+        b_dt = tl.load(dt_ptr + p_bth)
+        b_la = tl.load(la_ptr + p_bth)
+        b_x = tl.load(x_ptr + p_bth * P + o_p, mask=m_p, other=0.0).to(tl.float32)
+        p_btg = ((i_b64 * T + t) * G + i_g) * N + o_n
+        b_B = tl.load(b_ptr + p_btg, mask=m_n, other=0.0).to(tl.float32)
+        b_C = tl.load(c_ptr + p_btg, mask=m_n, other=0.0).to(tl.float32)
+        b_s = b_s * tl.exp(b_la) + (b_x * b_dt)[:, None] * b_B[None, :]
+        b_y = tl.sum(b_s * b_C[None, :], 1)
+        if HAS_D:
+            b_y += b_dd * b_x
+        if HAS_Z:
+            b_z = tl.load(z_ptr + p_bth * P + o_p, mask=m_p, other=0.0).to(tl.float32)
+            b_y = b_y * (b_z * tl.sigmoid(b_z))
+        tl.store(y_ptr + p_bth * P + o_p, b_y.to(y_ptr.dtype.element_ty), mask=m_p)
+        if FMT != C_FP32:
+            b_s = quantize_tile(b_s, m_pn, seed, seq, i_h, (event0 + t).to(tl.int64), elem, 0, FMT, SR, BLOCK_P, BLOCK_N)
+
+    tl.store(s_ptr + p_state, b_s, mask=m_pn)
+
+
+def _prep(x, dt, A, B, C, D, dt_bias, z):
+    """Shared argument preparation: contiguous inputs, fp32 dt = softplus(dt + bias) and A·dt."""
+    Bsz, T, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    if H % G:
+        raise ValueError(f"Mamba-2: {H} heads are not a multiple of {G} groups")
+    dtf = dt.float() + (dt_bias.float() if dt_bias is not None else 0.0)
+    dtf = torch.nn.functional.softplus(dtf).contiguous()
+    la = (dtf * A.float()).contiguous()
+    return (x.contiguous(), dtf, la, B.contiguous(), C.contiguous(),
+            D.contiguous() if D is not None else None, z.contiguous() if z is not None else None, (Bsz, T, H, P, G, N))
+
+
+def mamba2_replay_scan(x, dt, A, B, C, D, dt_bias, z, u0, r0, *, L: int, seq_ids: torch.Tensor,
+                       seed: int, layer: int, event0: int, upd_fmt: int, upd_sr: bool, read_fmt: int, read_sr: bool,
+                       split: bool, fold_partial: bool = False):
+    """Window-parallel ReplaySSM scan of one segment that starts on a window boundary.
+
+    x [B,T,H,P], dt [B,T,H] raw, A [H], B/C [B,T,G,N], D [H]|None, dt_bias [H]|None, z [B,T,H,P]|None;
+    u0, r0: update checkpoint / read copy [B,H,P,N] fp32 (r0 ignored unless ``split``);
+    seq_ids [B] int64 (SR counters); seed, layer: the SR key (quant/philox.py ``layer_seed``);
+    event0: SR write event of the first flush. Returns (y [B,T,H,P] in x's dtype, u, r [B,H,P,N]).
+    """
+    x, dtf, la, B, C, D, z, (Bsz, T, H, P, G, N) = _prep(x, dt, A, B, C, D, dt_bias, z)
+    if not 1 <= L <= 64:
+        raise ValueError(f"the Triton scan supports 1 <= L <= 64, got L={L}")
+    y = torch.empty_like(x)
+    u = torch.empty(Bsz, H, P, N, device=x.device, dtype=torch.float32)
+    r = torch.empty_like(u) if split else u
+    u0 = u0.float().contiguous()
+    r0 = r0.float().contiguous() if split else u0
+    n_windows = triton.cdiv(T, L)
+    mamba2_replay_scan_fwd_kernel[(Bsz * H,)](
+        x, dtf, la, B, C, D if D is not None else x, z if z is not None else x, y,
+        u0, r0, u, r, seq_ids.to(device=x.device, dtype=torch.int64).contiguous(),
+        T, H, G, P, N, L, n_windows, layer_seed(seed, layer), event0,
+        UPD_FMT=upd_fmt, UPD_SR=upd_sr, READ_FMT=read_fmt, READ_SR=read_sr, SPLIT=split,
+        HAS_D=D is not None, HAS_Z=z is not None,
+        FOLD_PARTIAL=fold_partial, BLOCK_W=max(16, triton.next_power_of_2(L)), BLOCK_P=max(16, triton.next_power_of_2(P)),
+        BLOCK_N=max(16, triton.next_power_of_2(N)),
+        num_warps=4 if P * N <= 64 * 64 else 8,
+    )
+    return y, u, r
+
+
+def mamba2_recurrent_scan(x, dt, A, B, C, D, dt_bias, z, s0, *, seq_ids: torch.Tensor, seed: int, layer: int,
+                          event0: int,
+                          fmt: int, sr: bool):
+    """Conventional decode over a segment: the state is rounded to ``fmt`` after every token.
+
+    Shapes as ``mamba2_replay_scan``; s0 [B,H,P,N] fp32; event0: SR event of the first token's write.
+    Returns (y [B,T,H,P], s [B,H,P,N] fp32).
+    """
+    x, dtf, la, B, C, D, z, (Bsz, T, H, P, G, N) = _prep(x, dt, A, B, C, D, dt_bias, z)
+    y = torch.empty_like(x)
+    s = torch.empty(Bsz, H, P, N, device=x.device, dtype=torch.float32)
+    mamba2_recurrent_scan_fwd_kernel[(Bsz * H,)](
+        x, dtf, la, B, C, D if D is not None else x, z if z is not None else x, y,
+        s0.float().contiguous(), s, seq_ids.to(device=x.device, dtype=torch.int64).contiguous(),
+        T, H, G, P, N, layer_seed(seed, layer), event0,
+        FMT=fmt, SR=sr, HAS_D=D is not None, HAS_Z=z is not None,
+        BLOCK_P=triton.next_power_of_2(P), BLOCK_N=max(16, triton.next_power_of_2(N)),
+        num_warps=4 if P * N <= 64 * 64 else 8,
+    )
+    return y, s

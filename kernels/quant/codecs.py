@@ -1,0 +1,296 @@
+"""Triton device helpers that encode/decode the low-precision formats with integer bit operations.
+
+Why integer arithmetic: Triton's CPU interpreter rounds fp32→fp8 wrongly at binade carries, H200
+has no FP4 conversion and no stochastic-rounding instruction, and Triton only offers rtne/rtz
+casts. Every helper here therefore works on the fp32 bit pattern, so CPU tests (interpreter) and
+the GPU run the same arithmetic and agree with the torch reference (``precision_lab.quant``) bit
+for bit. Import them into your own ``@triton.jit`` kernels::
+
+    from precision_lab.kernels.quant import codecs as qc
+    code = qc.encode_e4m3(x, r, SR=True)            # inside a @triton.jit function
+
+Conventions (all helpers are ``@triton.jit``; shapes are whatever block the caller has):
+
+* ``x``: fp32 block. ``r``: int32/int64/uint32 block of random words of x's shape (only the low
+  16 bits are used); pass ``0`` when ``SR=False`` (it is then never read).
+* Codes are returned as int32 holding the raw bit pattern in their low bits (16 for fp16/bf16,
+  8 for FP8, 4 for E2M1 with the sign in bit 3). Store them with ``.to(tl.uint8)`` /
+  ``.to(tl.int16)``, or turn them into a float block with ``decode_*``.
+* ``SR`` (constexpr): False = round to nearest, ties to even (RNE). True = stochastic rounding with
+  the project convention (DESIGN §5): with ``frac`` = position of |x| between its two grid
+  neighbours, round away from zero iff ``floor(frac·2^16) + (r & 0xFFFF) >= 2^16``.
+* Signed zeros keep their sign (-tiny → -0). NaN encodes to the format's canonical NaN with x's sign
+  (E2M1 has no NaN: see ``encode_e2m1``). These are the codes of ``precision_lab.quant.rounding``.
+
+Element codecs
+--------------
+``encode_bf16(x, r, SR)``  → int32 bf16 bits. Overflow → ±inf (IEEE); NaN → 0x7FC0|sign.
+``encode_fp16(x, r, SR)``  → int32 fp16 bits. Overflow → ±inf (IEEE), subnormals kept; NaN → 0x7E00|sign.
+``encode_e4m3(x, r, SR)``  → int32 float8_e4m3fn bits, *satfinite*: |x| beyond 448 and ±inf give
+                             ±448 (0x7E); NaN → 0x7F|sign. Subnormals (2^-9 steps) kept.
+``encode_e5m2(x, r, SR)``  → int32 float8_e5m2 bits, *satfinite*: beyond 57344 and ±inf give
+                             ±57344 (0x7B); NaN → 0x7E|sign.
+``encode_e2m1(x, r, SR)``  → int32 FP4 E2M1 nibble (sign in bit 3, magnitude codes 0..7 =
+                             0, .5, 1, 1.5, 2, 3, 4, 6), *satfinite* (beyond 6 and ±inf → ±6);
+                             NaN → 0x7 | sign (E2M1 has no NaN; NVFP4 records NaN in the block scale).
+``decode_bf16(code)``, ``decode_fp16(code)``, ``decode_e4m3(code)``, ``decode_e5m2(code)``,
+``decode_e2m1(code)``      → fp32 values (exact; codes as int32, only the format's low bits read;
+                             FP8 NaN codes decode to the canonical quiet NaN with the code's sign).
+``round_bf16(x, r, SR)``, ``round_fp16(x, r, SR)``, ``round_e4m3(x, r, SR)``, ``round_e5m2(x, r, SR)``
+                           → fp32 value of the rounded number (encode then decode), for kernels
+                             that keep fp32 registers holding values representable in the format.
+``abs_bits(x)``            → int32 |x| bit pattern. The integer order of these equals the order
+                             of |x|, and every NaN is above +inf, so ``tl.max(abs_bits(x), axis)``
+                             is an amax that PROPAGATES NaN (``tl.max`` on floats drops it).
+
+NVFP4 (DESIGN §5: NVIDIA's chain; one global scale per matrix, E4M3 scale per 16 elements)
+------------------------------------------------------------------------------------------
+``nvfp4_global_scales(amax_bits)`` → ``(s_enc, s_dec)`` fp32 scalars from the matrix amax given as
+    ``abs_bits`` (int32): ``s_enc = min(2688 / amax, FLT_MAX)`` (1 if amax is 0 or inf; NaN if
+    amax is NaN), ``s_dec = 1 / s_enc``, both divisions correctly rounded (``tl.div_rn``).
+``nvfp4_quantize_blocks(x, s_enc, s_dec, r, SR)`` with x fp32 ``[NB, 16]`` (one row per 16-element
+    block of the last axis) → ``(codes, scale_codes)``: ``codes`` int32 ``[NB, 16]`` E2M1 nibbles,
+    ``scale_codes`` int32 ``[NB]`` E4M3 bytes. Per block:
+    ``s = e4m3_satfinite_rne(block_amax · (s_enc · fp32(1/6)))``,
+    ``enc = min(1 / (f32(s) · s_dec), FLT_MAX)``, ``code = e2m1(x · enc)`` (RNE, or SR with r;
+    scales are always RNE). A block containing NaN gets scale byte 0x7F (NaN) and codes from
+    ``encode_e2m1`` (NaN elements → 0x7|sign), so it dequantizes to NaN.
+``nvfp4_pack(codes)``   int32 ``[NB, 16]`` → int32 bytes ``[NB, 8]``; element 2i in the low nibble.
+``nvfp4_unpack(bytes)`` int32 ``[NB, 8]`` → int32 nibbles ``[NB, 16]``.
+``nvfp4_dequantize_blocks(packed, scale_codes, s_dec)``: packed bytes int32 ``[NB, 8]``, E4M3
+    scale bytes int32 ``[NB]``, fp32 scalar ``s_dec`` → fp32 ``[NB, 16]`` = ``e2m1(code) · (f32(s) · s_dec)``.
+
+Kernels that use these in scale chains should be launched with ``enable_fp_fusion=False`` when
+they contain ``a*b+c`` patterns that the reference rounds twice (the helpers here only multiply).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# Globals read inside @triton.jit code must be constexpr.
+FLT_MAX = tl.constexpr(3.4028234663852886e38)
+ONE_SIXTH_F32_BITS = tl.constexpr(0x3E2AAAAB)  # fp32(1/6), the constant of NVIDIA's scale chain
+NVFP4_GLOBAL_NUMERATOR = tl.constexpr(2688.0)  # 448 (E4M3 max) · 6 (E2M1 max)
+F32_NAN_BITS = tl.constexpr(0x7FC00000)
+
+
+# ---------------------------------------------------------------------------------------------
+# Generic rounding of an fp32 magnitude onto a small binary floating-point grid.
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _round_magnitude(a, r, MAN: tl.constexpr, EMIN_B: tl.constexpr, SR: tl.constexpr):
+    """Round |x| (finite, given by its int32 bits ``a``) to a grid with MAN mantissa bits whose
+    smallest normal exponent is EMIN_B (as a biased fp32 exponent, i.e. 128 - bias).
+
+    Returns the target magnitude code ``(E << MAN) + mantissa`` as int32. A round-up carries into
+    the exponent on its own, so the result may exceed the format's largest finite code: callers
+    saturate or map to inf. Works in units of the target quantum:
+    ``|x| = m · 2^(ee - 150)`` and the quantum is ``2^(shift)`` of those units, where
+    ``shift = 23 - MAN + max(0, EMIN_B - ee)`` (the extra term covers target subnormals).
+    """
+    e = a >> 23
+    m = (a & 0x7FFFFF) | tl.where(e != 0, 0x800000, 0)
+    ee = tl.maximum(e, 1)
+    shift = (23 - MAN) + tl.maximum(EMIN_B - ee, 0)
+    # m < 2^24, so any shift >= 25 leaves q = 0 and rem = m below half a quantum; 31 keeps the
+    # int32 shifts defined.
+    s1 = tl.minimum(shift, 31)
+    q = m >> s1
+    rem = m - (q << s1)
+    if SR:
+        # floor(rem / 2^shift · 2^16); exact for every shift (shift >= 13 for all formats here,
+        # and for shift > 31 the true value m >> (shift - 16) is what the clamped shift gives).
+        rs = tl.maximum(tl.minimum(shift - 16, 31), 0)
+        ls = tl.maximum(16 - shift, 0)
+        frac16 = (rem << ls) >> rs
+        up = (frac16 + (r & 0xFFFF).to(tl.int32)) >= 65536
+    else:
+        half = 1 << (s1 - 1)
+        up = (rem > half) | ((rem == half) & ((q & 1) == 1))
+    return (tl.maximum(ee - EMIN_B, 0) << MAN) + q + up.to(tl.int32)
+
+
+@triton.jit
+def _encode(x, r, EXP: tl.constexpr, MAN: tl.constexpr, BIAS: tl.constexpr, MAX_CODE: tl.constexpr,
+            SATURATE: tl.constexpr, NAN_CODE: tl.constexpr, SR: tl.constexpr):
+    """fp32 → sign | magnitude code of a format with EXP exponent and MAN mantissa bits.
+
+    SATURATE: overflow (and ±inf) gives ±MAX_CODE; otherwise the code above MAX_CODE (= inf of an
+    IEEE format). NaN gives NAN_CODE with x's sign.
+    """
+    bits = x.to(tl.int32, bitcast=True)
+    sign = (bits >> 31) & 1
+    a = bits & 0x7FFFFFFF
+    is_nan = a > 0x7F800000
+    # inf's bits read as 2^128, which rounds (RNE or SR alike) above MAX_CODE and is then
+    # saturated or made inf; NaN's garbage is replaced below.
+    mag = _round_magnitude(a, r, MAN, 128 - BIAS, SR)
+    if SATURATE:
+        mag = tl.minimum(mag, MAX_CODE)
+    else:
+        mag = tl.minimum(mag, MAX_CODE + 1)
+    mag = tl.where(is_nan, NAN_CODE, mag)
+    return (sign << (EXP + MAN)) | mag
+
+
+@triton.jit
+def _decode_normal(code, EXP: tl.constexpr, MAN: tl.constexpr, BIAS: tl.constexpr):
+    """Sign/exponent/mantissa code → fp32 for formats whose normals are all finite (no inf/NaN
+    handling; callers add it). Subnormals are m · 2^(1 - BIAS - MAN), computed exactly."""
+    sign = (code >> (EXP + MAN)) & 1
+    e = (code >> MAN) & ((1 << EXP) - 1)
+    m = code & ((1 << MAN) - 1)
+    normal_bits = ((e - BIAS + 127) << 23) | (m << (23 - MAN))
+    # 2^(1 - BIAS - MAN) built from its bits (an exact power of two)
+    sub_quantum = tl.full([], (128 - BIAS - MAN) << 23, tl.int32).to(tl.float32, bitcast=True)
+    sub = m.to(tl.float32) * sub_quantum
+    val = tl.where(e == 0, sub, normal_bits.to(tl.float32, bitcast=True))
+    return tl.where(sign == 1, -val, val)
+
+
+# ---------------------------------------------------------------------------------------------
+# Public element codecs.
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def abs_bits(x):
+    """int32 bit pattern of |x|; integer max over it is a NaN-propagating amax."""
+    return x.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+
+
+@triton.jit
+def encode_bf16(x, r, SR: tl.constexpr):
+    return _encode(x, r, 8, 7, 127, 0x7F7F, False, 0x7FC0, SR)
+
+
+@triton.jit
+def encode_fp16(x, r, SR: tl.constexpr):
+    return _encode(x, r, 5, 10, 15, 0x7BFF, False, 0x7E00, SR)
+
+
+@triton.jit
+def encode_e4m3(x, r, SR: tl.constexpr):
+    return _encode(x, r, 4, 3, 7, 0x7E, True, 0x7F, SR)
+
+
+@triton.jit
+def encode_e5m2(x, r, SR: tl.constexpr):
+    return _encode(x, r, 5, 2, 15, 0x7B, True, 0x7E, SR)
+
+
+@triton.jit
+def encode_e2m1(x, r, SR: tl.constexpr):
+    if SR:
+        return _encode(x, r, 2, 1, 1, 0x7, True, 0x7, SR)
+    else:
+        # RNE fast path (the hot loop of NVFP4 quantize). Adding C = 1.5·2^23·q to |x| makes the
+        # fp32 adder round |x| to a multiple k·q of the E2M1 step q (0.5 below 2, 1 below 4, else 2)
+        # with ties to even k, and k can be read off the sum's low mantissa bits: it is
+        # bits(|x| + C) - bits(C). Even k is the even E2M1 code in every binade, so this is RNE;
+        # the code is k (q = 0.5), k + 2 (q = 1) or k + 4 (q = 2), saturated at 7 (values above
+        # 5, inf and NaN give 7, like the generic path). Needs the add unfused (no FMA), which
+        # |x| guarantees (fma cannot take |a·b|).
+        ax = tl.abs(x)
+        small = ax < 2.0
+        mid = ax < 4.0
+        c = tl.where(small, 6291456.0, tl.where(mid, 12582912.0, 25165824.0))
+        k_base = tl.where(small, 0x4AC00000, tl.where(mid, 0x4B400000 - 2, 0x4BC00000 - 4))
+        mag = tl.minimum((ax + c).to(tl.int32, bitcast=True) - k_base, 7)
+        return ((x.to(tl.int32, bitcast=True) >> 28) & 0x8) | mag
+
+
+@triton.jit
+def decode_bf16(code):
+    return (code << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def decode_fp16(code):
+    return code.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def decode_e4m3(code):
+    val = _decode_normal(code, 4, 3, 7)
+    nan = (((code & 0x80) << 24) | 0x7FC00000).to(tl.float32, bitcast=True)  # canonical NaN, sign kept
+    return tl.where((code & 0x7F) == 0x7F, nan, val)
+
+
+@triton.jit
+def decode_e5m2(code):
+    val = _decode_normal(code, 5, 2, 15)
+    # exponent all ones: inf (mantissa 0) or canonical NaN, sign from bit 7
+    special_bits = ((code & 0x80) << 24) | tl.where((code & 0x3) == 0, 0x7F800000, 0x7FC00000)
+    return tl.where((code & 0x7C) == 0x7C, special_bits.to(tl.float32, bitcast=True), val)
+
+
+@triton.jit
+def decode_e2m1(code):
+    return _decode_normal(code, 2, 1, 1)
+
+
+@triton.jit
+def round_bf16(x, r, SR: tl.constexpr):
+    return decode_bf16(encode_bf16(x, r, SR))
+
+
+@triton.jit
+def round_fp16(x, r, SR: tl.constexpr):
+    return decode_fp16(encode_fp16(x, r, SR))
+
+
+@triton.jit
+def round_e4m3(x, r, SR: tl.constexpr):
+    return decode_e4m3(encode_e4m3(x, r, SR))
+
+
+@triton.jit
+def round_e5m2(x, r, SR: tl.constexpr):
+    return decode_e5m2(encode_e5m2(x, r, SR))
+
+
+# ---------------------------------------------------------------------------------------------
+# NVFP4.
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def nvfp4_global_scales(amax_bits):
+    """(s_enc, s_dec) from the matrix amax given as abs_bits (int32 scalar or block)."""
+    amax = amax_bits.to(tl.float32, bitcast=True)
+    s_enc = tl.div_rn(tl.full(amax.shape, NVFP4_GLOBAL_NUMERATOR, tl.float32), amax)
+    s_enc = tl.where(s_enc > FLT_MAX, FLT_MAX, s_enc)  # keeps NaN
+    s_enc = tl.where((amax_bits == 0) | (amax_bits == 0x7F800000), 1.0, s_enc)
+    s_dec = tl.div_rn(tl.full(amax.shape, 1.0, tl.float32), s_enc)
+    return s_enc, s_dec
+
+
+@triton.jit
+def nvfp4_quantize_blocks(x, s_enc, s_dec, r, SR: tl.constexpr):
+    """x fp32 [NB, 16] → (E2M1 codes int32 [NB, 16], E4M3 scale bytes int32 [NB])."""
+    one_sixth = tl.full([], ONE_SIXTH_F32_BITS, tl.int32).to(tl.float32, bitcast=True)
+    block_amax = tl.max(abs_bits(x), axis=1).to(tl.float32, bitcast=True)
+    scale_codes = encode_e4m3(block_amax * (s_enc * one_sixth), 0, False)
+    enc = tl.div_rn(tl.full(block_amax.shape, 1.0, tl.float32), decode_e4m3(scale_codes) * s_dec)
+    enc = tl.where(enc > FLT_MAX, FLT_MAX, enc)  # a zero scale gives 1/0 = inf; keeps NaN
+    codes = encode_e2m1(x * enc[:, None], r, SR)
+    return codes, scale_codes
+
+
+@triton.jit
+def nvfp4_pack(codes):
+    """int32 nibbles [NB, 16] → int32 bytes [NB, 8], element 2i in the low nibble."""
+    lo, hi = tl.split(tl.reshape(codes, (codes.shape[0], codes.shape[1] // 2, 2)))
+    return lo | (hi << 4)
+
+
+@triton.jit
+def nvfp4_unpack(packed):
+    """int32 bytes [NB, 8] → int32 nibbles [NB, 16]."""
+    both = tl.join(packed & 0xF, (packed >> 4) & 0xF)
+    return tl.reshape(both, (packed.shape[0], packed.shape[1] * 2))
+
+
+@triton.jit
+def nvfp4_dequantize_blocks(packed, scale_codes, s_dec):
+    """packed bytes int32 [NB, 8], E4M3 scale bytes int32 [NB], fp32 s_dec → fp32 [NB, 16]."""
+    block_scale = decode_e4m3(scale_codes) * s_dec
+    return decode_e2m1(nvfp4_unpack(packed)) * block_scale[:, None]

@@ -1,0 +1,1 @@
+"""Package data: the offline default corpus (``default_corpus.txt``)."""

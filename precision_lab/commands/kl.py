@@ -1,0 +1,66 @@
+"""``precision-lab kl``: KL divergence from fp32-state decoding vs generated length (teacher forcing)."""
+from __future__ import annotations
+
+import argparse
+
+EPILOG = """examples:
+  precision-lab kl                                   # offline demo: tiny-qwen3.5, built-in text, CPU, ~1 min
+  precision-lab kl --model tiny-nemotron-h --policies shared:nvfp4 split:fp32/nvfp4 --out runs/kl-nemo
+  precision-lab kl --model Qwen/Qwen3.5-4B --data pg19 --docs 8 --tokens 131072 --prefill 512 \\
+      --policies shared:nvfp4 split:fp32/nvfp4 split:fp16-sr/nvfp4 --segment 8192 --out runs/kl-qwen4b
+  torchrun --nproc-per-node 4 -m precision_lab.cli kl --model Qwen/Qwen3.5-4B --data pg19 --docs 16 ...
+  (rerun the same command after an interruption: finished batches are kept, the rest is computed)
+"""
+
+
+def add_parser(sub) -> None:
+    from precision_lab.evals.kl import DEFAULT_POLICIES
+
+    p = sub.add_parser("kl", help="KL(fp32 state || policy) vs generated length under teacher forcing",
+                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="tiny-qwen3.5", help="preset (precision-lab models), hub id or local path")
+    p.add_argument("--data", default="default",
+                   help="'default' (offline built-in text), 'pg19' (emozilla/pg19-test via datasets), or a "
+                   ".parquet/.jsonl/.txt file or directory")
+    p.add_argument("--docs", type=int, default=4, help="number of documents (default 4)")
+    p.add_argument("--tokens", type=int, default=2048, help="tokens per document, prefill included (default 2048)")
+    p.add_argument("--prefill", type=int, default=32, help="tokens served as prefill before decoding (default 32)")
+    p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES),
+                   help="state policies compared with the fp32 reference (DESIGN §6 strings)")
+    p.add_argument("--seed", type=int, default=0, help="stochastic-rounding seed")
+    p.add_argument("--batch-size", type=int, default=0, help="documents per batch (0: all; the resume unit)")
+    p.add_argument("--segment", type=int, default=512, help="decode tokens per forward (memory knob)")
+    p.add_argument("--engine", default="auto", choices=["auto", "scan", "triton", "decode"],
+                   help="auto: triton on CUDA, torch scan elsewhere")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--dtype", default=None, help="weight dtype (float32, bfloat16); default: preset's / bf16")
+    p.add_argument("--model-seed", type=int, default=0, help="weight seed of presets")
+    p.add_argument("--skip-short", action="store_true", help="skip documents shorter than --tokens")
+    p.add_argument("--out", default=None, help="output directory (default runs/kl/<model>)")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.set_defaults(func=_run)
+
+
+def _run(args) -> int:
+    from pathlib import Path
+
+    from precision_lab.evals.kl import KLConfig, format_table, run_kl
+
+    out = args.out or str(Path("runs") / "kl" / args.model.replace("/", "_"))
+    cfg = KLConfig(model=args.model, data=args.data, docs=args.docs, tokens=args.tokens, prefill=args.prefill,
+                   policies=tuple(args.policies), seed=args.seed, batch_size=args.batch_size, segment=args.segment,
+                   engine=args.engine, dtype=args.dtype, model_seed=args.model_seed, skip_short=args.skip_short,
+                   out=out, device=args.device, progress=not args.no_progress, plot=not args.no_plot)
+    try:
+        summary = run_kl(cfg)
+    except RuntimeError as e:
+        if "out of memory" in str(e) and not args.debug:
+            raise ValueError(str(e)) from e
+        raise
+    if summary is not None:
+        print(format_table(summary))
+        print(f"engine: {summary['engine']['used']} ({', '.join(summary['engine']['implementations'])})")
+        print(f"wrote {out}/summary.json" + ("" if args.no_plot else f" and {out}/kl_vs_length.png"))
+    return 0

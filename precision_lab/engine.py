@@ -1,0 +1,145 @@
+"""The teacher-forced engine (DESIGN §8).
+
+Under teacher forcing the token stream is fixed, so each layer's outputs depend only on its own
+inputs: the model runs layer by layer over a whole *segment* of the stream (one transformers forward
+of S tokens), and each SSM layer applies the exact decode semantics of DESIGN §4 window by window
+through ``run_layer`` (engine ``scan`` in torch, ``triton`` on a GPU). Between segments everything a
+decode loop would carry is carried: every SSM layer's ``LayerState`` (update checkpoint, read copy,
+partial window buffer, step and write counters), the conv states and the attention KV caches (both
+in the transformers cache). Splitting the stream into segments therefore changes nothing, and the
+result equals token-by-token decode through the same adapters (``token_by_token``), SR included —
+``tests/test_engine.py`` checks this per architecture and mode.
+
+Stream layout: the first ``prefill_len`` tokens are one prefill forward (one checkpoint write per
+layer, as a serving engine would do for the prompt); the remaining tokens are decode steps, served
+``segment_len`` at a time. Rows: a model adapted with G policies takes ``G*B`` rows; ``run`` repeats
+the B token rows G times so every policy sees the same tokens.
+"""
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from precision_lab.models import new_stream, policy_mixers
+
+
+@dataclass
+class Segment:
+    """One served piece of the stream.
+
+    start, end: token positions [start, end) of the stream
+    hidden:     [G*B, end-start, D] final hidden states (after the model's final norm); logits are
+                ``lm_head(hidden)`` (``logits()``), left to the caller so huge vocabularies can be
+                projected in chunks
+    prefill:    True for the prefill forward
+    seconds:    wall time of the forward
+    """
+
+    start: int
+    end: int
+    hidden: torch.Tensor
+    prefill: bool
+    seconds: float
+
+
+def resolve_engine(engine: str, device: torch.device | str) -> str:
+    """``auto`` -> ``triton`` on CUDA, ``scan`` elsewhere; other names pass through."""
+    if engine == "auto":
+        return "triton" if torch.device(device).type == "cuda" else "scan"
+    if engine not in ("decode", "scan", "triton"):
+        raise ValueError(f"unknown engine {engine!r}; expected auto, scan, triton or decode")
+    return engine
+
+
+def _body(model: nn.Module) -> nn.Module:
+    """The decoder stack without the LM head (Qwen3.5/Nemotron-H/Kimi: .model; Mamba-2: .backbone)."""
+    return model.base_model
+
+
+def _cache_kw(body: nn.Module) -> str:
+    """Name of the cache argument of the body's forward (transformers 5.24: cache; 5.17: past_key_values
+    or cache_params)."""
+    params = inspect.signature(body.forward).parameters
+    for name in ("cache", "past_key_values", "cache_params"):
+        if name in params:
+            return name
+    raise TypeError(f"{type(body).__name__}.forward takes no cache argument")
+
+
+def lm_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """fp32 logits from final hidden states, as the model's own forward computes them."""
+    head = model.get_output_embeddings()
+    return head(hidden.to(head.weight.dtype)).float()
+
+
+def _oom_hint(e: BaseException, segment_len: int, rows: int) -> RuntimeError:
+    return RuntimeError(f"out of memory serving a segment of {segment_len} tokens x {rows} rows ({e}). "
+                        "Try a smaller --segment, a smaller --batch-size, or fewer policies per run.")
+
+
+def run(model: nn.Module, tokens: torch.Tensor, *, prefill_len: int = 0, segment_len: int = 2048,
+        engine: str = "auto", seq_ids: torch.Tensor | None = None, progress=None) -> Iterator[Segment]:
+    """Teacher-force ``tokens`` through an adapted model, segment by segment.
+
+    model:       adapted with ``apply_policy`` (G policies -> each mixer serves G row groups)
+    tokens:      [B, N] int64 token ids (the same stream for every policy)
+    prefill_len: first tokens served as one prefill forward (0: every token is a decode step)
+    segment_len: decode tokens per forward (memory ~ segment_len x rows x hidden; results do not
+                 depend on it)
+    engine:      "auto" | "scan" | "triton" | "decode" (decode: the ground-truth state machine over
+                 a whole segment, slow)
+    seq_ids:     [B] global sequence ids for SR counters (default arange(B)); give each document its
+                 own id so results do not depend on how documents are batched
+    progress:    optional callable(tokens_done) called after each segment
+    Yields ``Segment``s in stream order.
+    """
+    mixers = policy_mixers(model)
+    if not mixers:
+        raise ValueError("model has no policy mixers: call precision_lab.models.apply_policy(model, policies) first")
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens must be [B, N], got shape {tuple(tokens.shape)}")
+    B, N = tokens.shape
+    if not 0 <= prefill_len < N:
+        raise ValueError(f"prefill_len must be in [0, {N}) for a stream of {N} tokens, got {prefill_len}")
+    if segment_len < 1:
+        raise ValueError(f"segment_len must be >= 1, got {segment_len}")
+    G = len(mixers[0].policies)
+    device = next(model.parameters()).device
+    eng = resolve_engine(engine, device)
+    cache = new_stream(model, seq_ids=seq_ids if seq_ids is not None else torch.arange(B),
+                       first_is_prefill=prefill_len > 0, engine=eng)
+    body = _body(model)
+    kw = _cache_kw(body)
+    rows = tokens.to(device).repeat(G, 1)
+    bounds = ([(0, prefill_len)] if prefill_len else []) + [
+        (s, min(s + segment_len, N)) for s in range(prefill_len, N, segment_len)]
+    for s, e in bounds:
+        t0 = time.perf_counter()
+        try:
+            with torch.inference_mode():  # not held across the yield: the caller keeps its own grad mode
+                out = body(input_ids=rows[:, s:e], use_cache=True, **{kw: cache})
+        except torch.OutOfMemoryError as err:
+            raise _oom_hint(err, e - s, rows.shape[0]) from err
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        yield Segment(s, e, out.last_hidden_state, s == 0 and prefill_len > 0, time.perf_counter() - t0)
+        if progress is not None:
+            progress(e - s)
+
+
+def teacher_forced_logits(model: nn.Module, tokens: torch.Tensor, **kw) -> torch.Tensor:
+    """All logits [G*B, N, V] (fp32) of ``run`` — for tests and short streams."""
+    return torch.cat([lm_logits(model, seg.hidden) for seg in run(model, tokens, **kw)], dim=1)
+
+
+def token_by_token(model: nn.Module, tokens: torch.Tensor, *, prefill_len: int = 0, engine: str = "decode",
+                   seq_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """Cached autoregressive decoding with teacher forcing, one token per forward: the reference the
+    teacher-forced engine must equal. Returns fp32 logits [G*B, N, V]."""
+    return teacher_forced_logits(model, tokens, prefill_len=prefill_len, segment_len=1, engine=engine,
+                                 seq_ids=seq_ids)

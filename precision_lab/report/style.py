@@ -1,0 +1,34 @@
+"""One colour per policy across every figure of a report, and shared plot helpers."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+# The reference is always black; other policies take palette colours in sorted-name order, so a
+# policy keeps its colour in every figure of the report whatever order the files came in.
+_PALETTE = list(plt.get_cmap("tab10").colors) + list(plt.get_cmap("Dark2").colors)
+
+
+class PolicyColors:
+    def __init__(self, names):
+        others = sorted({n for n in names if n != "fp32"})
+        self._map = {"fp32": (0.0, 0.0, 0.0)}
+        for i, n in enumerate(others):
+            self._map[n] = _PALETTE[i % len(_PALETTE)]
+
+    def __call__(self, name: str):
+        return self._map.get(name, (0.5, 0.5, 0.5))
+
+
+def new_figure(width: float = 7.0, height: float = 4.5):
+    fig, ax = plt.subplots(figsize=(width, height), dpi=110)
+    ax.grid(True, which="both", alpha=0.3)
+    return fig, ax
+
+
+def save(fig, path) -> None:
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

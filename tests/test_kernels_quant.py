@@ -1,0 +1,274 @@
+"""Triton quantize/dequantize kernels vs the torch reference (precision_lab.quant), bit for bit.
+
+On CPU the kernels run under TRITON_INTERPRET=1 (set by conftest); on a GPU the same tests run the
+compiled kernels. Every comparison is on raw bytes / bit patterns (atol = rtol = 0). Outputs are
+allocated poisoned (NaN / 0xFF bytes) so an element the kernel forgets to write fails the test.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from precision_lab.kernels.quant import codecs as qc
+from precision_lab.kernels.quant import triton_quant as tq
+from precision_lab.kernels.quant.reference import dequantize as ref_dequantize
+from precision_lab.kernels.quant.reference import quantize as ref_quantize
+from precision_lab.quant import rounding
+from precision_lab.quant.philox import randint
+
+# the interpreter runs the kernels in numpy, which warns where the chain divides by 0 or overflows to inf
+# on purpose (zero block scale → enc = FLT_MAX; x · FLT_MAX saturates in E2M1)
+pytestmark = [pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")]
+
+
+# ------------------------------------------------------------------------------------------------
+# fixtures and helpers
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def poisoned_empty(monkeypatch):
+    """torch.empty returns NaN-filled floats and 0xFF-filled integers, so unwritten output shows."""
+    real_empty = torch.empty
+
+    def empty(*size, **kw):
+        t = real_empty(*size, **kw)
+        if t.dtype.is_floating_point and t.element_size() >= 2:
+            t.fill_(float("nan"))
+        else:
+            t.view(torch.uint8).fill_(0xFF)  # float8: 0xFF is NaN in both FP8 formats
+        return t
+
+    monkeypatch.setattr(torch, "empty", empty)
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """Raw bit pattern of a tensor as an integer tensor (for exact comparisons, NaN included)."""
+    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.contiguous().view(view)
+
+
+def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    g, w = bits(got).cpu(), bits(want).cpu()
+    bad = g != w
+    assert not bool(bad.any()), (
+        f"{what}: {int(bad.sum())} of {bad.numel()} differ; first at {tuple(torch.nonzero(bad)[0].tolist())}: "
+        f"got {int(g[bad][0])} want {int(w[bad][0])}")
+
+
+def assert_same_qtensor(got, want) -> None:
+    assert got.format == want.format and tuple(got.shape) == tuple(want.shape)
+    assert_same_bits(got.data, want.data, f"{want.format} codes")
+    for name in ("scale", "global_scale"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert (a is None) == (b is None), f"{want.format} {name}: one side is None"
+        if b is not None:
+            assert_same_bits(a, b, f"{want.format} {name}")
+
+
+def all_16bit(dtype: torch.dtype) -> torch.Tensor:
+    """Every bit pattern of a 16-bit float as float32 (exact)."""
+    return torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(dtype).to(torch.float32)
+
+
+def state_like(shape, seed: int, device: str = "cpu") -> torch.Tensor:
+    """fp32 values spanning ~2^±20 with per-block magnitude differences, plus exact grid points
+    (ties of E2M1 and E4M3 are where implementations disagree) and zeros."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g) * torch.exp2(torch.randint(-20, 21, shape, generator=g).float())
+    grid = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.0, 3.0])  # E2M1 ties / points
+    pick = torch.rand(shape, generator=g) < 0.2
+    x = torch.where(pick, grid[torch.randint(0, grid.numel(), shape, generator=g)] * torch.sign(x), x)
+    return x.to(device)
+
+
+# ------------------------------------------------------------------------------------------------
+# element codecs: every 16-bit pattern through every element format
+# ------------------------------------------------------------------------------------------------
+ELEMENT_FORMATS = ["fp8e4m3", "fp8e5m2", "bf16", "fp16"]
+
+
+@pytest.mark.parametrize("src", [torch.float16, torch.bfloat16], ids=["fp16-inputs", "bf16-inputs"])
+@pytest.mark.parametrize("fmt", ELEMENT_FORMATS)
+def test_element_quantize_exhaustive_rne(fmt, src, device):
+    x = all_16bit(src).to(device)
+    got = tq.quantize(x, fmt)
+    assert got.meta["implementation"] == "triton"
+    want = ref_quantize(x, fmt)
+    assert_same_qtensor(got, want)
+    assert_same_bits(tq.dequantize(got), ref_dequantize(want), f"{fmt} dequantize")
+
+
+@pytest.mark.parametrize("fmt", [f + "-sr" for f in ELEMENT_FORMATS])
+def test_element_quantize_sr_explicit_rbits(fmt, device):
+    x = all_16bit(torch.bfloat16).to(device)
+    rb = torch.randint(0, 2**32, x.shape, generator=torch.Generator().manual_seed(1)).to(device)
+    assert_same_qtensor(tq.quantize(x, fmt, rbits=rb), ref_quantize(x, fmt, rbits=rb))
+
+
+@pytest.mark.parametrize("fmt", ["fp16-sr", "fp8e4m3-sr"])
+def test_element_quantize_sr_seed_matches_philox(fmt, device):
+    """In-kernel tl.randint(seed, element index) draws the words of quant/philox.py."""
+    x = state_like((3, 37, 24), seed=2, device=device)
+    seed = (5 << 32) | 77  # a 64-bit key (layer 5, run seed 77)
+    got = tq.quantize(x, fmt, seed=seed)
+    assert_same_qtensor(got, ref_quantize(x, fmt, seed=seed))
+    explicit = randint(seed, torch.arange(x.numel()).reshape(x.shape)).to(device)
+    assert_same_qtensor(got, ref_quantize(x, fmt, rbits=explicit))
+
+
+def test_element_quantize_fp32_wide_range(device):
+    """fp32 inputs across the whole exponent range (subnormal targets, overflow, fp32 subnormals)."""
+    g = torch.Generator().manual_seed(3)
+    n = 40_000
+    x = torch.randn(n, generator=g) * torch.exp2(torch.randint(-150, 129, (n,), generator=g).float())
+    x[:6] = torch.tensor([float("inf"), -float("inf"), float("nan"), -0.0, 1e-45, -3.4e38])
+    x = x.to(device)
+    rb = torch.randint(0, 2**32, (n,), generator=g).to(device)
+    for fmt in ELEMENT_FORMATS:
+        assert_same_qtensor(tq.quantize(x, fmt), ref_quantize(x, fmt))
+        assert_same_qtensor(tq.quantize(x, fmt + "-sr", rbits=rb), ref_quantize(x, fmt + "-sr", rbits=rb))
+
+
+# E2M1 has no launchable element kernel of its own (it lives inside NVFP4); a tiny kernel drives the
+# codec directly, which also exercises the helpers exactly as other kernels import them.
+@triton.jit
+def _e2m1_probe_kernel(x_ptr, r_ptr, code_ptr, val_ptr, n, SR: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    r = tl.load(r_ptr + offs, mask=mask, other=0)
+    code = qc.encode_e2m1(x, r, SR)
+    tl.store(code_ptr + offs, code, mask=mask)
+    tl.store(val_ptr + offs, qc.decode_e2m1(code), mask=mask)
+
+
+@pytest.mark.parametrize("sr", [False, True], ids=["rne", "sr"])
+def test_e2m1_codec_exhaustive(sr, device):
+    x = all_16bit(torch.bfloat16)
+    x = x[~torch.isnan(x)].contiguous()  # E2M1 has no NaN: the reference refuses it
+    rb = torch.randint(0, 2**32, x.shape, generator=torch.Generator().manual_seed(4)).to(torch.int32)
+    code = torch.empty(x.shape, dtype=torch.int32, device=device)
+    val = torch.empty(x.shape, dtype=torch.float32, device=device)
+    _e2m1_probe_kernel[(triton.cdiv(x.numel(), 4096),)](x.to(device), rb.to(device), code, val, x.numel(),
+                                                        SR=sr, BLOCK=4096)
+    want = rounding.round_to_code(x, rounding.E2M1, rb if sr else None)
+    assert_same_bits(code.cpu(), want, "e2m1 codes")
+    assert_same_bits(val.cpu(), rounding.decode(want, rounding.E2M1), "e2m1 values")
+
+
+# ------------------------------------------------------------------------------------------------
+# NVFP4
+# ------------------------------------------------------------------------------------------------
+# one base shape plus rows that each change one factor
+NVFP4_SHAPES = {
+    "base-2x64x128": (2, 64, 128),
+    "odd-rows-3x5x48": (3, 5, 48),
+    "one-matrix-7x32": (7, 32),
+    "vector-48": (48,),
+    "two-pass-2x96x128": (2, 96, 128),  # 12288 elements > one register tile: two passes per matrix
+    "lead-dims-2x3x4x16": (2, 3, 4, 16),
+}
+
+
+@pytest.mark.parametrize("shape", list(NVFP4_SHAPES.values()), ids=list(NVFP4_SHAPES))
+@pytest.mark.parametrize("fmt", ["nvfp4", "nvfp4-row"])
+def test_nvfp4_quantize_matches_reference(fmt, shape, device):
+    x = state_like(shape, seed=hash(shape) % 1000, device=device)
+    got = tq.quantize(x, fmt)
+    want = ref_quantize(x, fmt)
+    assert_same_qtensor(got, want)
+    assert_same_bits(tq.dequantize(want), ref_dequantize(want), f"{fmt} dequantize")
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4-sr", "nvfp4-row-sr"])
+def test_nvfp4_sr_explicit_rbits_and_seed(fmt, device):
+    x = state_like((3, 5, 48), seed=11, device=device)
+    rb = torch.randint(0, 2**32, x.shape, generator=torch.Generator().manual_seed(5)).to(device)
+    assert_same_qtensor(tq.quantize(x, fmt, rbits=rb), ref_quantize(x, fmt, rbits=rb))
+    assert_same_qtensor(tq.quantize(x, fmt, seed=1234), ref_quantize(x, fmt, seed=1234))
+    # the rbits are actually used: other bits give other codes somewhere
+    other = tq.quantize(x, fmt, rbits=rb ^ 0x8000)
+    assert not torch.equal(other.data.cpu(), tq.quantize(x, fmt, rbits=rb).data.cpu())
+
+
+def test_nvfp4_state_rbits_int64_layout(device):
+    """rbits as the state machine passes them: int64 words from philox.state_rbits."""
+    from precision_lab.quant.philox import state_rbits
+
+    x = state_like((2, 3, 16, 32), seed=6, device=device)  # [B, H, R, C]
+    rb = state_rbits(9, 2, torch.arange(2)[:, None], torch.arange(3)[None, :], 4, (16, 32)).to(device)
+    assert rb.dtype == torch.int64
+    assert_same_qtensor(tq.quantize(x, "nvfp4-sr", rbits=rb), ref_quantize(x, "nvfp4-sr", rbits=rb))
+
+
+def test_nvfp4_special_blocks(device):
+    """Zero blocks, an all-zero matrix, E4M3-subnormal and zero block scales, a single huge value,
+    fp32 subnormals, exact ties at every E2M1 grid midpoint."""
+    x = torch.zeros(5, 4, 32)
+    x[0, 0, :16] = 1.0  # matrix 0: one block of ones, the other blocks zero
+    x[0, 1, :16] = 2e-5  # block scale 2e-5 · 448 ≈ 0.009 is an E4M3 subnormal
+    x[0, 2, :16] = 1e-9  # block scale rounds to 0 → enc = FLT_MAX, codes 0
+    x[0, 3, :16] = -1e-6  # also a zero scale, negative inputs (codes -0)
+    # matrix 1 stays all zero: S_enc = 1
+    x[2] = torch.linspace(-6, 6, 128).reshape(4, 32)  # E2M1 ties at 0.25, 0.75, 1.25, ... when amax = 6
+    x[2, 0, :12] = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -0.75, -2.5, -5.0, 6.0])
+    x[3] = 1e-40  # fp32 subnormals only
+    x[4, 0, 0] = 3e38  # near FLT_MAX next to small values
+    x[4, 1:] = torch.randn(3, 32, generator=torch.Generator().manual_seed(7))
+    x = x.to(device)
+    for fmt in ("nvfp4", "nvfp4-row"):
+        got, want = tq.quantize(x, fmt), ref_quantize(x, fmt)
+        assert_same_qtensor(got, want)
+        assert_same_bits(tq.dequantize(got), ref_dequantize(want), f"{fmt} dequantize")
+    scale_bytes = tq.quantize(x, "nvfp4").scale.view(torch.uint8).cpu()
+    assert int(scale_bytes[0, 1, 0]) in range(1, 8), "expected an E4M3 subnormal block scale"
+    assert int(scale_bytes[0, 2, 0]) == 0, "expected a zero block scale"
+    assert float(tq.quantize(x, "nvfp4").global_scale[1]) == 1.0  # all-zero matrix: S_dec = 1
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")], ids=["nan", "inf", "-inf"])
+def test_nvfp4_non_finite_input_raises_like_reference(bad, device):
+    x = state_like((2, 4, 32), seed=8)
+    x[1, 2, 5] = bad
+    x = x.to(device)
+    with pytest.raises(ValueError, match="non-finite"):
+        ref_quantize(x, "nvfp4")
+    with pytest.raises(ValueError, match=r"non-finite.*index \(1, 2, 5\)"):
+        tq.quantize(x, "nvfp4")
+    # without the host check the kernel marks the matrix by a NaN global scale, the others are valid
+    qt = tq.nvfp4_quantize(x, check_finite=False)
+    assert torch.isnan(qt.global_scale[1]) and not torch.isnan(qt.global_scale[0])
+
+
+def test_bad_inputs_have_clear_errors(device):
+    x = torch.randn(4, 40, device=device)
+    with pytest.raises(ValueError, match="not divisible by the block size 16"):
+        tq.quantize(x, "nvfp4")
+    with pytest.raises(TypeError, match="float32/float16/bfloat16"):
+        tq.nvfp4_quantize(torch.ones(4, 16, dtype=torch.int32, device=device))
+    with pytest.raises(NotImplementedError, match="no Triton kernel"):
+        tq.quantize(torch.randn(16, 16, device=device), "nvfp4-2d")
+    with pytest.raises(NotImplementedError, match="float64"):
+        tq.quantize(torch.randn(4, 16, dtype=torch.float64, device=device), "fp16")
+    with pytest.raises(ValueError, match="rbits.*or seed"):
+        tq.quantize(torch.randn(4, 16, device=device), "nvfp4-sr")
+    with pytest.raises(ValueError, match="shape"):
+        tq.quantize(torch.randn(4, 16, device=device), "fp16-sr", rbits=torch.zeros(4, 15, dtype=torch.int64))
+
+
+def test_fallback_records_the_reference_path(device):
+    x = torch.randn(32, 32, device=device)
+    qt = tq.quantize(x, "nvfp4-2d", fallback=True)
+    assert qt.meta["implementation"] == "torch-reference"
+    assert_same_qtensor(qt, ref_quantize(x, "nvfp4-2d"))
+
+
+def test_codecs_docstring_documents_every_helper():
+    jit_types = {"JITFunction", "InterpretedFunction"}  # the latter under TRITON_INTERPRET=1
+    public = [n for n, v in vars(qc).items() if type(v).__name__ in jit_types and not n.startswith("_")]
+    assert len(public) >= 15
+    missing = [n for n in public if f"``{n}(" not in qc.__doc__ and f"``{n}``" not in qc.__doc__ and f"{n}(" not in qc.__doc__]
+    assert not missing, f"codecs helpers without documentation in the module docstring: {missing}"
