@@ -140,7 +140,10 @@ class Study:
 
         paths = [str(self.task_dir)] if self.presets else []
         paths += list(self.cfg.include_path)
-        return TaskManager(include_path=paths or None)
+        # Indexing lm-eval's ~13k built-in YAMLs takes tens of seconds; the presets include their
+        # upstream YAML by absolute path, so the built-in index is needed only for other task names.
+        builtin = any(t not in task_presets.PRESETS for t in self.cfg.tasks)
+        return TaskManager(include_path=paths or None, include_defaults=builtin or not paths)
 
     # -- model ------------------------------------------------------------------------------------
     def lm(self):

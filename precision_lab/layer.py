@@ -17,7 +17,9 @@ and is the axis reduced by S·q.
 
 Compute dtype: float32 or float64 inputs are computed in their own dtype (float64 for references);
 bf16/fp16 inputs are computed in float32 (DESIGN §4: "updates in fp32"). ``y`` is returned in the
-inputs' dtype.
+inputs' dtype. The state format named ``fp32`` stores the compute dtype unchanged (so a float64 run
+of ``split:fp32/fp32`` is exact algebra); every other format rounds the fp32 value of the state and
+stores its float32 result (``precision_lab.replay.StateWriter``).
 
 Engines other than ``decode`` are implemented in modules owned elsewhere and imported lazily; they
 are called as ``fn(inputs, policy, initial_state=..., prefill_len=..., state=..., layer_index=...,
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import torch
 
@@ -108,7 +110,7 @@ class KDAInputs:
     kind = "kda"
 
 
-LayerInputs = Union[Mamba2Inputs, GDNInputs, KDAInputs]
+LayerInputs = Mamba2Inputs | GDNInputs | KDAInputs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -126,9 +128,10 @@ class LayerState:
                  but ``split`` this is the same tensor object as ``update``.
     records:     the partial window buffer in logical order (position 0 = oldest), W records per
                  sequence, per (value) head, keys:
-                   "a"    [B, W, H] log decay (Mamba-2: A·dt; GDN: g) or [B, W, H, C] (KDA)
+                   "a"    [B, W, H, 1] log decay (Mamba-2: A·dt; GDN: g) or [B, W, H, C] (KDA)
                    "k"    [B, W, H, C] key (Mamba-2: B of the head's group; GDN/KDA: normalised k)
-                   "u"    [B, W, H, R] what is outer-multiplied with k (Mamba-2: dt·x; GDN/KDA: d)
+                   "u"    [B, W, H, R] what is outer-multiplied with k (Mamba-2: dt·x; GDN/KDA: d,
+                          computed from the read copy — see precision_lab.replay)
                    "v"    [B, W, H, R] value (GDN/KDA only; the recompute fold needs it)
                    "beta" [B, W, H]    (GDN/KDA only)
                  Empty (W = 0) for fp32/conventional modes.
@@ -157,6 +160,39 @@ class LayerState:
     def dtype(self) -> torch.dtype:
         return self.update.dtype
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (tensors, ints, strings) for ``torch.save``; ``from_dict`` restores it."""
+        p = self.policy
+        return {"format": "precision-lab.LayerState/1", "kind": self.kind, "policy": p.short_str(),
+                "seed": p.seed, "update": self.update, "read": None if self.read is self.update else self.read,
+                "records": dict(self.records), "window": self.window, "step": self.step, "writes": self.writes,
+                "seq_ids": self.seq_ids, "layer_index": self.layer_index, "prefill_tokens": self.prefill_tokens}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LayerState:
+        """Inverse of ``to_dict``; a file that is not one (or is damaged) raises ValueError."""
+        if not isinstance(d, dict) or d.get("format") != "precision-lab.LayerState/1":
+            raise ValueError("not a saved precision-lab LayerState (missing format tag 'precision-lab.LayerState/1')")
+        try:
+            policy = StatePolicy.parse(d["policy"], seed=int(d["seed"]))
+            upd = d["update"]
+            rd = upd if d["read"] is None else d["read"]
+            recs = dict(d["records"])
+            st = cls(d["kind"], policy, upd, rd, recs, int(d["window"]), int(d["step"]), int(d["writes"]),
+                     d["seq_ids"], int(d["layer_index"]), int(d["prefill_tokens"]))
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"corrupted LayerState: {e!r}") from e
+        if not isinstance(upd, torch.Tensor) or upd.dim() != 4 or rd.shape != upd.shape:
+            raise ValueError("corrupted LayerState: update/read must be [B, H, R, C] tensors of one shape")
+        if (policy.mode == "split") != (rd is not upd):
+            raise ValueError("corrupted LayerState: split mode keeps two copies, other modes one")
+        for name, t in recs.items():
+            if not isinstance(t, torch.Tensor) or t.shape[:2] != (upd.shape[0], st.window):
+                raise ValueError(f"corrupted LayerState: record {name!r} does not hold [B, W={st.window}, ...]")
+        if not torch.isfinite(upd).all() or not torch.isfinite(rd).all():
+            raise ValueError("corrupted LayerState: non-finite checkpoint values")
+        return st
+
     def clone(self) -> LayerState:
         """A deep copy (tensors cloned; ``read is update`` preserved for single-copy modes)."""
         upd = self.update.clone()
@@ -174,7 +210,8 @@ class LayerStats:
                    step, per flush, per prefill, per speculative snapshot. A split-mode flush writes
                    both copies from one fp32 result and counts once (``copy_writes`` counts copies).
                    The batch moves in lockstep, so the count is the same for every sequence.
-    record_writes: token records written into the window buffer, per sequence (drafts included)
+    record_writes: token records written into the window ring, per sequence (drafts included; a
+                   flush token is folded directly and writes no record)
     engine:        "decode" | "scan" | "triton"
     implementation: the code that served (e.g. "torch-reference:replay")
     state:         LayerState to pass as ``state=`` to continue the stream

@@ -93,7 +93,7 @@ def _probe(policy: StatePolicy, spec: str, q) -> None:
     quantizer that fails its own ``fake`` is reported with the policy's name, not mid-run."""
     from precision_lab.quant import fake_quantize
 
-    key = (spec, id(q) if not isinstance(spec, str) else None)
+    key = (spec, type(q))
     if key in _PROBED:
         return
     probe = torch.linspace(-3.0, 3.0, 2 * 16 * 32, dtype=torch.float32).reshape(2, 16, 32)

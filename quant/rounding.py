@@ -137,55 +137,48 @@ def round_to_code(x: torch.Tensor, fmt: FloatFormat, rbits: torch.Tensor | None 
     src = _SOURCES.get(x.dtype)
     if src is None:
         raise TypeError(f"round_to_code takes float32 or float64, got {x.dtype}")
-    nbits = 32 if src.int_dtype == torch.int32 else 64
-    b = x.contiguous().view(src.int_dtype).to(torch.int64)
-    if nbits == 32:
-        b = b & 0xFFFFFFFF
-        sign = b >> 31
-        a = b & 0x7FFFFFFF
-    else:
-        sign = (b < 0).to(torch.int64)
-        a = b & 0x7FFFFFFFFFFFFFFF
-    inf_bits = src.exp_all_ones << src.frac_bits
-    is_nan = a > inf_bits
+    r = None if rbits is None else _check_rbits(rbits, x.shape).to(x.device)
+    b = x.contiguous().view(src.int_dtype)
+    if src.frac_bits == fmt.man_bits:  # fp32 → fp32: nothing to round; NaNs become the canonical NaN
+        nan_code = torch.where(b < 0, -(1 << 31) | fmt.nan_code, fmt.nan_code).to(torch.int32)
+        return torch.where(torch.isnan(x), nan_code, b)
+    # fp32 input to a <=16-bit format fits int32 (half the memory traffic of int64)
+    it = src.int_dtype if fmt.bits <= 16 else torch.int64
+    smax = 30 if it == torch.int32 else 62  # shifts are clamped here; sig < 2^24 (2^53) < 2^smax
+    b = b.to(it)
+    sign = b < 0
+    a = b & ((1 << (8 * src.int_dtype.itemsize - 1)) - 1)
+    is_nan = a > (src.exp_all_ones << src.frac_bits)
     if fmt.nan_code is None and bool(is_nan.any()):
         raise ValueError(f"{fmt.name} has no NaN encoding and the input holds {int(is_nan.sum())} NaN value(s)")
     if fmt.saturate:  # satfinite: |x| (incl. inf) clamps to max; magnitudes order like their bit patterns
         a = torch.clamp(a, max=src.bits_of(fmt.max_value))
 
     m = fmt.man_bits
-    frac_mask = (1 << src.frac_bits) - 1
     e_field = a >> src.frac_bits
-    sig = torch.where(e_field > 0, (a & frac_mask) | (1 << src.frac_bits), a & frac_mask)
+    sig = torch.where(e_field > 0, (a & ((1 << src.frac_bits) - 1)) | (1 << src.frac_bits), a)
     e_x = torch.clamp(e_field, min=1) - src.bias  # source subnormals share the smallest normal exponent
     e = torch.clamp(e_x, min=fmt.emin)
-    shift = src.frac_bits - m + (e - e_x)  # 0 only for fp32 from fp32 (identity)
-    # A shift past the source significand width drops everything: clamping keeps int64 shifts defined
-    # (sig < 2^53 <= 2^61 = half, so q = 0 and RNE rounds down, as for the true shift).
-    shift_c = torch.clamp(shift, max=62)
+    shift = (src.frac_bits - m) + (e - e_x)  # >= 13: the source bits below the target's ulp
+    # A shift past the significand drops everything; clamping keeps shifts defined and gives the same
+    # q = 0 and the same RNE decision (sig < half) as the true shift.
+    shift_c = torch.clamp(shift, max=smax)
     q = sig >> shift_c
-    rem = sig & ((1 << shift_c) - 1)
-    if rbits is None:
-        half = 1 << torch.clamp(shift_c - 1, min=0)  # shift 0 (fp32 from fp32): rem = 0, no rounding
-        up = (rem > half) | ((rem == half) & ((q & 1) == 1))
+    if r is None:
+        # RNE as "add half - 1 + lsb(q), truncate": carries iff rem > half, or rem == half and q is odd
+        q = (sig + ((1 << (shift_c - 1)) - 1 + (q & 1))) >> shift_c
     else:
-        r = _check_rbits(rbits, x.shape).to(x.device)
-        # floor(frac * 2^16) with frac = rem / 2^shift; shift - 16 >= 53 leaves nothing
-        frac16 = torch.where(shift >= SR_BITS, sig_shift_right(rem, shift - SR_BITS), rem << torch.clamp(SR_BITS - shift, min=0))
-        up = (frac16 + r) >= _SR_ONE
-    q = q + up.to(torch.int64)
-    code = ((e - fmt.emin) << m) + q
+        # floor(frac · 2^16): the 16 source bits just below the target ulp (zero-filled if fewer)
+        k = shift - SR_BITS
+        frac16 = torch.where(k >= 0, sig >> torch.clamp(k, min=0, max=smax), sig << torch.clamp(-k, min=0))
+        q = q + (((frac16 & (_SR_ONE - 1)) + r.to(it)) >> SR_BITS)
+    code = ((e - fmt.emin) << m) + q  # a carry out of the significand lands in the exponent field
     if fmt.inf_code is not None and not fmt.saturate:
         code = torch.clamp(code, max=fmt.inf_code)  # IEEE overflow (inputs past 2^(emax+1) and inf)
     if fmt.nan_code is not None:
         code = torch.where(is_nan, fmt.nan_code, code)
-    code = code | (sign << (fmt.bits - 1))
+    code = torch.where(sign, code | fmt.sign_bit, code)
     return code.to(torch.int32)
-
-
-def sig_shift_right(v: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """v >> s for non-negative int64 v and shift amounts that may exceed 63 (result 0 then)."""
-    return torch.where(s > 62, torch.zeros_like(v), v >> torch.clamp(s, min=0, max=62))
 
 
 @cache

@@ -22,6 +22,13 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 import pytest  # noqa: E402
 
+# One intra-op thread per test process: CI runs two xdist workers on two cores, and oversubscribed
+# OpenMP turns microsecond-sized CPU ops into milliseconds.
+try:
+    torch.set_num_threads(1)
+except NameError:  # pragma: no cover - torch missing
+    pass
+
 
 @pytest.fixture
 def device():

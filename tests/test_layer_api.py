@@ -4,8 +4,16 @@ import torch
 
 import precision_lab
 from precision_lab import StatePolicy
-from precision_lab.layer import (Drafts, GDNInputs, KDAInputs, LayerState, LayerStats, Mamba2Inputs, random_inputs,
-                                 run_layer)
+from precision_lab.layer import (
+    Drafts,
+    GDNInputs,
+    KDAInputs,
+    LayerState,
+    LayerStats,
+    Mamba2Inputs,
+    random_inputs,
+    run_layer,
+)
 
 
 def test_readme_snippet_runs():
@@ -137,3 +145,22 @@ def test_scan_and_triton_engines_are_dispatched():
             assert f"engine {engine!r} is not available" in str(e) and module in str(e)
         else:
             assert st.engine == engine and y.shape == inp.x.shape
+
+
+def test_layer_state_save_load_and_corruption(tmp_path):
+    inp = random_inputs("kda", batch=2, tokens=30, dtype=torch.float32)
+    pol = StatePolicy.parse("split:fp16-sr/nvfp4-sr@L8", seed=5)
+    y_full, s_full = run_layer(inp, pol)
+    first = KDAInputs(**{k: (v[:, :13] if isinstance(v, torch.Tensor) else v) for k, v in vars(inp).items()})
+    rest = KDAInputs(**{k: (v[:, 13:] if isinstance(v, torch.Tensor) else v) for k, v in vars(inp).items()})
+    _, s1 = run_layer(first, pol)
+    torch.save(s1.state.to_dict(), tmp_path / "state.pt")
+    loaded = LayerState.from_dict(torch.load(tmp_path / "state.pt"))
+    y2, _ = run_layer(rest, pol, state=loaded)
+    assert torch.equal(y2, y_full[:, 13:])
+    bad = s1.state.to_dict()
+    bad["records"]["k"] = bad["records"]["k"][:, :1]
+    with pytest.raises(ValueError, match="corrupted LayerState: record 'k'"):
+        LayerState.from_dict(bad)
+    with pytest.raises(ValueError, match="not a saved precision-lab LayerState"):
+        LayerState.from_dict({"update": torch.zeros(1)})

@@ -266,3 +266,13 @@ def test_sqnr_floor(name):
     family = next(k for k in sorted(SQNR_FLOOR, key=len, reverse=True) if base.startswith(k))
     floor = SQNR_FLOOR[family] - (4 if name.endswith("-sr") else 0) - (2 if "2d" in base or "floor" in base else 0)
     assert sqnr >= floor, f"{name}: SQNR {sqnr:.1f} dB < {floor} dB"
+
+
+def test_fp32_format_from_float64_is_the_ieee_cast():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4096, generator=g, dtype=torch.float64) * torch.exp(torch.randn(4096, generator=g, dtype=torch.float64) * 40)
+    x = torch.cat([x, torch.tensor([math.inf, -math.inf, 0.0, -0.0, 1e-50, 2.0**-149 * 1.5, 2.0**-150])])
+    got = get_quantizer("fp32").fake(x)
+    assert torch.equal(got.view(torch.int32), x.float().view(torch.int32))
+    bits = R.round_to_code(torch.tensor([math.nan, -math.nan]), R.FP32)
+    assert bits.tolist() == [0x7FC00000, -(1 << 31) | 0x7FC00000]

@@ -107,6 +107,8 @@ def test_window_closed_form_fold_and_output_only(kind):
         y_m = _core.readout(S0, p.k[:, :m], u[:, :m], c[:, :m], c[:, m - 1], p.q[:, m - 1])
         assert rel(y_m, ys[m - 1]) < 1e-13
         assert rel(_core.fold(S0, p.k[:, :m], u[:, :m], c[:, :m]), states[m - 1]) < 1e-13
+    y_all = _core.window_outputs(S0, p.k, u, c, p.q)       # all positions at once (speculative verify)
+    assert rel(y_all, torch.stack(ys, 1)) < 1e-13
     if p.delta:
         assert rel(_core.window_deltas(S0, p.a, p.k, p.v, p.beta), u) < 1e-13
 

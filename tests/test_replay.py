@@ -5,11 +5,11 @@ compute dtype (see precision_lab.replay), so these tests see the algebra without
 """
 import pytest
 import torch
+from precision_lab.quant import fake_quantize, get_quantizer
+from precision_lab.quant.philox import COPY_READ, COPY_UPDATE, state_rbits
 
 from precision_lab.layer import Drafts, random_inputs, run_layer
 from precision_lab.policy import StatePolicy
-from precision_lab.quant import fake_quantize, get_quantizer
-from precision_lab.quant.philox import COPY_READ, COPY_UPDATE, state_rbits
 from precision_lab.recurrences import _core, prepare
 from precision_lab.replay import run_decode
 
@@ -243,3 +243,20 @@ def test_non_finite_state_is_reported():
     S0 = torch.full((1, 4, 8, 16), float("nan"))
     with pytest.raises(FloatingPointError, match="initial state"):
         run_layer(inp, "split:fp32/nvfp4", initial_state=S0)
+
+
+def test_speculative_segments_continue_bit_for_bit():
+    """A speculative stream cut at a round boundary, continued from the LayerState (lossy SR mode)."""
+    accept = torch.randint(1, 4, (40,), generator=torch.Generator().manual_seed(13))
+    n_tok, k = int(accept.sum()), 17
+    cut = int(accept[:k].sum())
+    inp = random_inputs("gdn", batch=2, tokens=n_tok, seed=14, dtype=torch.float32)
+    pol = "split:bf16-sr/nvfp4-sr@L8@fold=buffered"
+    y_full, s_full = run_layer(inp, pol, drafts=Drafts(2, accept))
+    seg = lambda t0, t1: type(inp)(**{n: (v[:, t0:t1] if isinstance(v, torch.Tensor) else v)
+                                      for n, v in vars(inp).items()})
+    y1, s1 = run_layer(seg(0, cut), pol, drafts=Drafts(2, accept[:k]))
+    y2, s2 = run_layer(seg(cut, n_tok), pol, drafts=Drafts(2, accept[k:]), state=s1.state)
+    assert torch.equal(torch.cat([y1, y2], 1), y_full)
+    assert torch.equal(s2.state.update, s_full.state.update) and s2.state.window == s_full.state.window
+    assert s1.state_writes + s2.state_writes == s_full.state_writes > 0

@@ -170,7 +170,21 @@ def encode_fp16(x, r, SR: tl.constexpr):
 
 @triton.jit
 def encode_e4m3(x, r, SR: tl.constexpr):
-    return _encode(x, r, 4, 3, 7, 0x7E, True, 0x7F, SR)
+    if SR:
+        return _encode(x, r, 4, 3, 7, 0x7E, True, 0x7F, SR)
+    else:
+        # RNE fast path (NVFP4 block scales). Normals (|x| >= 2^-6): round the fp32 pattern to 3
+        # mantissa bits by adding half an ulp minus 1 plus the kept lsb (ties to even), then
+        # rebias (fp32 exponent 121 is E4M3 exponent 1: code = bits >> 20 minus 120·8).
+        # Subnormals (steps of 2^-9): |x| + 1.5·2^14 rounds to a multiple of 2^-9 in the fp32
+        # adder, and the multiple is the code (8 = the smallest normal, also right).
+        bits = x.to(tl.int32, bitcast=True)
+        a = bits & 0x7FFFFFFF
+        normal = ((a + (0x7FFFF + ((a >> 20) & 1))) >> 20) - 960
+        sub = (tl.abs(x) + 24576.0).to(tl.int32, bitcast=True) - 0x46C00000
+        mag = tl.minimum(tl.where(a < 0x3C800000, sub, normal), 0x7E)
+        mag = tl.where(a > 0x7F800000, 0x7F, mag)
+        return ((bits >> 24) & 0x80) | mag
 
 
 @triton.jit
@@ -211,9 +225,14 @@ def decode_fp16(code):
 
 @triton.jit
 def decode_e4m3(code):
-    val = _decode_normal(code, 4, 3, 7)
-    nan = (((code & 0x80) << 24) | 0x7FC00000).to(tl.float32, bitcast=True)  # canonical NaN, sign kept
-    return tl.where((code & 0x7F) == 0x7F, nan, val)
+    # normals: the fp32 pattern is the code shifted into place plus the exponent rebias 120·2^23;
+    # subnormals: bits(1.5·2^14) + code is 1.5·2^14 + code·2^-9, so subtracting 1.5·2^14 leaves
+    # code·2^-9 exactly. NaN (S.1111.111) → canonical quiet NaN; the sign is ORed in last (-0 kept).
+    mag = code & 0x7F
+    normal = (mag << 20) + 0x3C000000
+    sub = ((mag + 0x46C00000).to(tl.float32, bitcast=True) - 24576.0).to(tl.int32, bitcast=True)
+    mag_bits = tl.where(mag == 0x7F, 0x7FC00000, tl.where(mag < 8, sub, normal))
+    return (((code & 0x80) << 24) | mag_bits).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -226,7 +245,12 @@ def decode_e5m2(code):
 
 @triton.jit
 def decode_e2m1(code):
-    return _decode_normal(code, 2, 1, 1)
+    # normals (magnitude codes 2..7): pattern = code·2^22 + 126·2^23; codes 0, 1 are 0 and 0.5:
+    # bits(1.5·2^22) + code is 1.5·2^22 + code·0.5, minus 1.5·2^22 leaves code·0.5.
+    mag = code & 0x7
+    normal = (mag << 22) + 0x3F000000
+    sub = ((mag + 0x4AC00000).to(tl.float32, bitcast=True) - 6291456.0).to(tl.int32, bitcast=True)
+    return (((code & 0x8) << 28) | tl.where(mag < 2, sub, normal)).to(tl.float32, bitcast=True)
 
 
 @triton.jit

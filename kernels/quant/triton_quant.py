@@ -229,7 +229,7 @@ def nvfp4_quantize(x: torch.Tensor, *, sr: bool = False, granularity: str = "mat
     nvfp4_quantize_kernel[(m,)](
         x, data, scale.view(torch.uint8), gscale, r_arg, seed_arg, n,
         BLOCK=block, ONE_TILE=one_tile, SR=sr, RB=rb,
-        num_warps=num_warps or (8 if block >= 4096 else 4),
+        num_warps=num_warps or (8 if block >= 4096 else 4), enable_fp_fusion=False,
     )
     if check_finite and bool(torch.isnan(gscale).any()):
         bad = ~torch.isfinite(x)
@@ -253,7 +253,7 @@ def nvfp4_dequantize(qt: QTensor) -> torch.Tensor:
     block = min(max(triton.next_power_of_2(n), 16), 4096)
     nvfp4_dequantize_kernel[(m, triton.cdiv(n, block))](
         qt.data.contiguous(), qt.scale.contiguous().view(torch.uint8),
-        qt.global_scale.contiguous().to(torch.float32), out, n, BLOCK=block, num_warps=4,
+        qt.global_scale.contiguous().to(torch.float32), out, n, BLOCK=block, num_warps=4, enable_fp_fusion=False,
     )
     return out
 
@@ -275,6 +275,7 @@ def cast_quantize(x: torch.Tensor, fmt: str, *, sr: bool = False, rbits: torch.T
     n = x.numel()
     cast_quantize_kernel[(triton.cdiv(n, CAST_BLOCK),)](
         x, out.view(view), r_arg, seed_arg, n, FMT=fmt_id, SR=sr, RB=rb, BLOCK=CAST_BLOCK, num_warps=8,
+        enable_fp_fusion=False,
     )
     return out
 
@@ -291,7 +292,7 @@ def cast_dequantize(codes: torch.Tensor) -> torch.Tensor:
     out = torch.empty(codes.shape, dtype=torch.float32, device=codes.device)
     n = codes.numel()
     cast_dequantize_kernel[(triton.cdiv(n, CAST_BLOCK),)](codes.view(view), out, n, FMT=fmt_id, BLOCK=CAST_BLOCK,
-                                                         num_warps=8)
+                                                         num_warps=8, enable_fp_fusion=False)
     return out
 
 

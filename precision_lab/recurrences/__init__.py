@@ -7,8 +7,22 @@ generic math (step, output-only readout, fold, window d's, chunked form) lives o
 from __future__ import annotations
 
 from . import gdn, kda, mamba2
-from ._core import (Prepared, check_state, chunk_forward, chunked, compute_dtype, cumulative, delta, fold, readout,
-                    recurrent, step, window_deltas, zeros_state)
+from ._core import (
+    Prepared,
+    check_state,
+    chunk_forward,
+    chunked,
+    compute_dtype,
+    cumulative,
+    delta,
+    fold,
+    readout,
+    recurrent,
+    step,
+    window_deltas,
+    window_outputs,
+    zeros_state,
+)
 
 _MODULES = {"mamba2": mamba2, "gdn": gdn, "kda": kda}
 
@@ -22,4 +36,4 @@ def prepare(inputs) -> Prepared:
 
 
 __all__ = ["Prepared", "check_state", "chunk_forward", "chunked", "compute_dtype", "cumulative", "delta", "fold", "gdn",
-           "kda", "mamba2", "prepare", "readout", "recurrent", "step", "window_deltas", "zeros_state"]
+           "kda", "mamba2", "prepare", "readout", "recurrent", "step", "window_deltas", "window_outputs", "zeros_state"]

@@ -139,8 +139,12 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _matvec(S: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """S [..., R, C] · x [..., C] → [..., R]."""
-    return (S @ x.unsqueeze(-1)).squeeze(-1)
+    """S [..., R, C] · x [..., C] → [..., R].
+
+    Multiply-and-sum rather than a (batched) matmul: the decode path's products are tiny, and BLAS
+    calls on them cost ~10 µs alone but tens of ms when the OpenMP threads contend for the CPU.
+    """
+    return (S * x.unsqueeze(-2)).sum(-1)
 
 
 def step(S: torch.Tensor, tok: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -193,7 +197,7 @@ def fold(S0: torch.Tensor, k: torch.Tensor, u: torch.Tensor, c: torch.Tensor) ->
         return S0
     c_n = c[:, -1]
     kd = (c_n.unsqueeze(1) - c).exp() * k
-    return S0 * c_n.exp().unsqueeze(-2) + torch.einsum("bnhr,bnhc->bhrc", u, kd)
+    return S0 * c_n.exp().unsqueeze(-2) + (u.unsqueeze(-1) * kd.unsqueeze(-2)).sum(1)
 
 
 def window_deltas(S0: torch.Tensor, a: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -212,31 +216,46 @@ def window_deltas(S0: torch.Tensor, a: torch.Tensor, k: torch.Tensor, v: torch.T
     return torch.stack(ds, 1) if ds else v[:, :0]
 
 
+def _decay_matrix(c: torch.Tensor) -> torch.Tensor:
+    """E[b, j, i, h, :] = e^{c_j − c_i} for i ≤ j, 0 above the diagonal. c: [B,n,H,Ca]."""
+    n = c.shape[1]
+    causal = torch.ones(n, n, dtype=torch.bool, device=c.device).tril()
+    diff = c.unsqueeze(2) - c.unsqueeze(1)
+    return diff.masked_fill(~causal[None, :, :, None, None], float("-inf")).exp()
+
+
+def window_outputs(S0: torch.Tensor, k: torch.Tensor, u: torch.Tensor, c: torch.Tensor,
+                   q: torch.Tensor) -> torch.Tensor:
+    """The output-only form at every position of a window at once (speculative verify of T drafts):
+    ``O = S₀ (e^{c} ⊙ Q) + M U`` with ``M[j, i] = (e^{c_j − c_i} ⊙ k_i)·q_j`` for i ≤ j (DESIGN §3's
+    ``S₀ Q D + U (W ⊙ KᵀQ)``).
+
+    S0 [B,H,R,C]; k, q [B,n,H,C]; u [B,n,H,R]; c [B,n,H,Ca]. Returns [B,n,H,R]; equals ``readout`` at
+    each position to rounding.
+    """
+    kq = (_decay_matrix(c) * k.unsqueeze(1) * q.unsqueeze(2)).sum(-1)     # [B,j,i,H]
+    return torch.einsum("bhrc,bjhc->bjhr", S0, c.exp() * q) + torch.einsum("bjih,bihr->bjhr", kq, u)
+
+
 def chunk_forward(S0: torch.Tensor, p: Prepared) -> tuple[torch.Tensor, torch.Tensor]:
     """Parallel form over one chunk of n tokens (all of ``p``): returns (y_state [B,n,H,R], S_n).
 
     The delta rule's d's come from the unit lower-triangular solve (I + A) d = β ⊙ (v − S₀(e^{c} ⊙ k))
-    with A[j, i] = β_j (e^{c_j − c_i} ⊙ k_i)·k_j for i < j.
+    with A[j, i] = β_j (e^{c_j − c_i} ⊙ k_i)·k_j for i < j; outputs from ``window_outputs``.
     """
     n = p.k.shape[1]
-    c = cumulative(p.a)                                         # [B,n,H,Ca]
-    diff = c.unsqueeze(2) - c.unsqueeze(1)                           # [B,j,i,H,Ca] = c_j − c_i
-    causal = torch.ones(n, n, dtype=torch.bool, device=c.device).tril()
-    E = diff.masked_fill(~causal[None, :, :, None, None], float("-inf")).exp()   # 0 above the diagonal
-    ec = c.exp()
+    c = cumulative(p.a)                                              # [B,n,H,Ca]
     if p.delta:
-        kk = (E * p.k.unsqueeze(1) * p.k.unsqueeze(2)).sum(-1)       # [B,j,i,H]: (e^{c_j-c_i} k_i)·k_j
-        A = kk.permute(0, 3, 1, 2) * p.beta.permute(0, 2, 1).unsqueeze(-1)   # [B,H,j,i]
-        A = A * torch.ones(n, n, dtype=torch.bool, device=c.device).tril(-1)  # strictly lower
-        s0k = torch.einsum("bhrc,bjhc->bjhr", S0, ec * p.k)
-        rhs = (p.beta.unsqueeze(-1) * (p.v - s0k)).permute(0, 2, 1, 3)      # [B,H,n,R]
+        kk = (_decay_matrix(c) * p.k.unsqueeze(1) * p.k.unsqueeze(2)).sum(-1)   # [B,j,i,H]
+        A = kk.permute(0, 3, 1, 2) * p.beta.permute(0, 2, 1).unsqueeze(-1)     # [B,H,j,i]
+        A = A * torch.ones(n, n, dtype=torch.bool, device=c.device).tril(-1)   # strictly lower
+        s0k = torch.einsum("bhrc,bjhc->bjhr", S0, c.exp() * p.k)
+        rhs = (p.beta.unsqueeze(-1) * (p.v - s0k)).permute(0, 2, 1, 3)        # [B,H,n,R]
         eye = torch.eye(n, dtype=A.dtype, device=A.device)
         u = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True).permute(0, 2, 1, 3)
     else:
         u = p.u
-    kq = (E * p.k.unsqueeze(1) * p.q.unsqueeze(2)).sum(-1)           # [B,j,i,H]: (e^{c_j-c_i} k_i)·q_j
-    y = torch.einsum("bhrc,bjhc->bjhr", S0, ec * p.q) + torch.einsum("bjih,bihr->bjhr", kq, u)
-    return y, fold(S0, p.k, u, c)
+    return window_outputs(S0, p.k, u, c, p.q), fold(S0, p.k, u, c)
 
 
 def recurrent(p: Prepared, S0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,85 @@
+"""``precision-lab sim``: the single-layer precision simulator (``precision_lab.sim``)."""
+from __future__ import annotations
+
+import argparse
+
+EPILOG = """examples:
+  precision-lab sim                                   # Mamba-2 layer, 4096 steps, the five default policies
+  precision-lab sim --steps 32768 -o reports/sim/mamba2-32k
+  precision-lab sim --arch gdn --policies fp32 shared:fp8e4m3-sr split:bf16-sr/nvfp4
+  precision-lab sim --decay 0.99 0.99999 --input-scale 3 --seed 1
+  precision-lab sim --mode equivalence                # float64 ReplaySSM = conventional, write counts
+
+Outputs: a table on stdout, OUT.json (kind "sim") and OUT.png (log-log error vs step).
+"""
+
+
+def add_parser(subparsers) -> None:
+    from precision_lab.sim import DEFAULT_POLICIES, SimConfig
+
+    d = SimConfig()
+    p = subparsers.add_parser(
+        "sim", help="single synthetic SSM layer: output error of state policies vs float64",
+        description="Run one synthetic SSM layer under several state policies (float32 compute, the scan "
+        "engine = exact decode semantics) and compare each output with a float64 unquantized run.",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
+    p.add_argument("--mode", choices=("error", "equivalence"), default="error",
+                   help="error: the error-vs-length study (default); equivalence: float64 ReplaySSM vs "
+                   "conventional decode and speculative decoding, with write counts")
+    p.add_argument("--arch", choices=("mamba2", "gdn", "kda"), default=d.arch, help="layer type (default mamba2)")
+    p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), metavar="POLICY",
+                   help="policy strings (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=d.steps, help="decode steps (default %(default)s)")
+    p.add_argument("--batch", type=int, default=d.batch, help="sequences (default %(default)s)")
+    p.add_argument("--heads", type=int, default=d.heads, help="heads (default %(default)s)")
+    p.add_argument("--rows", type=int, default=d.rows, help="state rows per head: P or V (default %(default)s)")
+    p.add_argument("--cols", type=int, default=d.cols, help="state columns per head: N or K (default %(default)s)")
+    p.add_argument("--groups", type=int, default=d.groups, help="B/C groups or key heads (default %(default)s)")
+    p.add_argument("--decay", type=float, nargs=2, default=list(d.decay), metavar=("MIN", "MAX"),
+                   help="per-step decay range over the heads, memory 1/(1-a) log-spaced (default %(default)s)")
+    p.add_argument("--jitter", type=float, default=d.jitter, help="per-token relative jitter of the log decay "
+                   "(default %(default)s)")
+    p.add_argument("--input-scale", type=float, default=d.input_scale, help="std of x / v (default %(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the inputs (default %(default)s)")
+    p.add_argument("--sr-seed", type=int, default=d.sr_seed, help="seed of the SR bit stream (default %(default)s)")
+    p.add_argument("--avg", type=int, default=d.avg, help="steps averaged at each window end (default %(default)s)")
+    p.add_argument("-o", "--output", default=None,
+                   help="output path without extension (default runs/sim/<arch>-<steps>, or "
+                   "runs/sim/equivalence-<arch>)")
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import json
+    from pathlib import Path
+
+    from precision_lab import sim
+
+    if args.mode == "equivalence":
+        out = Path(args.output or f"runs/sim/equivalence-{args.arch}")
+        result = sim.run_equivalence(arch=args.arch, seed=args.seed)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".json").write_text(json.dumps(result, indent=1))
+        print(f"wrote {out.with_suffix('.json')}")
+        return 0
+
+    cfg = sim.SimConfig(arch=args.arch, steps=args.steps, batch=args.batch, heads=args.heads, rows=args.rows,
+                        cols=args.cols, groups=args.groups, decay=tuple(args.decay), jitter=args.jitter,
+                        input_scale=args.input_scale, seed=args.seed, sr_seed=args.sr_seed,
+                        policies=tuple(args.policies), avg=args.avg)
+    out = Path(args.output or f"runs/sim/{cfg.arch}-{cfg.steps}")
+    print(f"simulating a {cfg.arch} layer: {cfg.steps} steps, batch {cfg.batch}, {cfg.heads} heads of "
+          f"{cfg.rows}x{cfg.cols}, {len(cfg.policies)} policies")
+    result = sim.run_sim(cfg)
+    print()
+    print(sim.format_table(result))
+    print(f"\ntotal {result['seconds']:.1f} s")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    print(f"wrote {out.with_suffix('.json')}")
+    if not args.no_plot:
+        sim.plot(result, out.with_suffix(".png"))
+        print(f"wrote {out.with_suffix('.png')}")
+    return 0

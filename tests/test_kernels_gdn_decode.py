@@ -1,0 +1,243 @@
+"""GDN decode-step kernels (kernels/gdn/decode.py) against their torch references.
+
+Exact (byte for byte) where the arithmetic is the same: with g = 0 (α = e^0 = 1), no q/k
+normalisation and one-hot keys, S·k picks one column and every update is products and sums both
+sides round identically, so stored codes (SR bits included) must agree bit for bit. Random inputs
+are compared by per-tensor relative RMS error. GVA: 4 value heads over 2 key heads.
+"""
+import pytest
+import torch
+
+from precision_lab.kernels.decode_state import PackedState
+from precision_lab.kernels.gdn.decode import GDNRecords, gdn_conventional_step, gdn_decode_stream, gdn_replay_step
+from precision_lab.kernels.gdn.decode_reference import (
+    gdn_conventional_step_ref,
+    gdn_replay_step_ref,
+    gdn_stream_reference,
+    store,
+)
+from precision_lab.policy import StatePolicy
+from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
+
+HK, HV, V = 2, 4, 12
+
+
+def rel(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
+
+
+def k_for(fmts):
+    return 32 if any(f.startswith("nvfp4") for f in fmts) else 20
+
+
+def inputs(B, T, K, device, exact=False, seed=0, Hk=HK, Hv=HV):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    if exact:
+        k = torch.nn.functional.one_hot(torch.randint(0, K, (B, T, Hk), generator=g), K).float()
+    else:
+        k = r(B, T, Hk, K)
+    d = dict(q=r(B, T, Hk, K), k=k, v=r(B, T, Hv, V),
+             g=torch.zeros(B, T, Hv) if exact else -0.5 * torch.rand(B, T, Hv, generator=g),
+             beta=torch.rand(B, T, Hv, generator=g))
+    return {key: val.to(device) for key, val in d.items()}
+
+
+def pool_of(S0, fmt, slots, n_slots, seed, layer, seq_ids, copy):
+    """Pool with S0 [B, ...] at ``slots``, its slot axis a strided view of a bigger allocation."""
+    Bsz = S0.shape[0]
+    ref = store(S0.cpu(), fmt, seed=seed, layer=layer, seq_ids=seq_ids.cpu(),
+                events=torch.zeros(Bsz, dtype=torch.int64), copy=copy)
+    pool = PackedState.empty(fmt, n_slots, S0.shape[1], S0.shape[2], S0.shape[3], device=S0.device)
+    live = slots >= 0
+    for name in ("data", "scale", "gscale"):
+        t = getattr(pool, name)
+        if t is not None:
+            big = torch.zeros((n_slots, 2) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
+            t = big[:, 1]
+            t[slots[live]] = getattr(ref, name).to(t.device)[live.cpu()]
+            setattr(pool, name, t)
+    return pool, ref.dequantize()
+
+
+def gather(pool, slots):
+    live = slots >= 0
+    sel = lambda t: None if t is None else t[slots[live]].cpu()  # noqa: E731
+    return PackedState(pool.fmt, sel(pool.data), sel(pool.scale), sel(pool.gscale), pool.R, pool.C)
+
+
+def assert_same_codes(a: PackedState, b: PackedState):
+    for name in ("data", "scale", "gscale"):
+        x, y = getattr(a, name), getattr(b, name)
+        if x is None:
+            assert y is None
+            continue
+        if x.dtype in (torch.bfloat16, torch.float16):
+            x, y = x.view(torch.int16), y.view(torch.int16)
+        elif x.dtype == torch.float32:
+            x, y = x.view(torch.int32), y.view(torch.int32)
+        assert torch.equal(x, y.to(x.dtype)), f"{name} codes differ in {(x != y).sum().item()} places"
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "fp16-sr", "bf16-sr", "fp8e4m3-sr", "nvfp4-sr"])
+def test_conventional_step_exact_codes(fmt, device):
+    K = k_for([fmt])
+    slots = torch.tensor([2, -1, 0], device=device)
+    seq_ids = torch.tensor([4, 1, 8])
+    inp = {key: val[:, 0] for key, val in inputs(3, 1, K, device, exact=True).items()}
+    S0 = torch.randn(3, HV, V, K, device=device)
+    pool, S0q = pool_of(S0, fmt, slots, 4, 9, 5, seq_ids, COPY_UPDATE)
+    untouched = pool.data[[1, 3]].clone()
+    out = torch.full((3, HV, V), float("nan"), device=device)
+    o = gdn_conventional_step(pool, slots, inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], qk_l2norm=False,
+                              seq_ids=seq_ids.to(device), events=3, seed=9, layer=5, out=out)
+    o_ref, S_ref = gdn_conventional_step_ref(S0q, *(inp[k].cpu() for k in ("q", "k", "v", "g", "beta")),
+                                             qk_l2norm=False)
+    live = (slots >= 0).cpu()
+    assert_same_codes(gather(pool, slots), store(S_ref[live], fmt, seed=9, layer=5, seq_ids=seq_ids[live],
+                                                 events=torch.full((2,), 3), copy=COPY_UPDATE))
+    assert not torch.isnan(o).any()
+    assert rel(o.cpu()[live], o_ref[live]) < 1e-6
+    assert torch.equal(o[1].cpu(), torch.zeros(HV, V))
+    assert torch.equal(pool.data[[1, 3]], untouched)
+
+
+def test_conventional_step_random(device):
+    K = 20
+    inp = {key: val[:, 0] for key, val in inputs(1, 1, K, device).items()}
+    slots = torch.tensor([0], device=device)
+    S0 = torch.randn(1, HV, V, K, device=device)
+    pool, S0q = pool_of(S0, "fp32", slots, 1, 0, 0, torch.tensor([0]), COPY_UPDATE)
+    o = gdn_conventional_step(pool, slots, *(inp[k] for k in ("q", "k", "v", "g", "beta")))
+    o_ref, S_ref = gdn_conventional_step_ref(S0q, *(inp[k].cpu() for k in ("q", "k", "v", "g", "beta")))
+    assert rel(o.cpu(), o_ref) < 1e-6
+    assert rel(gather(pool, slots).dequantize(), S_ref) < 1e-6
+
+
+def _replay_setup(device, upd_fmt, read_fmt, W, T, exact, recompute=True, start=6):
+    K = k_for([upd_fmt, read_fmt])
+    ring, Bsz = 16, 3
+    slots = torch.tensor([1, 2, -1], device=device)
+    seq_ids = torch.tensor([3, 2, 1])
+    hist_in = inputs(Bsz, W, K, device, exact=exact, seed=1)
+    new = inputs(Bsz, T, K, device, exact=exact, seed=2)
+    S0 = 0.5 * torch.randn(Bsz, HV, V, K, device=device)
+    upd, updq = pool_of(S0, upd_fmt, slots, 3, 4, 2, seq_ids, COPY_UPDATE)
+    rd, rdq = pool_of(S0, read_fmt, slots, 3, 4, 2, seq_ids, COPY_READ)
+    # history: what earlier non-flush steps wrote (the reference's records, from the read copy)
+    hin = {key: val.cpu() for key, val in hist_in.items()}
+    empty = {"k": torch.zeros(Bsz, 0, HV, K), "d": torch.zeros(Bsz, 0, HV, V), "v": torch.zeros(Bsz, 0, HV, V),
+             "a": torch.zeros(Bsz, 0, HV), "beta": torch.zeros(Bsz, 0, HV)}
+    _, h, _ = gdn_replay_step_ref(updq, rdq, empty, hin["q"], hin["k"], hin["v"], hin["g"], hin["beta"],
+                                  qk_l2norm=not exact)
+    rec = GDNRecords(3, ring, HK, HV, V, K, device=device)
+    for t in (rec.k, rec.d, rec.v, rec.a, rec.beta):
+        t.fill_(float("nan"))
+    for b in range(Bsz):
+        s = int(slots[b])
+        if s < 0:
+            continue
+        for j in range(W):
+            q = (start + j) % ring
+            rec.k[s, q] = h["k"][b, j, ::HV // HK].to(device)
+            rec.d[s, q], rec.v[s, q] = h["d"][b, j].to(device), h["v"][b, j].to(device)
+            rec.a[s, q], rec.beta[s, q] = h["a"][b, j].to(device), h["beta"][b, j].to(device)
+    return dict(slots=slots, seq_ids=seq_ids, new=new, upd=upd, updq=updq, rd=rd, rdq=rdq, hist=h, rec=rec,
+                start=torch.full((Bsz,), start, dtype=torch.int32, device=device),
+                wlen=torch.full((Bsz,), W, dtype=torch.int32, device=device))
+
+
+NEW = ("q", "k", "v", "g", "beta")
+
+
+@pytest.mark.parametrize("read_fmt,T", [("fp32", 1), ("bf16", 3), ("fp8e4m3", 2), ("nvfp4", 4)])
+def test_replay_nonflush_and_verify(read_fmt, T, device):
+    """Output-only step and verify: reads S0·q and S0·k from the read copy, writes only o and records."""
+    s = _replay_setup(device, "fp32", read_fmt, W=5, T=T, exact=False)
+    n = s["new"]
+    before = [t.clone() for t in (s["upd"].data, s["rd"].data)]
+    out = torch.full((3, T, HV, V), float("nan"), device=device)
+    o = gdn_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
+                        seq_ids=s["seq_ids"].to(device), out=out)
+    o_ref, new, _ = gdn_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() for k in NEW))
+    live = (s["slots"] >= 0).cpu()
+    assert not torch.isnan(o).any()
+    assert rel(o.cpu()[live], o_ref[live]) < 1e-5
+    assert torch.equal(o[2].cpu(), torch.zeros(T, HV, V))
+    assert torch.equal(s["upd"].data, before[0]) and torch.equal(s["rd"].data, before[1])
+    for b in (0, 1):
+        sl = int(s["slots"][b])
+        for t in range(T):
+            q = (6 + 5 + t) % 16
+            assert rel(s["rec"].d[sl, q].cpu(), new["d"][b, t]) < 1e-5
+            assert rel(s["rec"].k[sl, q].cpu(), new["k"][b, t, ::HV // HK]) < 1e-6
+            assert torch.equal(s["rec"].v[sl, q].cpu(), new["v"][b, t])
+
+
+@pytest.mark.parametrize("upd_fmt,read_fmt,T,fold_new,recompute", [
+    ("fp32", "fp32", 1, True, True), ("fp16-sr", "nvfp4", 1, True, False), ("bf16-sr", "fp8e4m3", 3, False, True),
+    ("fp8e4m3-sr", "nvfp4-sr", 2, False, False),
+])
+def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, device):
+    s = _replay_setup(device, upd_fmt, read_fmt, W=5, T=T, exact=True)
+    n = s["new"]
+    out = torch.full((3, T, HV, V), float("nan"), device=device)
+    o = gdn_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
+                        qk_l2norm=False, flush=True, fold_new=fold_new, recompute=recompute,
+                        seq_ids=s["seq_ids"].to(device), events=2, seed=4, layer=2, out=out)
+    o_ref, _, S = gdn_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() for k in NEW), qk_l2norm=False,
+                                      flush=True, fold_new=fold_new, recompute=recompute)
+    live = (s["slots"] >= 0).cpu()
+    kw = dict(seed=4, layer=2, seq_ids=s["seq_ids"][live], events=torch.full((2,), 2))
+    assert_same_codes(gather(s["upd"], s["slots"]), store(S[live], upd_fmt, copy=COPY_UPDATE, **kw))
+    assert_same_codes(gather(s["rd"], s["slots"]), store(S[live], read_fmt, copy=COPY_READ, **kw))
+    assert not torch.isnan(o).any()
+    assert rel(o.cpu()[live], o_ref[live]) < 1e-5
+
+
+def test_recompute_differs_from_buffered_in_split_mode(device):
+    """The two folds are different functions when the read copy is lossy (DESIGN §4): the kernel's
+    recompute flush must not silently fold the read-copy d's."""
+    s = _replay_setup(device, "fp32", "nvfp4", W=5, T=1, exact=False)
+    n = s["new"]
+    outs = []
+    for recompute in (True, False):
+        upd = s["upd"].clone()
+        gdn_replay_step(upd, s["rd"].clone(), s["rec"], s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
+                        flush=True, fold_new=True, recompute=recompute)
+        outs.append(gather(upd, s["slots"]).dequantize())
+    assert rel(outs[0], outs[1]) > 1e-4
+
+
+POLICIES = ["fp32", "conventional:fp16-sr", "shared:nvfp4-sr@L8", "split:fp16-sr/nvfp4@L8",
+            "split:fp32/nvfp4@L8@fold=buffered", "split:fp8e4m3-sr/fp8e4m3@L8", "split:bf16-sr/bf16@L8"]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_trajectory(policy, device):
+    """64 steps (8 flushes), batch 1 in slot 1 of the pool, 2 value heads over 1 key head."""
+    pol = StatePolicy.parse(policy, seed=21)
+    K = k_for([pol.update, pol.read])
+    T, Hk, Hv = 64, 1, 2
+    inp = inputs(1, T, K, device, Hk=Hk, Hv=Hv)
+    S0 = 0.3 * torch.randn(1, Hv, V, K, device=device)
+    args = [inp[k] for k in NEW]
+    o, upd, rd, writes = gdn_decode_stream(*args, policy=pol, S0=S0, layer=6, slots=torch.tensor([1], device=device),
+                                           seq_ids=torch.tensor([5]))
+    o_ref, u_ref, r_ref, w_ref = gdn_stream_reference(*(a.cpu() for a in args), policy=pol, S0=S0.cpu(), layer=6,
+                                                      seq_ids=torch.tensor([5]))
+    assert writes == w_ref == (T if not pol.is_replay else T // pol.buffer_len)
+    tol = 1e-5 if pol.update == "fp32" and pol.read == "fp32" else 3e-3
+    assert rel(o.cpu(), o_ref) < tol
+    assert rel(upd.dequantize()[1:], u_ref) < tol
+    assert rel(rd.dequantize()[1:], r_ref) < tol
+    try:
+        from precision_lab.layer import GDNInputs, run_layer
+    except ImportError:  # pragma: no cover
+        return
+    o_dec, stats = run_layer(GDNInputs(*(a.cpu() for a in args)), pol, engine="decode", initial_state=S0.cpu(),
+                             layer_index=6, seq_ids=torch.tensor([5]))
+    assert stats.state_writes == writes
+    assert rel(o.cpu(), o_dec) < tol
+    assert rel(upd.dequantize()[1:], stats.state.update.float()) < tol
+    assert rel(rd.dequantize()[1:], stats.state.read.float()) < tol
