@@ -159,7 +159,7 @@ def main(argv=None) -> int:
     # default launch, itself checked against the reference above)
     n_mat = shape[-2] * C
     variants = {f"nvfp4 quantize [tile {t}, {w} warps]": (t, w)
-                for t, w in ((n_mat, 4), (n_mat, 16), (max(16, n_mat // 4), 4))}
+                for t, w in ((n_mat, 8), (n_mat, 16), (max(16, n_mat // 2), 4))}
     for vname, (t, w) in variants.items():
         fn = (lambda t=t, w=w: tq.nvfp4_quantize(x, check_finite=False, tile=t, num_warps=w))
         cases[vname] = (fn, cases["nvfp4 quantize"][1])

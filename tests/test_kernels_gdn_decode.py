@@ -158,7 +158,7 @@ def test_replay_nonflush_and_verify(read_fmt, T, device):
     before = [t.clone() for t in (s["upd"].data, s["rd"].data)]
     out = torch.full((3, T, HV, V), float("nan"), device=device)
     o = gdn_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
-                        seq_ids=s["seq_ids"].to(device), out=out)
+                        seq_ids=s["seq_ids"].to(device), out=out, block_r=8)  # two row blocks per head
     o_ref, new, _ = gdn_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() for k in NEW))
     live = (s["slots"] >= 0).cpu()
     assert not torch.isnan(o).any()

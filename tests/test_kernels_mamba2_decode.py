@@ -176,7 +176,8 @@ def test_replay_nonflush_and_verify(read_fmt, T, device):
     before = [t.clone() for t in (s["upd"].data, s["rd"].data)]
     out = torch.full((3, T, H, P), float("nan"), device=device)
     y = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
-                           n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"].to(device), out=out)
+                           n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"].to(device), out=out,
+                           block_r=8)  # two row blocks per head: NVFP4 reads work from any block
     y_ref, new, _ = mamba2_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() if n[k] is not None else None
                                            for k in ("x", "dt", "A", "B", "C", "D", "dt_bias", "z")))
     live = (s["slots"] >= 0).cpu()

@@ -224,8 +224,9 @@ def _pow2(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
 
 
-def _block_rows(R: int, fmts: tuple[int, ...], block_r: int | None) -> int:
-    if any(f == FMT_NVFP4 for f in fmts):
+def _block_rows(R: int, stored: tuple[int, ...], block_r: int | None) -> int:
+    """Rows per program; ``stored``: formats the launch writes (writing NVFP4 needs the head's amax)."""
+    if any(f == FMT_NVFP4 for f in stored):
         return _pow2(R)  # NVFP4's global scale is per matrix: one program owns the whole head
     return block_r if block_r is not None else min(_pow2(R), 32)
 
@@ -301,7 +302,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     v = v.contiguous()
     o = torch.empty_like(v) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
-    br = _block_rows(V, (update.code, read.code) if flush else (read.code,), block_r)
+    br = _block_rows(V, (update.code, read.code) if flush else (), block_r)
     bc = max(_pow2(K), 16)
     gdn_replay_step_kernel[(triton.cdiv(V, br), Hv, Bsz)](
         *update.kernel_args(), *read.kernel_args(),

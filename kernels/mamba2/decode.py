@@ -241,8 +241,10 @@ def _pow2(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
 
 
-def _block_rows(R: int, C: int, fmts: tuple[int, ...], block_r: int | None) -> int:
-    if any(f == FMT_NVFP4 for f in fmts):
+def _block_rows(R: int, C: int, stored: tuple[int, ...], block_r: int | None) -> int:
+    """Rows per program. ``stored``: the formats the launch writes. Reading NVFP4 works from any row
+    block (scales are per row block of 16 and per head), but writing it needs the head's amax."""
+    if any(f == FMT_NVFP4 for f in stored):
         return _pow2(R)  # NVFP4's global scale is per matrix: one program must own the whole head
     if block_r is not None:
         return block_r
@@ -328,7 +330,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     x = x.contiguous()
     y = torch.empty_like(x) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
-    fmts = (update.code, read.code) if flush else (read.code,)
+    fmts = (update.code, read.code) if flush else ()
     br = _block_rows(P, N, fmts, block_r)
     bc = max(_pow2(N), 16)
     grid = (triton.cdiv(P, br), H, Bsz)

@@ -145,8 +145,9 @@ def _decode_normal(code, EXP: tl.constexpr, MAN: tl.constexpr, BIAS: tl.constexp
     # 2^(1 - BIAS - MAN) built from its bits (an exact power of two)
     sub_quantum = tl.full([], (128 - BIAS - MAN) << 23, tl.int32).to(tl.float32, bitcast=True)
     sub = m.to(tl.float32) * sub_quantum
-    val = tl.where(e == 0, sub, normal_bits.to(tl.float32, bitcast=True))
-    return tl.where(sign == 1, -val, val)
+    mag_bits = tl.where(e == 0, sub.to(tl.int32, bitcast=True), normal_bits)
+    # the sign goes in as a bit: compiled Triton negates floats as 0 - x, which loses -0
+    return ((sign << 31) | mag_bits).to(tl.float32, bitcast=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -134,7 +134,8 @@ class NVFP4Quantizer(Quantizer):
             s_dec = s_dec.reshape(shape[:-2])
         elif self.granularity == "row":  # one S_dec per row (per 16 rows with 2-D blocks)
             s_dec = s_dec.reshape(*shape[:-2], r // br) if br > 1 else s_dec.reshape(shape[:-1])
-        return QTensor(data=data, scale=scale, global_scale=s_dec, shape=shape, format=self.name)
+        meta = {"granularity": self.granularity, "tile": self.tile, "block_rows": br}
+        return QTensor(data=data, scale=scale, global_scale=s_dec, shape=shape, format=self.name, meta=meta)
 
     def dequantize(self, qt: QTensor) -> torch.Tensor:
         """QTensor → float32 [..., R, C]: value(code) · (f32(s) · S_dec)."""
