@@ -178,7 +178,7 @@ def log2_buckets(n: int) -> list[tuple[int, int]]:
 def linear_buckets(n: int, count: int = 8) -> list[tuple[int, int]]:
     """``count`` equal-width [lo, hi) length ranges covering 1..n (fewer if n < count)."""
     count = max(1, min(count, n))
-    edges = [1 + round(i * n / count) for i in range(count + 1)]
+    edges = [1 + (i * n) // count for i in range(count + 1)]
     return [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 

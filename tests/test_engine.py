@@ -87,10 +87,10 @@ def test_segments_and_sequence_ids():
     ids = _ids(3)
     a = teacher_forced_logits(model, ids, prefill_len=P, segment_len=4, engine="scan")
     b = teacher_forced_logits(model, ids, prefill_len=P, segment_len=16, engine="scan")
-    assert torch.equal(a, b)    # Mamba-2: every stored checkpoint is bit-identical across engines/segments
+    assert torch.equal(a, b)    # Mamba-2 (no attention): segment cuts do not change a single bit
     # row 1 alone with seq id 1 gives row 1 of the batch run (SR keyed by sequence id, not batch slot)
     c = teacher_forced_logits(model, ids[1:2], prefill_len=P, segment_len=4, engine="scan", seq_ids=torch.tensor([1]))
-    assert torch.allclose(c[0], a[1], rtol=0, atol=1e-5)
+    assert ((c[0] - a[1]).abs().max() / a[1].abs().max()).item() < 1e-5   # batch size changes only fp32 bits
     d = teacher_forced_logits(model, ids[1:2], prefill_len=P, segment_len=4, engine="scan", seq_ids=torch.tensor([0]))
     assert (d[0] - a[1]).abs().max() > 1e-3
 

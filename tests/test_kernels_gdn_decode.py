@@ -7,17 +7,22 @@ are compared by per-tensor relative RMS error. GVA: 4 value heads over 2 key hea
 """
 import pytest
 import torch
-
 from precision_lab.kernels.decode_state import PackedState
-from precision_lab.kernels.gdn.decode import GDNRecords, gdn_conventional_step, gdn_decode_stream, gdn_replay_step
+from precision_lab.kernels.gdn.decode import (
+    GDNRecords,
+    gdn_conventional_step,
+    gdn_decode_stream,
+    gdn_replay_step,
+)
 from precision_lab.kernels.gdn.decode_reference import (
     gdn_conventional_step_ref,
     gdn_replay_step_ref,
     gdn_stream_reference,
     store,
 )
-from precision_lab.policy import StatePolicy
 from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
+
+from precision_lab.policy import StatePolicy
 
 HK, HV, V = 2, 4, 12
 

@@ -8,7 +8,6 @@ and states are compared by per-tensor relative RMS error.
 """
 import pytest
 import torch
-
 from precision_lab.kernels.decode_state import PackedState
 from precision_lab.kernels.mamba2.decode import (
     Mamba2Records,
@@ -23,8 +22,9 @@ from precision_lab.kernels.mamba2.decode_reference import (
     mamba2_stream_reference,
     store,
 )
-from precision_lab.policy import StatePolicy
 from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
+
+from precision_lab.policy import StatePolicy
 
 H, G, P = 4, 2, 12          # awkward head dim; N is 20 (or 32 where NVFP4 needs C % 16 == 0)
 

@@ -278,3 +278,24 @@ def test_codecs_docstring_documents_every_helper():
     assert len(public) >= 15
     missing = [n for n in public if f"``{n}(" not in qc.__doc__ and f"``{n}``" not in qc.__doc__ and f"{n}(" not in qc.__doc__]
     assert not missing, f"codecs helpers without documentation in the module docstring: {missing}"
+
+
+def test_bench_script_smoke(tmp_path, device):
+    """scripts/bench_quant.py end to end on a tiny state (CPU: interpreter, --smoke): every kernel's
+    reference check passes and the JSON has the agreed layout. Its timings mean nothing here."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_quant.py"
+    spec = importlib.util.spec_from_file_location("bench_quant", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rc = bench.main(["--smoke", "--shape", "3", "2", "16", "32", "--check-chunk", "2", "--rep-ms", "5",
+                     "--out-dir", str(tmp_path)])
+    out = json.loads((tmp_path / "bench_quant.json").read_text())
+    assert rc == 0
+    assert out["kind"] == "bench-quant" and out["schema_version"] == 1 and "provenance" in out
+    assert all(r["check"] == "pass" for r in out["kernels"].values()), out["kernels"]
+    assert out["kernels"]["nvfp4 quantize"]["bytes"] == 4 * 3072 + 3072 // 2 + 3072 // 16 + 4 * 6
+    assert (tmp_path / "bench_quant.png").stat().st_size > 0

@@ -136,49 +136,31 @@ def test_shipped_synthetic_rows_match_generator():
 
 
 def test_presets_use_upstream_prompts_and_filters(tmp_path):
-    """Each local task is the upstream task with local rows: compare built task configs key by key."""
-    from lm_eval.tasks import TaskManager, get_task_dict
-
-    task_presets.write_task_configs(tmp_path, task_presets.SYNTHETIC_DIR)
-    tm = TaskManager(include_path=str(tmp_path), include_defaults=False)
-    local = get_task_dict(["gpqa_diamond_cot_zeroshot_local", "mmlu_pro_law_local",
-                           "leaderboard_math_geometry_hard_local", "niah_multivalue_local"], tm)
-    # Upstream configs, loaded from the shipped YAMLs without their (online) datasets.
+    """A local task is the upstream YAML plus data-source keys only; its prompts render from local rows."""
+    from lm_eval.tasks import TaskManager
     from lm_eval.tasks._yaml_loader import load_yaml
 
+    task_presets.write_task_configs(tmp_path, task_presets.SYNTHETIC_DIR)
+    data_keys = {"task", "dataset_path", "dataset_name", "dataset_kwargs", "custom_dataset", "tag"}
     up_dir = task_presets.lm_eval_tasks_dir()
-    for name, up in [("gpqa_diamond_cot_zeroshot_local", "gpqa/cot_zeroshot/gpqa_diamond_cot_zeroshot.yaml"),
-                     ("mmlu_pro_law_local", "mmlu_pro/mmlu_pro_law.yaml"),
-                     ("leaderboard_math_geometry_hard_local", "leaderboard/math/math_geometry.yaml"),
-                     ("niah_multivalue_local", "ruler/niah_multivalue.yaml")]:
-        want = load_yaml(up_dir / up, resolve_func=False)
-        cfg = local[name].config
-        for key in ("doc_to_text", "doc_to_target", "filter_list", "generation_kwargs", "num_fewshot",
-                    "metric_list", "fewshot_config", "description", "gen_prefix", "target_delimiter"):
-            if key in want:
-                got = getattr(cfg, key)
-                if isinstance(want[key], str) and want[key].endswith((".doc_to_text", ".process_results")):
-                    continue
-                if key == "generation_kwargs":
-                    got = {k: v for k, v in got.items() if k in want[key]}
-                if key in ("doc_to_text", "doc_to_target") and callable(got):
-                    assert want[key].endswith(got.__name__) or "partial" in repr(got)
-                    continue
-                if key == "metric_list":
-                    got = [m["metric"] for m in got]
-                    want_v = [m["metric"] for m in want[key]]
-                    assert got == want_v, (name, key)
-                    continue
-                if key == "fewshot_config":
-                    assert got["sampler"] == want[key]["sampler"], (name, key)
-                    continue
-                assert got == want[key], (name, key, got, want[key])
-    gpqa = local["gpqa_diamond_cot_zeroshot_local"]
-    docs = list(gpqa.test_docs() if gpqa.has_test_docs() else gpqa.validation_docs())
+    for preset in task_presets.PRESETS.values():
+        for t in preset.tasks:
+            ours = load_yaml(tmp_path / f"{t.name}.yaml", resolve_func=False)
+            upstream = load_yaml(up_dir / t.upstream_yaml, resolve_func=False)
+            assert set(ours) - set(upstream) <= data_keys, t.name
+            for key in set(upstream) - data_keys:  # prompts, filters, metrics, generation, few-shot
+                assert ours[key] == upstream[key], (t.name, key)
+            assert ours["dataset_path"] == "json" and ours["task"] == t.name
+    tm = TaskManager(include_path=str(tmp_path), include_defaults=False)
+    loaded = tm.load(["gpqa_diamond_cot_zeroshot_local", "leaderboard_math_geometry_hard_local", "mmlu_pro_law_local"])
+    loaded = loaded.get("tasks", loaded)
+    gpqa = loaded["gpqa_diamond_cot_zeroshot_local"]
+    docs = list(gpqa.validation_docs())
     assert len(docs) == 4 and gpqa.doc_to_text(docs[0]).startswith("What is the correct answer to this question:")
-    math = local["leaderboard_math_geometry_hard_local"]
+    math = loaded["leaderboard_math_geometry_hard_local"]
     assert len(list(math.test_docs())) == 2  # the Level 3 row is filtered out by the upstream process_docs
-    assert len(list(local["mmlu_pro_law_local"].test_docs())) == 2
+    assert gpqa.config.filter_list[1]["name"] == "flexible-extract"
+    assert len(list(loaded["mmlu_pro_law_local"].test_docs())) == 2
 
 
 def test_missing_data_is_a_clear_error(tmp_path):
@@ -281,7 +263,7 @@ def test_lm_eval_cli_finds_replayssm_through_the_startup_hook(tmp_path):
         site.addsitedir({str(site_dir)!r})          # processes precision_lab_lmeval.pth like site-packages
         assert "precision_lab.evals.lmeval_model" not in sys.modules
         sys.argv = ["lm_eval", "--model", "replayssm",
-                    "--model_args", "pretrained={MODEL},policy=shared:nvfp4,seed=3,device=cpu",
+                    "--model_args", "pretrained={MODEL},policy=shared:nvfp4,seed=3", "--device", "cpu",
                     "--tasks", "gpqa_diamond_cot_zeroshot_local", "--include_path", {str(task_dir)!r},
                     "--limit", "1", "--gen_kwargs", "max_gen_toks=4", "--output_path", {str(out)!r}]
         from lm_eval.__main__ import cli_evaluate

@@ -197,8 +197,8 @@ def nvfp4_quantize(x: torch.Tensor, *, sr: bool = False, granularity: str = "mat
     marks with NaN; ``check_finite=False`` skips that host sync and leaves NaN scales instead).
     Launch tuning (results are identical): ``tile`` = elements a program holds at once (a power of
     two >= 16; default: the whole group if it has <= 8192 elements, read once, else 4096 with two
-    passes), ``num_warps`` (default 4: fastest measured on H200 for 64×128 fp32 matrices, see
-    reports/bench/bench_quant.json).
+    passes), ``num_warps`` (default 4, or 8 with SR: the faster of the launches measured on H200
+    for 64×128 fp32 matrices, see kernels/quant/README.md).
     """
     name = "nvfp4" + ("-row" if granularity == "row" else "") + ("-sr" if sr else "")
     _check_input(x, name)
@@ -230,7 +230,7 @@ def nvfp4_quantize(x: torch.Tensor, *, sr: bool = False, granularity: str = "mat
     nvfp4_quantize_kernel[(m,)](
         x, data, scale.view(torch.uint8), gscale, r_arg, seed_arg, n,
         BLOCK=block, ONE_TILE=one_tile, SR=sr, RB=rb,
-        num_warps=num_warps or 4, enable_fp_fusion=False,
+        num_warps=num_warps or (8 if sr else 4), enable_fp_fusion=False,
     )
     if check_finite and bool(torch.isnan(gscale).any()):
         bad = ~torch.isfinite(x)

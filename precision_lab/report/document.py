@@ -39,6 +39,18 @@ class Code:
 
 
 @dataclass
+class Bullets:
+    items: list[str]
+
+
+@dataclass
+class Note:
+    """Small print under a figure or table (its provenance)."""
+
+    text: str
+
+
+@dataclass
 class Document:
     title: str
     blocks: list = field(default_factory=list)
@@ -65,6 +77,10 @@ class Document:
                 out += [f"![{b.caption}]({b.path})", "", f"*{b.caption}*", ""]
             elif isinstance(b, Code):
                 out += ["```", b.text.rstrip(), "```", ""]
+            elif isinstance(b, Bullets):
+                out += [f"- {_md_line(i)}" for i in b.items] + [""]
+            elif isinstance(b, Note):
+                out += [f"<sub>{_md_line(b.text)}</sub>", ""]
         return "\n".join(out)
 
     # -- HTML (self-contained: inline CSS, local images, no scripts) ------------------------------
@@ -92,12 +108,21 @@ class Document:
                              f"<figcaption>{html.escape(b.caption)}</figcaption></figure>")
             elif isinstance(b, Code):
                 parts.append(f"<pre><code>{html.escape(b.text)}</code></pre>")
+            elif isinstance(b, Bullets):
+                parts.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in b.items) + "</ul>")
+            elif isinstance(b, Note):
+                parts.append(f'<p class="note">{_inline(b.text)}</p>')
         parts.append("</main></body></html>")
         return "\n".join(parts)
 
 
 def _md_cell(c) -> str:
     return str(c).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_line(text: str) -> str:
+    # '<' would open raw HTML in Markdown renderers; the text is plain prose
+    return str(text).replace("\n", " ").replace("<", "&lt;")
 
 
 def _inline(text: str) -> str:
@@ -118,4 +143,5 @@ _CSS = (
     "figcaption{font-style:italic;color:#555}"
     "pre{background:#f6f6f6;padding:0.8em;overflow-x:auto;font-size:0.85em}"
     "code{font-family:ui-monospace,monospace}"
+    ".note{font-size:0.8em;color:#555;margin-top:-0.5em}"
 )

@@ -1,8 +1,27 @@
 """Loading result JSON for reports: every file must say what it is (``kind``, ``schema_version``,
-``provenance``); anything else is refused with a message naming the file."""
+``provenance``) and carry the fields its kind's section shows; anything else is refused with a
+message naming the file.
+
+What "mixed" means (``check_mixed``), i.e. which sets of inputs a report refuses:
+
+- the same result given twice (same path, or byte-identical content under two names);
+- two results of the same kind and the same *setup* that both hold a given policy — e.g. two KL
+  summaries of the same model, data and settings that both measured ``shared:nvfp4-sr``, or two
+  lm-eval summaries of the same model and task that both hold ``fp32``. The report could only show
+  one of them, and picking one silently would hide a rerun that disagrees;
+- benchmark files from a smoke run (the Triton interpreter on a CPU): their timings are not
+  measurements, so the report refuses to plot them.
+
+The setup of a result is everything that changes its numbers except the policy (``setup_key``):
+results of the same kind and setup are drawn in one figure (their policies side by side); results
+of the same kind but another setup (another model, architecture, length, task, GPU) get their own
+figure. That is a study design, not a mix.
+"""
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,9 +29,20 @@ from typing import Any
 KINDS = ("sim", "kl", "lmeval", "bench-quant", "bench-kernels", "bench-scan", "bench-kl")
 SCHEMA_VERSION = 1
 
+# Keys each kind must have for its section to say anything (optional fields are checked where used).
+_REQUIRED: dict[str, tuple[str, ...]] = {
+    "sim": (),            # two shapes: the error study ("results") or --mode equivalence; checked below
+    "kl": ("model", "data", "policies", "results"),
+    "lmeval": ("model", "policies", "tasks"),
+    "bench-quant": ("copy", "kernels"),
+    "bench-kernels": (),
+    "bench-scan": ("timings",),
+    "bench-kl": (),
+}
+
 
 class ResultError(ValueError):
-    """A result file that cannot be used (corrupted, foreign, incompatible)."""
+    """A result file that cannot be used (corrupted, foreign, incompatible, or conflicting)."""
 
 
 @dataclass
@@ -20,26 +50,37 @@ class Result:
     path: Path
     kind: str
     data: dict[str, Any]
+    digest: str = ""
 
     @property
     def provenance(self) -> dict[str, Any]:
         return self.data.get("provenance", {})
 
+    @property
+    def name(self) -> str:
+        return self.path.name if self.path.name not in ("summary.json", "results.json", "lmeval.json") \
+            else f"{self.path.parent.name}/{self.path.name}"
+
 
 def load_result(path: str | Path) -> Result:
+    """Read and validate one result file (or a run folder holding summary.json / lmeval.json)."""
     path = Path(path)
     if path.is_dir():
-        candidates = [path / "summary.json", path / "results.json"]
+        candidates = [path / n for n in ("summary.json", "lmeval.json", "results.json")]
         found = [c for c in candidates if c.exists()]
         if not found:
-            raise ResultError(f"{path}: a folder without summary.json or results.json")
+            raise ResultError(f"{path}: a folder without summary.json, lmeval.json or results.json")
         path = found[0]
     if not path.exists():
         raise ResultError(f"{path}: no such file")
+    raw = path.read_bytes()
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ResultError(f"{path}: not valid JSON ({e}); the file is corrupted or not a result file") from e
+    except _NonFinite as e:
+        raise ResultError(f"{path}: holds {e} where a number should be; a result with non-finite numbers "
+                          "is refused") from e
     if not isinstance(data, dict) or "kind" not in data:
         raise ResultError(f"{path}: not a precision-lab result (no 'kind' key)")
     kind = data["kind"]
@@ -49,11 +90,166 @@ def load_result(path: str | Path) -> Result:
         raise ResultError(f"{path}: schema_version {data.get('schema_version')!r}, this version reads {SCHEMA_VERSION}")
     if not isinstance(data.get("provenance"), dict):
         raise ResultError(f"{path}: no provenance; reports only use results that say what produced them")
-    return Result(path, kind, data)
+    missing = [k for k in _REQUIRED[kind] if k not in data]
+    if kind == "sim" and "results" not in data and data.get("mode") != "equivalence":
+        missing.append("results")
+    if missing:
+        raise ResultError(f"{path}: a {kind!r} result without {', '.join(repr(m) for m in missing)}; "
+                          "the file is truncated or was not written by precision-lab")
+    return Result(path, kind, data, hashlib.sha256(raw).hexdigest())
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _reject_constant(name: str):
+    # json.loads accepts NaN/Infinity by default; a NaN mean KL would plot as a gap and print as
+    # "nan" in a table, so a result holding one is treated as corrupted.
+    raise _NonFinite(name)
 
 
 def load_results(paths) -> list[Result]:
+    """Load every path, then refuse mixed inputs (see the module docstring)."""
     results = [load_result(p) for p in paths]
     if not results:
         raise ResultError("no result files given")
+    check_mixed(results)
     return results
+
+
+# ------------------------------------------------------------------------------------------------
+# setups and conflicts
+# ------------------------------------------------------------------------------------------------
+def _canon(obj) -> str:
+    return json.dumps(obj, sort_keys=True, default=str)
+
+
+def setup_key(r: Result) -> str:
+    """A string naming everything but the policy that a result's numbers depend on."""
+    d, prov = r.data, r.provenance
+    if r.kind == "sim":
+        if d.get("mode") == "equivalence":
+            return _canon({"mode": "equivalence", "arch": d.get("arch"), "decode": d.get("decode", {}).get("steps")})
+        s = {k: v for k, v in d.get("settings", {}).items() if k not in ("policies",)}
+        return _canon(s)
+    if r.kind == "kl":
+        s = dict(prov.get("settings") or {})
+        for k in ("policies", "batch_size", "segment", "doc_tokens_sha", "engine"):
+            s.pop(k, None)
+        s.setdefault("model", d["model"].get("name") if isinstance(d["model"], dict) else d["model"])
+        s["doc_ids"] = d["data"].get("doc_ids")
+        return _canon(s)
+    if r.kind == "lmeval":
+        # per task: handled by conflicts() on (task, policy); the setup is the model and run settings
+        cfg = dict(prov.get("config") or {})
+        for k in ("policies", "out", "tasks", "batch_size", "device", "n_boot", "stats_seed"):
+            cfg.pop(k, None)
+        cfg.setdefault("model", d["model"])
+        return _canon(cfg)
+    # benchmarks: the device and the benchmark's own shape settings
+    return _canon({"gpu": gpu_name(prov), "shape": prov.get("shape"), "script": prov.get("script") or prov.get("bench")})
+
+
+def policies_of(r: Result) -> list[tuple[str, str]]:
+    """(scope, policy) pairs a result holds; two results of the same kind and setup must not share one."""
+    d = r.data
+    if r.kind == "sim":
+        if d.get("mode") == "equivalence":
+            return [("equivalence", "shared:fp32")]
+        return [("", p) for p in d["results"]]
+    if r.kind == "kl":
+        return [("", p) for p in d["results"]]
+    if r.kind == "lmeval":
+        out = []
+        for task, e in d["tasks"].items():
+            out.append((task, "fp32"))
+            out += [(task, p) for p in e.get("policies", {})]
+        return out
+    if r.kind == "bench-quant":
+        return [("", k) for k in d["kernels"]]
+    if r.kind == "bench-scan":
+        return sorted({(str(t.get("arch")), str(t.get("policy"))) for t in d["timings"]})
+    return [("", "*")]  # other benchmarks: one file per setup
+
+
+def check_mixed(results: list[Result]) -> None:
+    """Raise ResultError for duplicates, conflicting results and smoke benchmarks (module docstring)."""
+    seen: dict[str, Result] = {}
+    for r in results:
+        prev = seen.get(r.digest)
+        if prev is not None:
+            same = prev.path.resolve() == r.path.resolve()
+            raise ResultError(f"{r.path}: given twice" + ("" if same else f" (identical to {prev.path})")
+                              + "; give each result once")
+        seen[r.digest] = r
+    for r in results:
+        if r.kind.startswith("bench") and r.provenance.get("smoke"):
+            raise ResultError(f"{r.path}: a smoke run of the benchmark (Triton interpreter, no GPU); its timings "
+                              "are not measurements, so the report does not plot them. Run the benchmark on a GPU.")
+    owner: dict[tuple, Result] = {}
+    for r in results:
+        key = setup_key(r)
+        for scope, pol in policies_of(r):
+            k = (r.kind, key, scope, pol)
+            if k in owner:
+                other = owner[k]
+                what = f"policy {pol!r}" + (f" ({scope})" if scope else "")
+                raise ResultError(f"{r.path} and {other.path}: two {r.kind!r} results for {what} with the same "
+                                  f"setup ({describe_setup(r)}); the report would have to pick one. Give one of them "
+                                  "(or rerun both in one study).")
+            owner[k] = r
+
+
+def describe_setup(r: Result) -> str:
+    d, prov = r.data, r.provenance
+    if r.kind == "sim" and "settings" in d:
+        s = d["settings"]
+        return f"{s.get('arch')}, {s.get('steps')} steps, seed {s.get('seed')}"
+    if r.kind in ("kl", "lmeval"):
+        return f"model {model_name(r)}, data {data_name(r)}"
+    return f"device {gpu_name(prov) or 'unknown'}"
+
+
+# ------------------------------------------------------------------------------------------------
+# provenance helpers shared by the sections
+# ------------------------------------------------------------------------------------------------
+def gpu_name(prov: dict) -> str | None:
+    dev = prov.get("device") or {}
+    return prov.get("gpu_name") or (dev.get("gpu") if isinstance(dev, dict) else None)
+
+
+def device_str(prov: dict) -> str:
+    dev = prov.get("device") or {}
+    gpu = gpu_name(prov)
+    if gpu:
+        n = dev.get("gpu_count")
+        return f"{gpu}" + (f" (×{n})" if n and n > 1 else "") + (f", CUDA {dev['cuda']}" if dev.get("cuda") else "")
+    cpu = dev.get("cpu") or "unknown"
+    return f"CPU ({cpu}" + (", Triton interpreter" if dev.get("triton_interpret") else "") + ")"
+
+
+def model_name(r: Result) -> str | None:
+    m = r.data.get("model", r.provenance.get("model"))
+    if isinstance(m, dict):
+        m = m.get("name")
+    return None if m is None else str(m)
+
+
+def data_name(r: Result) -> str | None:
+    d = r.data
+    if r.kind == "kl":
+        dd = d.get("data", {})
+        return f"{dd.get('source')} ({dd.get('docs')} docs × {dd.get('tokens')} tokens, prefill {dd.get('prefill')})"
+    if r.kind == "lmeval":
+        cfg = r.provenance.get("config") or {}
+        src = "synthetic rows" if cfg.get("synthetic") else (cfg.get("data_dir") or "lm-eval task data")
+        lim = cfg.get("limit")
+        return f"{', '.join(d['tasks'])} from {src}" + (f", limit {lim}" if lim is not None else "")
+    if r.kind == "sim":
+        return "synthetic random inputs"
+    return None
+
+
+def finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -1,0 +1,129 @@
+"""Section for ``kind: "lmeval"`` (``evals/lmeval_runner.py`` + ``evals/stats.py``): accuracy deltas
+against the fp32-state run with paired bootstrap CIs and McNemar p (Table-2 style), and accuracy by
+quartile of the fp32 run's generation length (Figure-7 style)."""
+from __future__ import annotations
+
+from ..common import MISSING, fmt, fmt_pts, provenance_line
+from ..document import Figure, Heading, Note, Paragraph, Table
+from ..results import Result, ResultError, finite, model_name
+from ..style import new_figure
+from . import Context
+
+
+def _tasks(results: list[Result]) -> dict[str, dict]:
+    """task → entry, merged over results of one setup (check_mixed has refused overlapping tasks)."""
+    tasks: dict[str, dict] = {}
+    for r in results:
+        for t, e in r.data["tasks"].items():
+            if "fp32" not in e or "accuracy" not in e["fp32"]:
+                raise ResultError(f"{r.path}: task {t!r} has no fp32 accuracy; deltas need the fp32 baseline")
+            tasks[t] = e
+    return tasks
+
+
+def render(results: list[Result], ctx: Context) -> list:
+    model = model_name(results[0]) or "unknown model"
+    tasks = _tasks(results)
+    cfg = results[0].provenance.get("config") or {}
+    pols = []
+    for e in tasks.values():
+        pols += [p for p in e.get("policies", {}) if p not in pols]
+    blocks: list = [Heading(f"lm-eval accuracy: {model}", 3)]
+    conf = next((pe["delta"].get("confidence") for e in tasks.values() for pe in e.get("policies", {}).values()
+                 if isinstance(pe.get("delta"), dict)), None)
+    level = f"{100 * conf:g} %" if finite(conf) else "the stored"
+    blocks.append(Paragraph(
+        "Accuracy of each state policy and its difference from the fp32-state run on the same items "
+        f"(paired: {level} percentile bootstrap CI over items, exact McNemar test on the discordant items; "
+        "b = items only fp32 answered correctly, c = items only the policy did). "
+        f"Settings: scoring `{cfg.get('scoring', '?')}`, generation `{cfg.get('gen_kwargs') or 'task default'}`, "
+        f"few-shot {cfg.get('num_fewshot') if cfg.get('num_fewshot') is not None else 'task default'}, "
+        f"SR seed {cfg.get('seed', '?')}, limit {cfg.get('limit') if cfg.get('limit') is not None else 'none'}."))
+
+    # -- Table 2: deltas ---------------------------------------------------------------------------
+    head = ["task", "policy", "n", "accuracy (%)", "Δ vs fp32 (pts)", "95% CI (pts)", "McNemar p", "b / c",
+            "changed responses"]
+    rows = []
+    for t, e in tasks.items():
+        rows.append([t, "fp32", fmt(e.get("n")), fmt_pts(e["fp32"]["accuracy"]), MISSING, MISSING, MISSING, MISSING,
+                     MISSING])
+        for p, pe in e.get("policies", {}).items():
+            d = pe.get("delta") or {}
+            m = pe.get("mcnemar") or {}
+            ci = (f"[{fmt_pts(d['ci_low'], True)}, {fmt_pts(d['ci_high'], True)}]"
+                  if finite(d.get("ci_low")) and finite(d.get("ci_high")) else MISSING)
+            bc = f"{m['b']} / {m['c']}" if "b" in m and "c" in m else MISSING
+            rows.append([t, p, fmt(pe.get("n")), fmt_pts(pe.get("accuracy")), fmt_pts(d.get("delta"), True), ci,
+                         fmt(m.get("p_value"), 3), bc, fmt(pe.get("changed_responses"))])
+    blocks.append(Table(head, rows, caption="Accuracy and paired difference from the fp32-state run "
+                                            "(percentage points)"))
+    ns = [e.get("n") for e in tasks.values() if isinstance(e.get("n"), int) and e.get("n") > 0]
+    if ns:
+        blocks.append(Paragraph(f"With n = {min(ns)} items, one changed answer moves accuracy by "
+                                f"{100 / min(ns):.2g} points: read the CIs before the deltas."))
+
+    # -- forest plot of the deltas -----------------------------------------------------------------
+    pts = [(t, p, pe["delta"]) for t, e in tasks.items() for p, pe in e.get("policies", {}).items()
+           if isinstance(pe.get("delta"), dict) and finite(pe["delta"].get("delta"))]
+    if pts:
+        fig, ax = new_figure(7.0, 1.2 + 0.35 * len(pts))
+        for i, (t, p, d) in enumerate(pts):
+            y = len(pts) - 1 - i
+            lo, hi = d.get("ci_low"), d.get("ci_high")
+            if finite(lo) and finite(hi):
+                ax.plot([100 * lo, 100 * hi], [y, y], color=ctx.colors(p), lw=2)
+            ax.plot([100 * d["delta"]], [y], "o", color=ctx.colors(p), label=p)
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_yticks(range(len(pts)), [f"{t} · {p}" for t, p, _ in reversed(pts)], fontsize=8)
+        ax.set_xlabel("accuracy − fp32 accuracy (percentage points), with 95 % CI")
+        ax.set_title(f"{model}: accuracy difference from the fp32-state run", fontsize=9)
+        handles = {h.get_label(): h for h in ax.get_lines() if not h.get_label().startswith("_")}
+        ax.legend(handles.values(), handles.keys(), fontsize=8, title="policy", title_fontsize=8)
+        path = ctx.figure(fig, f"lmeval-delta-{model}")
+        blocks.append(Figure(path, "Paired accuracy differences from the fp32-state run with their bootstrap CIs."))
+
+    # -- Figure 7: accuracy by fp32 generation-length quartile -------------------------------------
+    for t, e in tasks.items():
+        q = _quartiles(t, e)
+        if q is None:
+            continue
+        labels, acc = q
+        fig, ax = new_figure()
+        x = list(range(1, len(labels) + 1))
+        for name, ys in acc.items():
+            xs = [xi for xi, v in zip(x, ys) if finite(v)]
+            ax.plot(xs, [100 * v for v in ys if finite(v)], marker="o", color=ctx.colors(name), label=name)
+        ax.set_xticks(x, labels, fontsize=8)
+        ax.set_xlabel("quartile of the fp32 run's generation length (tokens)")
+        ax.set_ylabel("accuracy (%)")
+        ax.set_title(f"{model}, {t}: accuracy by fp32 generation length", fontsize=9)
+        ax.legend(fontsize=8, title="policy", title_fontsize=8)
+        path = ctx.figure(fig, f"lmeval-quartiles-{model}-{t}")
+        blocks.append(Figure(path, f"{t}: accuracy within quartiles of the fp32 run's generation length "
+                                   "(equal-count bins of items)."))
+        head = ["policy"] + labels
+        rows = [[n] + [fmt_pts(v) for v in ys] for n, ys in acc.items()]
+        blocks.append(Table(head, rows, caption=f"{t}: accuracy (%) by quartile of fp32 generation length"))
+    blocks.append(Note(provenance_line(results, ["fp32", *pols])))
+    return blocks
+
+
+def _quartiles(task: str, e: dict):
+    """(column labels, run → accuracies per quartile) or None when the runs stored no lengths."""
+    per = {p: pe["by_fp32_length_quartile"] for p, pe in e.get("policies", {}).items()
+           if pe.get("by_fp32_length_quartile")}
+    if not per:
+        return None
+    first = next(iter(per.values()))
+    labels = []
+    for row in first:
+        rng = f"{row['len_min']}–{row['len_max']}" if "len_min" in row else "empty"
+        labels.append(f"Q{row['quartile']} ({rng}, n={row['n']})")
+    acc = {"fp32": [row["accuracy"].get("fp32") for row in first]}
+    for p, rows in per.items():
+        fp = [row["accuracy"].get("fp32") for row in rows]
+        if fp != acc["fp32"]:
+            raise ResultError(f"lmeval task {task!r}: the fp32 accuracy by quartile differs between policies "
+                              f"({fp} vs {acc['fp32']}); the runs are not paired on the same items")
+        acc[p] = [row["accuracy"].get("policy") for row in rows]
+    return labels, acc
