@@ -271,6 +271,48 @@ def plot(summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def kl_stream(model, toks: torch.Tensor, *, n_groups: int, prefill: int, segment: int, engine: str,
+              seq_ids: torch.Tensor | None = None, budget_bytes: float = 2e9, progress=None,
+              max_seconds: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Teacher-force one batch of documents through a model adapted with G = n_groups policies
+    (group 0 = reference) and return per-position arrays over the decode part:
+    kl, agree [G-1, B, N-prefill] and nll [G, B, N-prefill] (NaN where there is no next token, or
+    past ``max_seconds``: the stream then stops early after the segment that crossed it)."""
+    from precision_lab.engine import lm_logits
+    from precision_lab.engine import run as tf_run
+
+    B, N = toks.shape
+    G = n_groups
+    decode_n = N - prefill
+    kl = np.full((G - 1, B, decode_n), np.nan, np.float64)
+    agree = np.zeros((G - 1, B, decode_n), np.bool_)
+    nll = np.full((G, B, decode_n), np.nan, np.float64)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    device = next(model.parameters()).device
+    targets = toks.to(device)
+    step = _chunk_tokens(G * B, vocab, budget_bytes)
+    t_start = time.perf_counter()
+    for seg in tf_run(model, toks, prefill_len=prefill, segment_len=segment, engine=engine, seq_ids=seq_ids,
+                      progress=progress):
+        # logits at stream position t predict token t+1; the decode part starts at t = prefill
+        lo = max(seg.start, prefill)
+        if lo < seg.end:
+            h = seg.hidden[:, lo - seg.start:]
+            for c0 in range(0, h.shape[1], step):
+                hc = h[:, c0:c0 + step]
+                t0, t1 = lo + c0, lo + c0 + hc.shape[1]
+                with torch.inference_mode():
+                    logits = lm_logits(model, hc).view(G, B, hc.shape[1], vocab)
+                    r = kl_from_logits(logits, targets[:, t0 + 1:min(t1 + 1, N)])
+                j0, j1 = t0 - prefill, t1 - prefill
+                kl[:, :, j0:j1] = r["kl"].cpu().numpy()
+                agree[:, :, j0:j1] = r["agree"].cpu().numpy()
+                nll[:, :, j0:j0 + r["nll"].shape[2]] = r["nll"].cpu().numpy()
+        if max_seconds is not None and time.perf_counter() - t_start > max_seconds:
+            break
+    return kl, agree, nll
+
+
 # ------------------------------------------------------------------------------------------------
 # the driver
 # ------------------------------------------------------------------------------------------------
@@ -315,9 +357,8 @@ def run_kl(cfg: KLConfig, *, rank: int | None = None, world: int | None = None,
     stop_after_batches: compute at most this many batches and return (simulates an interruption)
     """
     from precision_lab.data import load_documents
-    from precision_lab.engine import lm_logits, resolve_engine
-    from precision_lab.engine import run as tf_run
-    from precision_lab.models import apply_policy, load_model, policy_mixers
+    from precision_lab.engine import resolve_engine
+    from precision_lab.models import apply_policy, load_model
 
     cfg = cfg.normalized()
     env_rank, env_world, local = _dist_info()
@@ -362,8 +403,6 @@ def run_kl(cfg: KLConfig, *, rank: int | None = None, world: int | None = None,
 
         bar = tqdm(total=total_tokens, unit="tok", desc=f"kl rank {rank}" if world > 1 else "kl",
                    dynamic_ncols=True, file=sys.stderr)
-    head = model.get_output_embeddings()
-    vocab = head.weight.shape[0]
     budget = 2e9 if device.type == "cuda" else 2.5e8
     done = 0
     t_start = time.perf_counter()
@@ -373,30 +412,10 @@ def run_kl(cfg: KLConfig, *, rank: int | None = None, world: int | None = None,
         toks = torch.stack([docs[i].tokens for i in idx])             # [B, N]
         B = toks.shape[0]
         G = len(policies)
-        kl = np.zeros((G - 1, B, decode_n), np.float64)
-        agree = np.zeros((G - 1, B, decode_n), np.bool_)
-        nll = np.full((G, B, decode_n), np.nan, np.float64)
-        targets_all = toks.to(device)
         seq_ids = torch.tensor(idx, dtype=torch.int64)                   # SR ids = global document index
-        for seg in tf_run(model, toks, prefill_len=cfg.prefill, segment_len=cfg.segment, engine=engine,
-                          seq_ids=seq_ids, progress=(lambda n, B=B: bar.update(n * B)) if bar else None):
-            # logits at stream position t predict token t+1; the decode part starts at t = prefill
-            lo = max(seg.start, cfg.prefill)
-            if lo >= seg.end:
-                continue
-            h = seg.hidden[:, lo - seg.start:]
-            step = _chunk_tokens(G * B, vocab, budget)
-            for c0 in range(0, h.shape[1], step):
-                hc = h[:, c0:c0 + step]
-                t0 = lo + c0
-                t1 = t0 + hc.shape[1]
-                with torch.inference_mode():
-                    logits = lm_logits(model, hc).view(G, B, hc.shape[1], vocab)
-                    r = kl_from_logits(logits, targets_all[:, t0 + 1:min(t1 + 1, cfg.tokens)])
-                j0, j1 = t0 - cfg.prefill, t1 - cfg.prefill
-                kl[:, :, j0:j1] = r["kl"].cpu().numpy()
-                agree[:, :, j0:j1] = r["agree"].cpu().numpy()
-                nll[:, :, j0:j0 + r["nll"].shape[2]] = r["nll"].cpu().numpy()
+        kl, agree, nll = kl_stream(model, toks, n_groups=G, prefill=cfg.prefill, segment=cfg.segment,
+                                   engine=engine, seq_ids=seq_ids, budget_bytes=budget,
+                                   progress=(lambda n, B=B: bar.update(n * B)) if bar else None)
         _write_npz_atomic(path, {"kl": kl, "agree": agree, "nll": nll,
                                  "doc_index": np.array(idx, np.int64)},
                           {"fingerprint": fingerprint, "batch": k, "policies": policies,

@@ -38,10 +38,10 @@ import torch.nn.functional as F
 import transformers
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
+from precision_lab.quant.philox import SEQ_BITS
 from tqdm import tqdm
 
 from precision_lab.policy import StatePolicy
-from precision_lab.quant.philox import SEQ_BITS
 
 log = logging.getLogger(__name__)
 
@@ -269,13 +269,15 @@ class ReplaySSMLM(HFLM):
         T = forced.shape[1]
         gen_cfg = transformers.GenerationConfig(
             max_new_tokens=T, min_new_tokens=T, do_sample=False, num_beams=1,
-            # no EOS: a continuation that contains the EOS token must not end the stream early
-            eos_token_id=None, pad_token_id=self._pad_id(),
+            pad_token_id=self._pad_id(),
             output_logits=True, return_dict_in_generate=True)
         with torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
                             enabled=self.mixed_precision_dtype is not None):
             out = self.model.generate(input_ids=inp, attention_mask=mask, generation_config=gen_cfg,
                                       logits_processor=transformers.LogitsProcessorList([_ForceTokens(forced, inp.shape[1])]),
+                                      # no EOS: a continuation holding the EOS token must not end the stream
+                                      # (a kwarg, since None in generation_config is filled from the model's)
+                                      eos_token_id=None,
                                       **{_cache_kwarg(): self._new_stream(inp, mask)})
         if len(out.logits) != T:
             raise RuntimeError(f"decode scoring produced {len(out.logits)} steps for {T} continuation tokens")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from precision_lab.evals import stats as st
 from precision_lab.evals import tasks as task_presets
+
 from precision_lab.policy import StatePolicy
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,17 @@ def _file_digest(paths: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
+def _served_calls(lm, since: dict | None = None) -> dict[str, dict[str, int]]:
+    """SSM module -> {engine:implementation: calls} served so far (minus ``since``): the mixers count
+    cumulatively over the model's life, so a run's own calls are the difference."""
+    out = {}
+    for layer in lm.model.precision_lab_report()["layers"]:
+        prev = (since or {}).get(layer["module"], {})
+        calls = {k: n - prev.get(k, 0) for k, n in layer["calls"].items() if n - prev.get(k, 0)}
+        out[layer["module"]] = calls
+    return out
+
+
 class Study:
     """One study: task configs, the model, per-(policy, task) runs and the summary."""
 
@@ -186,16 +198,21 @@ class Study:
         lm = self.lm()
         lm.set_policy(policy, seed=self.cfg.seed)
         lm.generation_lengths.clear()
+        served_before = _served_calls(lm)
         res = simple_evaluate(model=lm, tasks=lm_tasks, task_manager=tm, limit=self.cfg.limit,
                               gen_kwargs=self.cfg.gen_kwargs, num_fewshot=self.cfg.num_fewshot,
                               apply_chat_template=self.cfg.apply_chat_template, log_samples=True,
                               bootstrap_iters=0)
+        # Data parallel: each rank knows the generation lengths of its own shard; rank 0 gathers them.
+        parts = lm.gather_object(dict(lm.generation_lengths), dst=0)
         if res is None:  # non-zero rank
             return None
+        for part in parts or []:
+            lm.generation_lengths.update(part or {})
         rec = {"fingerprint": fp, "policy": policy, "task": task,
                "lm_eval_results": res["results"], "n_shot": res.get("n-shot"),
                "samples": self._extract(task, res["samples"], lm),
-               "served": lm.model.precision_lab_report()["layers"]}
+               "served": _served_calls(lm, since=served_before)}
         _atomic_write_json(path, rec)
         return rec
 
@@ -279,6 +296,13 @@ class Study:
                     n_boot=c.n_boot, seed=c.stats_seed)
                 entry["policies"][policy]["changed_responses"] = sum(
                     idx[k]["response"] != base_idx[k]["response"] for k in items)
+            for policy, rec in by_policy.items():
+                # which implementations served the SSM layers in this run (engine:implementation -> calls)
+                served: dict[str, int] = {}
+                for calls in (rec.get("served") or {}).values():
+                    for name, n in calls.items():
+                        served[name] = served.get(name, 0) + n
+                (entry["fp32"] if policy == "fp32" else entry["policies"][policy])["served"] = served
             out_tasks[task] = entry
         return {"kind": "lmeval", "schema_version": SCHEMA_VERSION,
                 "provenance": provenance(config=asdict(c), data_digest=self.data_digest,

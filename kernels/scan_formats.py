@@ -1,10 +1,11 @@
 """State-format dispatch shared by the teacher-forced scan kernels (mamba2/scan.py, gdn/scan.py).
 
-``quantize_tile`` rounds one head's whole state matrix, held in registers as an fp32 tile, to a
-storage format and returns the fp32 values it stands for (what the next window reads). The
-element codecs are H2's integer-bit helpers (``codecs.py``), so the interpreter and the GPU run the
-same arithmetic as the torch quantizers. One program owns the whole [R, C] matrix, so NVFP4's
-per-matrix global scale is a plain in-register max.
+``quantize_tile`` rounds an fp32 tile of a state matrix to a storage format and returns the fp32
+values it stands for (what the next window reads). The element codecs are H2's integer-bit helpers
+(``codecs.py``), so the interpreter and the GPU run the same arithmetic as the torch quantizers.
+For NVFP4 the tile must be the whole [R, C] matrix (its global scale is the tile's amax); kernels
+that walk a matrix in row blocks take the amax over all blocks first (``tile_amax_bits``) and then
+call ``nvfp4_tile_sr`` per block with the matrix's scales.
 
 SR bits follow quant/philox.py ``sr_offsets``: key ``layer_seed(seed, layer)``; counter
 ``copy << 63 | event << 44 | seq << 28 | head << 16 | element`` (row-major element of [R, C]).
@@ -68,16 +69,41 @@ def quantize_tile(x, mask, seed, seq, head, event, elem, COPY: tl.constexpr, FMT
         else:
             tl.static_assert(FMT == C_NVFP4, "unknown state format code")
             tl.static_assert(BLOCK_C % 16 == 0, "NVFP4 blocks run along the last axis: C % 16 == 0")
-            amax = tl.max(tl.max(qc.abs_bits(x), 1), 0)   # integer max: NaN propagates
-            s_enc, s_dec = qc.nvfp4_global_scales(amax)
-            nb: tl.constexpr = BLOCK_R * (BLOCK_C // 16)
-            xb = tl.reshape(x, (nb, 16))
-            if SR:
-                rb = tl.reshape(r, (nb, 16))
-            else:
-                rb = 0
-            codes, scale_codes = qc.nvfp4_quantize_blocks(xb, s_enc, s_dec, rb, SR)
-            block_scale = qc.decode_e4m3(scale_codes) * s_dec
-            y = tl.reshape(qc.decode_e2m1(codes) * block_scale[:, None], (BLOCK_R, BLOCK_C))
+            s_enc, s_dec = qc.nvfp4_global_scales(tile_amax_bits(x))
+            y = nvfp4_tile(x, s_enc, s_dec, r, SR, BLOCK_R, BLOCK_C)
         y = tl.where(mask, y, 0.0)
     return y
+
+
+@triton.jit
+def tile_amax_bits(x):
+    """amax of a 2-D tile as ``abs_bits`` (int32; an integer max, so NaN propagates)."""
+    return tl.max(tl.max(qc.abs_bits(x), 1), 0)
+
+
+@triton.jit
+def nvfp4_tile(x, s_enc, s_dec, r, SR: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """NVFP4 round trip of x [BLOCK_R, BLOCK_C] with the matrix's global scales (s_enc, s_dec) given:
+    one E4M3 scale per 16 elements of the last axis. Returns fp32 values."""
+    tl.static_assert(BLOCK_C % 16 == 0, "NVFP4 blocks run along the last axis: C % 16 == 0")
+    nb: tl.constexpr = BLOCK_R * (BLOCK_C // 16)
+    xb = tl.reshape(x, (nb, 16))
+    if SR:
+        rb = tl.reshape(r, (nb, 16))
+    else:
+        rb = 0
+    codes, scale_codes = qc.nvfp4_quantize_blocks(xb, s_enc, s_dec, rb, SR)
+    block_scale = qc.decode_e4m3(scale_codes) * s_dec
+    return tl.reshape(qc.decode_e2m1(codes) * block_scale[:, None], (BLOCK_R, BLOCK_C))
+
+
+@triton.jit
+def nvfp4_tile_sr(x, mask, s_enc, s_dec, seed, seq, head, event, elem, COPY: tl.constexpr, SR: tl.constexpr,
+                  BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """``nvfp4_tile`` of a row block of a state matrix, drawing its SR bits (masked elements → 0)."""
+    x = tl.where(mask, x, 0.0)
+    if SR:
+        r = sr_bits(seed, seq, head, event, elem, COPY)
+    else:
+        r = 0
+    return tl.where(mask, nvfp4_tile(x, s_enc, s_dec, r, SR, BLOCK_R, BLOCK_C), 0.0)

@@ -36,14 +36,18 @@ records with the same shapes as the decode engine, and the cumulative decays are
 (the same sequential sums), so for Mamba-2 — whose records do not depend on the state — every
 stored checkpoint equals the decode engine's bit for bit, in every mode and format, SR included.
 For GDN/KDA the d's come from the triangular solve instead of the decode engine's one-by-one
-readouts; they differ in the last bits, so a lossy cast can (rarely) round one element differently.
-In float64 that never happens in practice; in float32 with lossy formats it can, and the engines
-then agree to that format's rounding of one element rather than to fp32 rounding.
+readouts, so they differ in the last bits. Lossless storage keeps that at rounding level. A lossy
+cast, though, occasionally lands on the other side of a rounding boundary (in float64 this never
+happens in practice: the tests see identical stored bits); in float32 it does, and from then on the
+two engines are two different samples of the same stochastic process — over thousands of tokens
+their outputs can separate by the size of the format's error (tests/test_scan.py checks float64
+exactly and float32 for lossless policies; the simulator's window means from the two engines
+agree to about three digits).
 
 Conventional modes (``fp32``, ``conventional:F``): with the identity format (``fp32``, stored as is
 in the compute dtype, see ``replay.StateWriter``) the stream is one unquantized recurrence and runs
-in the chunked form; a lossy F writes every step, so it runs the decode step token by token (the
-same code as the decode engine).
+in the chunked form (KDA: the plain recurrence); a lossy F writes every step, so it runs the decode
+step token by token (the same code as the decode engine).
 """
 from __future__ import annotations
 
@@ -60,27 +64,36 @@ IMPLEMENTATION = "torch-scan"
 # Full windows whose input-only quantities (decay masks, KᵀQ, triangular inverses) are computed in
 # one batch. Bounded so that KDA's per-channel masks [B, nW, L, L, H, C] stay a few tens of MB.
 _BLOCK_ELEMENTS = 1 << 23
+# Chunk of the unquantized (identity-storage) conventional path; 16 was fastest on CPU (T = 4096).
+_CHUNK = 16
 
 
 # ---------------------------------------------------------------------------------------------
 # Input-only window quantities (no state involved)
 # ---------------------------------------------------------------------------------------------
-def _pair(c_rows: torch.Tensor, c_cols: torch.Tensor, x_rows: torch.Tensor, k_cols: torch.Tensor,
-          strict: bool) -> torch.Tensor:
-    """Decay-weighted products ``P[j, i] = (e^{c_j − c_i} ⊙ k_i)·x_j`` for i ≤ j (i < j if strict), else 0.
+def _pair_weights(c: torch.Tensor, q: torch.Tensor, k: torch.Tensor, delta: bool):
+    """Decay-weighted products of a window, for every window of a block:
 
-    Positions are global within the window: rows j and columns i index the same window axis.
-    c_rows [B,W,n,H,Ca], c_cols [B,W,n,H,Ca], x_rows [B,W,n,H,C], k_cols [B,W,n,H,C].
-    Returns [B,W,H,n,n] (rows j, columns i).
+        KQ[j, i] = (e^{c_j − c_i} ⊙ k_i)·q_j  for i ≤ j,      KK[j, i] = (e^{c_j − c_i} ⊙ k_i)·k_j  for i < j,
+
+    zero elsewhere. c [B,W,n,H,Ca], q/k [B,W,n,H,C]. Returns (KQ, KK or None), each [B,W,H,n,n] (rows j).
+    The decays are exponentials of differences (≤ 0 on the causal part), never ratios, so strongly
+    decaying channels cannot overflow.
     """
-    n = c_rows.shape[2]
-    mask = torch.ones(n, n, dtype=torch.bool, device=c_rows.device).tril(-1 if strict else 0)
-    diff = c_rows.unsqueeze(3) - c_cols.unsqueeze(2)                     # [B,W,j,i,H,Ca] = c_j − c_i
-    decay = diff.masked_fill(~mask[:, :, None, None], float("-inf")).exp()
-    if c_rows.shape[-1] == 1:  # one decay per head: the dot product factors out of the mask
-        dots = torch.einsum("bwjhc,bwihc->bwhji", x_rows, k_cols)
-        return dots * decay[..., 0].permute(0, 1, 4, 2, 3)
-    return torch.einsum("bwjihc,bwihc,bwjhc->bwhji", decay, k_cols, x_rows)
+    n = c.shape[2]
+    causal = torch.ones(n, n, dtype=torch.bool, device=c.device).tril()
+    strict = causal.tril(-1)
+    diff = c.unsqueeze(3) - c.unsqueeze(2)                               # [B,W,j,i,H,Ca] = c_j − c_i
+    decay = diff.masked_fill(~causal[:, :, None, None], float("-inf")).exp()
+    if c.shape[-1] == 1:  # one decay per head: the dot products factor out of the mask
+        dec = decay[..., 0].permute(0, 1, 4, 2, 3)                       # [B,W,H,j,i]
+        kq = torch.einsum("bwjhc,bwihc->bwhji", q, k) * dec
+        kk = torch.einsum("bwjhc,bwihc->bwhji", k, k) * (dec * strict) if delta else None
+        return kq, kk
+    dk = decay * k.unsqueeze(2)                                          # e^{c_j − c_i} ⊙ k_i
+    kq = torch.einsum("bwjihc,bwjhc->bwhji", dk, q)
+    kk = torch.einsum("bwjihc,bwjhc->bwhji", dk, k) * strict if delta else None
+    return kq, kk
 
 
 class _Block:
@@ -95,9 +108,14 @@ class _Block:
         self.delta = v is not None
         self.c = _core.cumulative(a, dim=2)                                 # same sums as decode
         self.ec = self.c.exp()
-        self.kq = _pair(self.c, self.c, q, k, strict=False)                 # [B,W,H,n,n]
+        self.kq, kk = _pair_weights(self.c, q, k, self.delta)               # [B,W,H,n,n]
+        self.ecq = self.ec * q                                              # e^{c_j} ⊙ q_j
+        # per-window records in the decode engine's layout [B, n, H, ...], contiguous (window-major)
+        names = ("a", "k", "c") + (("v", "beta") if self.delta else ("u",))
+        self.rec = {name: getattr(self, name).transpose(0, 1).contiguous() for name in names}
+        if not self.delta:  # Mamba-2: the in-window part of every output needs no state
+            self.intra = self.kq @ u.permute(0, 1, 3, 2, 4)                 # [B,W,H,n,R]
         if self.delta:
-            kk = _pair(self.c, self.c, k, k, strict=True)
             self.A = kk * beta.permute(0, 1, 3, 2).unsqueeze(-1)            # A[j, i] = β_j (…)
             self.eck = self.ec * k                                          # e^{c_j} ⊙ k_j
             n = k.shape[2]
@@ -121,12 +139,7 @@ class _Block:
 
     def window(self, w: int) -> dict[str, torch.Tensor]:
         """Records of window w in the decode engine's layout [B, n, H, ...], contiguous."""
-        out = {"a": self.a[:, w], "k": self.k[:, w], "c": self.c[:, w]}
-        if self.delta:
-            out.update(v=self.v[:, w], beta=self.beta[:, w])
-        else:
-            out["u"] = self.u[:, w]
-        return {name: t.contiguous() for name, t in out.items()}
+        return {name: t[w] for name, t in self.rec.items()}
 
 
 def _state_q(S0: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -182,8 +195,13 @@ class _Scan:
         T = p.k.shape[1]
         if self.policy.update == "fp32":
             # identity storage: every step stores its unrounded result, so the stream is one
-            # unquantized recurrence; run it chunked and count the T writes it stands for.
-            y, S = _core.chunked(p, self.U, 64)
+            # unquantized recurrence; count the T writes it stands for. Scalar decays run chunked;
+            # KDA's per-channel decay makes chunk masks [n, n, K] cost more than the plain recurrence
+            # (which is the decode engine's arithmetic exactly).
+            if p.a.shape[-1] == 1:
+                y, S = _core.chunked(p, self.U, _CHUNK)
+            else:
+                y, S = _core.recurrent(p, self.U)
             self.U = self.R = S
             self.writes += T
             self.state_writes += T
@@ -229,9 +247,9 @@ class _Scan:
         if self.delta:
             d_new = _deltas(blk, w, self.R, d_old)                          # [B,H,n-n0,R]
             d_all = d_new if not n0 else torch.cat([d_old, d_new], 2)       # [B,H,n,R]
+            y = _state_q(self.R, blk.ecq[:, w]) + blk.kq[:, w] @ d_all      # [B,H,n,R]
         else:
-            d_all = rec["u"].permute(0, 2, 1, 3)
-        y = _state_q(self.R, blk.ec[:, w] * blk.q[:, w]) + blk.kq[:, w] @ d_all  # [B,H,n,R]
+            y = _state_q(self.R, blk.ecq[:, w]) + blk.intra[:, w]
         y = y[:, :, n0:last]
         if flush:
             if not self.delta:
@@ -259,7 +277,8 @@ class _Scan:
         else:
             keep = dict(rec)
             keep.pop("c")
-            keep["u"] = d_all.permute(0, 2, 1, 3).contiguous()
+            if self.delta:  # the buffered d's are the read-copy ones (replay.py)
+                keep["u"] = d_all.permute(0, 2, 1, 3).contiguous()
             self.records = keep
             self.window_len = n
         self.record_writes += last - n0

@@ -18,7 +18,7 @@ Inputs (``make_inputs``; every setting is recorded in the result JSON):
 
 Runs: every policy runs with float32 compute (the float32 inputs) on the ``scan`` engine, which
 applies the exact decode semantics of DESIGN §4 (it equals the token-by-token decode engine; see
-tests/test_scan.py). The reference is the same float32 inputs cast to float64 and run through the
+tests/test_scan.py); ``engine="decode"`` runs the token-by-token engine itself. The reference is the same float32 inputs cast to float64 and run through the
 unquantized recurrence in float64 (``recurrences._core.chunked``, no state rounding at all).
 
 Error metric: per step t and sequence b, e_t = ‖y_t − y_ref,t‖ / ‖y_ref,t‖ over all heads and rows
@@ -58,6 +58,7 @@ class SimConfig:
     policies:    policy strings
     avg:         steps averaged at each window end
     bins:        log-spaced bins of the stored per-step curve
+    engine:      "scan" (default, window-parallel) or "decode" (token by token; same semantics, slower)
     """
 
     arch: str = "mamba2"
@@ -75,6 +76,7 @@ class SimConfig:
     policies: tuple[str, ...] = DEFAULT_POLICIES
     avg: int = 256
     bins: int = 96
+    engine: str = "scan"
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -95,6 +97,8 @@ class SimConfig:
             raise ValueError(f"input_scale must be a positive finite number, got {self.input_scale}")
         if not self.policies:
             raise ValueError("no policies given")
+        if self.engine not in ("scan", "decode"):
+            raise ValueError(f"engine must be 'scan' or 'decode', got {self.engine!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,7 +217,7 @@ def run_sim(cfg: SimConfig, log=print) -> dict:
     results = {}
     for pol, name in zip(policies, names):
         t = time.perf_counter()
-        y, stats = run_layer(inp, pol, engine="scan")
+        y, stats = run_layer(inp, pol, engine=cfg.engine)
         err = step_errors(y, y_ref)
         if not torch.isfinite(err).all():
             raise FloatingPointError(f"policy {name}: non-finite outputs")
@@ -241,7 +245,7 @@ def run_sim(cfg: SimConfig, log=print) -> dict:
                            "mean over the whole window (mean_rel_error_window)",
             "reference": "same float32 inputs in float64, unquantized recurrence (chunked form), no state rounding",
             "compute_dtype": "float32",
-            "engine": "scan",
+            "engine": cfg.engine,
         },
         "window_ends": ends,
         "seconds": round(time.perf_counter() - t0, 3),
@@ -286,33 +290,31 @@ def plot(result: dict, path) -> None:
 # ---------------------------------------------------------------------------------------------
 def run_equivalence(arch: str = "mamba2", steps: int = 1000, rows: int = 64, cols: int = 128, L: int = 16,
                     drafts: int = 4, rounds: int = 300, seed: int = 0, log=print) -> dict:
-    """ReplaySSM vs conventional decode in float64 on the decode engine (token by token).
+    """ReplaySSM vs conventional decode in float64 on the decode engine (token by token), one head.
 
-    1. ``steps`` decode steps, one head of [rows, cols], buffer L: max relative output difference of
-       ``shared:fp32@L`` (identity storage in float64, so only the algebra differs) against ``fp32``,
-       and the state writes of each (ReplaySSM: ⌊steps/L⌋ flushes; conventional: one per step).
-    2. Speculative decoding, ``drafts`` drafts, random acceptance 1..T per round, ``rounds`` rounds,
-       on a window L_spec = max(L, 2T): accepted outputs against token-by-token decode of the same
-       accepted stream, and state writes against the snapshot-per-draft baseline (T per round).
+    1. ``steps`` decode steps, state [rows, cols], buffer L: max relative output difference of
+       ``shared:fp32@L<L>`` (identity storage in float64, so only the algebra differs) against
+       ``fp32``, and the state writes of each (ReplaySSM: ⌊steps/L⌋ flushes; conventional: one per step).
+    2. Speculative decoding, ``drafts`` drafts (T = 1 + drafts tokens per round), random acceptance
+       1..T per round, ``rounds`` rounds, window max(L, 2T): the accepted outputs against
+       token-by-token decode of the accepted stream, and state writes against the snapshot-per-draft
+       baseline (T snapshots per round).
+    Returns {"decode": {...}, "speculative": {...}} with the measured numbers.
     """
     from .layer import Drafts, random_inputs, run_layer
-    from .provenance import provenance
 
     def rel(a, b):
         return float((a - b).abs().max() / b.abs().max())
 
-    groups = 1
-    inp = random_inputs(arch, batch=1, tokens=steps, heads=1, rows=rows, cols=cols, groups=groups,
+    inp = random_inputs(arch, batch=1, tokens=steps, heads=1, rows=rows, cols=cols, groups=1,
                         dtype=torch.float64, seed=seed)
     y_conv, s_conv = run_layer(inp, "fp32", engine="decode")
     y_rep, s_rep = run_layer(inp, f"shared:fp32@L{L}", engine="decode")
-    decode_part = {"steps": steps, "L": L, "state": [rows, cols], "max_rel_diff": rel(y_rep, y_conv),
-                   "final_state_rel_diff": rel(s_rep.state.update, s_conv.state.update) if s_rep.state.window == 0
-                   else None,
-                   "replay_state_writes": s_rep.state_writes, "conventional_state_writes": s_conv.state_writes,
-                   "replay_record_writes": s_rep.record_writes}
-    log(f"decode, float64, {arch}, one head {rows}x{cols}, L = {L}, {steps} steps:")
-    log(f"  ReplaySSM vs conventional: max relative output difference {decode_part['max_rel_diff']:.2e}")
+    dec = {"steps": steps, "L": L, "state": [rows, cols], "max_rel_diff": rel(y_rep, y_conv),
+           "replay_state_writes": s_rep.state_writes, "conventional_state_writes": s_conv.state_writes,
+           "replay_record_writes": s_rep.record_writes}
+    log(f"{arch}: decode in float64, one head {rows}x{cols}, L = {L}, {steps} steps")
+    log(f"  ReplaySSM vs conventional: max relative output difference {dec['max_rel_diff']:.2e}")
     log(f"  state writes: ReplaySSM {s_rep.state_writes} (+ {s_rep.record_writes} token records), "
         f"conventional {s_conv.state_writes}")
 
@@ -321,23 +323,32 @@ def run_equivalence(arch: str = "mamba2", steps: int = 1000, rows: int = 64, col
     g = torch.Generator().manual_seed(seed + 1)
     accept = torch.randint(1, T + 1, (rounds,), generator=g).tolist()
     n_tok = sum(accept)
-    sp = random_inputs(arch, batch=1, tokens=n_tok, heads=1, rows=rows, cols=cols, groups=groups,
+    sp = random_inputs(arch, batch=1, tokens=n_tok, heads=1, rows=rows, cols=cols, groups=1,
                        dtype=torch.float64, seed=seed + 2)
     y_tok, _ = run_layer(sp, "fp32", engine="decode")
     y_spec, s_spec = run_layer(sp, f"shared:fp32@L{L_spec}", engine="decode", drafts=Drafts(drafts, accept))
     y_snap, s_snap = run_layer(sp, "fp32", engine="decode", drafts=Drafts(drafts, accept))
-    spec_part = {"drafts": drafts, "tokens_per_round": T, "rounds": rounds, "L": L_spec, "accepted_tokens": n_tok,
-                 "max_rel_diff": rel(y_spec, y_tok), "snapshot_max_rel_diff": rel(y_snap, y_tok),
-                 "replay_state_writes": s_spec.state_writes, "snapshot_state_writes": s_snap.state_writes,
-                 "replay_record_writes": s_spec.record_writes}
-    log(f"speculative, float64, {drafts} drafts (T = {T}), random acceptance 1..{T}, {rounds} rounds, L = {L_spec}:")
-    log(f"  {n_tok} accepted tokens match token-by-token decode to {spec_part['max_rel_diff']:.2e} (max relative)")
+    spec = {"drafts": drafts, "tokens_per_round": T, "rounds": rounds, "L": L_spec, "accepted_tokens": n_tok,
+            "max_rel_diff": rel(y_spec, y_tok), "snapshot_max_rel_diff": rel(y_snap, y_tok),
+            "replay_state_writes": s_spec.state_writes, "snapshot_state_writes": s_snap.state_writes,
+            "replay_record_writes": s_spec.record_writes}
+    log(f"{arch}: speculative decoding in float64, {drafts} drafts (T = {T}), acceptance uniform in 1..{T}, "
+        f"{rounds} rounds, L = {L_spec}")
+    log(f"  {n_tok} accepted tokens match token-by-token decode to {spec['max_rel_diff']:.2e} (max relative)")
     log(f"  state writes: ReplaySSM {s_spec.state_writes} (+ {s_spec.record_writes} token records), "
         f"snapshot-per-draft baseline {s_snap.state_writes}")
+    return {"decode": dec, "speculative": spec}
+
+
+def equivalence_result(archs=ARCHS, seed: int = 0, log=print, **kwargs) -> dict:
+    """``run_equivalence`` for each architecture, as a result dict (kind "sim", mode "equivalence")."""
+    from .provenance import provenance
+
+    results = {arch: run_equivalence(arch, seed=seed, log=log, **kwargs) for arch in archs}
     return {"kind": "sim", "schema_version": 1,
-            "provenance": provenance(mode="equivalence", arch=arch, seed=seed),
-            "mode": "equivalence", "arch": arch, "decode": decode_part, "speculative": spec_part}
+            "provenance": provenance(mode="equivalence", archs=list(archs), seed=seed, settings=kwargs),
+            "mode": "equivalence", "results": results}
 
 
-__all__ = ["DEFAULT_POLICIES", "SimConfig", "format_table", "make_inputs", "plot", "run_equivalence", "run_sim",
+__all__ = ["DEFAULT_POLICIES", "SimConfig", "format_table", "make_inputs", "plot", "run_equivalence", "equivalence_result", "run_sim",
            "window_ends"]

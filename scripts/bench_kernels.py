@@ -401,21 +401,24 @@ def check_correctness(dev, steps=20) -> dict:
 # main
 # ---------------------------------------------------------------------------------------------
 def memcpy_ceiling(dev) -> dict:
-    n = 1 << 30
-    src = torch.empty(n, dtype=torch.uint8, device=dev).random_()
+    """Device-to-device copy of 2 GiB (bytes read + written), best of two sizes of graph."""
+    n = 1 << 29
+    src = torch.randn(n, device=dev)
     dst = torch.empty_like(src)
-    us, how = time_launches(lambda i: dst.copy_(src), 1, min_launches=20)
-
-    torch.cuda.empty_cache()
-    return {"bytes": 2 * n, "us": us, "GBps": 2 * n / us / 1e3, "timing": how}
+    best = None
+    for _ in range(2):
+        us, how = time_launches(lambda i: dst.copy_(src), 1, min_launches=20)
+        r = {"bytes": 8 * n, "us": us, "GBps": 8 * n / us / 1e3, "timing": how}
+        best = r if best is None or r["GBps"] > best["GBps"] else best
+    return best
 
 
 def run(args) -> dict:
     dev = "cuda"
     t_start = time.time()
+    checks = check_correctness(dev)  # (also warms the GPU up before the ceiling is measured)
     ceiling = memcpy_ceiling(dev)
     print(f"memcpy ceiling: {ceiling['GBps']:.0f} GB/s", flush=True)
-    checks = check_correctness(dev)
     bad = [k for k, v in checks.items() if not v["ok"]]
     print(f"correctness: {len(checks) - len(bad)}/{len(checks)} ok {bad}", flush=True)
     for k, v in checks.items():
@@ -491,6 +494,13 @@ def run(args) -> dict:
         for cf in CONV_FMTS:
             rec(measure(op, "conventional", 256, dev, upd=cf, block_r=best["conventional"],
                         nbytes=bytes_conventional(op, 256, cf)), "convfmt")
+    again = memcpy_ceiling(dev)
+    print(f"memcpy ceiling (end of run): {again['GBps']:.0f} GB/s", flush=True)
+    if again["GBps"] > ceiling["GBps"]:
+        ceiling = again
+        for r in rows:
+            if "GBps" in r:
+                r["pct_ceiling"] = 100 * r["GBps"] / ceiling["GBps"]
     summary = summarise(rows, checks, ceiling)
     return {"kind": "bench-kernels", "schema_version": 1,
             "provenance": provenance(device=torch.cuda.get_device_name(), quick=bool(args.quick),

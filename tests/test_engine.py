@@ -18,33 +18,17 @@ import pytest
 import torch
 
 import precision_lab.models as M
-from precision_lab.engine import run, teacher_forced_logits, token_by_token
+from precision_lab.engine import compare_engines, run, teacher_forced_logits, token_by_token
 
 POLICIES = ["fp32", "conventional:fp16-sr", "shared:nvfp4-sr@L4", "split:bf16-sr/nvfp4@L4",
             "split:fp32/fp8e4m3@L4@fold=buffered"]
 N, P, SEG = 22, 6, 6
 
 
-def _kl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    la, lb = torch.log_softmax(a.double(), -1), torch.log_softmax(b.double(), -1)
-    return (la.exp() * (la - lb)).sum(-1)
-
-
 def _check(engine_logits, decode_logits, policies):
     """Per-policy verdicts: (ok, engine disagreement, policy effect)."""
-    G = len(policies)
-    e = engine_logits.view(G, -1, N, engine_logits.shape[-1])
-    d = decode_logits.view(G, -1, N, decode_logits.shape[-1])
-    out = {}
-    for g, pol in enumerate(policies):
-        if pol == "fp32":
-            rel = ((e[g] - d[g]).abs().max() / d[g].abs().max()).item()
-            out[pol] = (rel < 2e-5, rel, 0.0)
-        else:
-            dis = _kl(d[g], e[g]).max().item()
-            eff = _kl(d[0], d[g]).mean().item()
-            out[pol] = (eff > 0 and dis <= 0.05 * eff, dis, eff)
-    return out
+    return {p: (v["ok"], v["disagreement"], v["effect"])
+            for p, v in compare_engines(engine_logits, decode_logits, policies).items()}
 
 
 def _ids(B=2):

@@ -1,8 +1,8 @@
 """GDN decode-step kernels (kernels/gdn/decode.py) against their torch references.
 
 Exact (byte for byte) where the arithmetic is the same: with g = 0 (α = e^0 = 1), no q/k
-normalisation and one-hot keys, S·k picks one column and every update is products and sums both
-sides round identically, so stored codes (SR bits included) must agree bit for bit. Random inputs
+normalisation and one-hot keys distinct within the window, S·k picks one column, k_i·k_j is 0 or 1
+and each element of the (closed-form) fold receives one term, so both sides round identically, so stored codes (SR bits included) must agree bit for bit. Random inputs
 are compared by per-tensor relative RMS error. GVA: 4 value heads over 2 key heads.
 """
 import pytest
@@ -38,8 +38,9 @@ def k_for(fmts):
 def inputs(B, T, K, device, exact=False, seed=0, Hk=HK, Hv=HV):
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
-    if exact:
-        k = torch.nn.functional.one_hot(torch.randint(0, K, (B, T, Hk), generator=g), K).float()
+    if exact:  # one-hot keys, distinct along the window: every fold sum has one nonzero term
+        idx = torch.stack([torch.randperm(K, generator=g)[:T] for _ in range(B * Hk)]).view(B, Hk, T)
+        k = torch.nn.functional.one_hot(idx.transpose(1, 2), K).float()
     else:
         k = r(B, T, Hk, K)
     d = dict(q=r(B, T, Hk, K), k=k, v=r(B, T, Hv, V),

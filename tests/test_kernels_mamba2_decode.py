@@ -1,8 +1,9 @@
 """Mamba-2 decode-step kernels (kernels/mamba2/decode.py) against their torch references.
 
-Exact (byte for byte) where the arithmetic is the same: with A = 0 (α = e^0 = 1) and dt_raw = 25
-(softplus passes values above 20 through), every state update is products and sums that both sides
-round identically, so the stored codes must agree bit for bit — SR bits included. With random
+Exact (byte for byte) where the arithmetic is the same: with A = 0 (α = e^0 = 1), dt_raw = 25
+(softplus passes values above 20 through) and small-integer x and B, every product and partial sum
+of the update and of the closed-form fold is exact in any order, so the stored codes must agree bit
+for bit — SR bits included. With random
 inputs transcendental functions differ by an ulp between the interpreter/GPU and torch, so outputs
 and states are compared by per-tensor relative RMS error.
 """
@@ -40,8 +41,11 @@ def n_for(fmts):
 def inputs(B, T, N, device, exact=False, seed=0, H=H, G=G):
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
-    d = dict(x=r(B, T, H, P), dt=torch.full((B, T, H), 25.0) if exact else r(B, T, H),
-             A=torch.zeros(H) if exact else -torch.rand(H, generator=g), B=0.5 * r(B, T, G, N),
+    # exact: small integers for x and B, so every product and sum of the (closed-form) fold is exact
+    ri = lambda *s: torch.randint(-3, 4, s, generator=g).float()  # noqa: E731
+    d = dict(x=ri(B, T, H, P) if exact else r(B, T, H, P), dt=torch.full((B, T, H), 25.0) if exact else r(B, T, H),
+             A=torch.zeros(H) if exact else -torch.rand(H, generator=g),
+             B=ri(B, T, G, N) if exact else 0.5 * r(B, T, G, N),
              C=r(B, T, G, N), D=r(H), dt_bias=None if exact else 0.5 * r(H), z=r(B, T, H, P))
     return {k: (v.to(device) if v is not None else None) for k, v in d.items()}
 

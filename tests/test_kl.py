@@ -6,9 +6,15 @@ import math
 import numpy as np
 import pytest
 import torch
-
-from precision_lab.evals.kl import (KLConfig, ResultFileError, format_table, kl_from_logits, linear_buckets,
-                                    log2_buckets, run_kl)
+from precision_lab.evals.kl import (
+    KLConfig,
+    ResultFileError,
+    format_table,
+    kl_from_logits,
+    linear_buckets,
+    log2_buckets,
+    run_kl,
+)
 
 
 def test_kl_from_logits_matches_definition():
@@ -127,4 +133,4 @@ def test_cli_kl_small(tmp_path, capsys):
     kl = np.array([b["mean"] for b in summary["results"]["shared:nvfp4"]["buckets"]["log2"]])
     assert np.all(np.isfinite(kl)) and kl.max() > 0
     assert main(["kl", "--model", "nope/none", "--out", str(tmp_path / "x"), "--no-progress"]) == 2
-    assert "unknown model" in capsys.readouterr().err
+    assert "cannot load model 'nope/none'" in capsys.readouterr().err

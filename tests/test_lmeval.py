@@ -11,11 +11,11 @@ import pytest
 import torch
 from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
-
 from precision_lab.evals import tasks as task_presets
 from precision_lab.evals.lmeval_model import ReplaySSMLM, prompt_seq_id
 from precision_lab.evals.lmeval_runner import LMEvalConfig, Study, run_study
 from precision_lab.evals.tasks.make_synthetic import synthetic_rows, to_jsonl
+
 from precision_lab.models import load_model
 
 MODEL = "tiny-qwen3.5"
@@ -84,10 +84,13 @@ def test_decode_scoring_matches_manual_stream():
     from precision_lab.models import apply_policy, new_stream
 
     lm = _replay("split:fp32/nvfp4", scoring="decode", batch_size=2)
-    got = lm.loglikelihood(_ll(PAIRS))
+    # the last pair's continuation holds the EOS token: scoring must feed on past it, not stop
+    pairs = PAIRS + [("Hi", " a<|endoftext|>b c d e f g h i j k l m n o p")]
+    assert lm.eot_token_id in lm.tokenizer(pairs[-1][1])["input_ids"]
+    got = lm.loglikelihood(_ll(pairs))
     model, tok = load_model(MODEL)
     apply_policy(model, "split:fp32/nvfp4", engine="auto", seed=0)
-    for (ctx, cont), (lp, greedy) in zip(PAIRS, got):
+    for (ctx, cont), (lp, greedy) in zip(pairs, got):
         c, k = tok(ctx)["input_ids"], tok(cont)["input_ids"]
         cache = new_stream(model, seq_ids=torch.tensor([prompt_seq_id(c)]))
         with torch.no_grad():
@@ -101,12 +104,26 @@ def test_decode_scoring_matches_manual_stream():
 
 
 def test_results_do_not_depend_on_batching():
-    """SR sequence ids come from the prompt tokens, so a request's stream is the same in any batch."""
-    one = _replay("shared:nvfp4", batch_size=1).generate_until(_gen(PROMPTS, 12))
-    three = _replay("shared:nvfp4", batch_size=3).generate_until(_gen(PROMPTS, 12))
-    assert one == three
+    """SR sequence ids come from the prompt tokens, so a request's stream draws the same random bits
+    in any batch (with arange(B) ids, rows 1.. of a batch would get other bits than alone)."""
+    pol = "shared:nvfp4-sr"
+    one = _replay(pol, scoring="decode", batch_size=1)
+    four = _replay(pol, scoring="decode", batch_size=4)
+    ll1, ll4 = one.loglikelihood(_ll(PAIRS)), four.loglikelihood(_ll(PAIRS))
+    for (a, ga), (b, gb) in zip(ll1, ll4):
+        assert a == pytest.approx(b, abs=1e-4) and ga == gb  # left padding moves fp32 sums by ~1e-5
+    assert one.generate_until(_gen(PROMPTS, 12)) == four.generate_until(_gen(PROMPTS, 12))
     assert prompt_seq_id([1, 2, 3]) == prompt_seq_id([1, 2, 3]) != prompt_seq_id([1, 2, 4])
     assert 0 <= prompt_seq_id(list(range(1000))) < 2**16
+
+
+def test_sr_seed_is_used_and_reproducible():
+    pol = "split:fp16-sr/nvfp4-sr"
+    a = _replay(pol, scoring="decode", seed=0).loglikelihood(_ll(PAIRS))
+    b = _replay(pol, scoring="decode", seed=0).loglikelihood(_ll(PAIRS))
+    c = _replay(pol, scoring="decode", seed=1).loglikelihood(_ll(PAIRS))
+    assert a == b
+    assert max(abs(x[0] - y[0]) for x, y in zip(a, c)) > 1e-4
 
 
 def test_generation_lengths_are_token_counts():
@@ -172,16 +189,29 @@ def test_missing_data_is_a_clear_error(tmp_path):
 
 @pytest.mark.parametrize("preset", ["mmlu_pro", "math_hard", "ruler_niah"])
 def test_each_preset_runs_offline(tmp_path, preset):
-    """Each preset's upstream prompts, filters and metrics run on the synthetic rows (stock HF model:
-    the replayssm path is exercised by the study test below)."""
+    """Each preset's upstream prompts, filters and metrics run on local rows (stock HF model: the
+    replayssm path is exercised by the study test below). For RULER, one task's rows come from
+    lm-eval's own generator through prepare_ruler, sized with the local byte tokenizer."""
+    import shutil
+
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    task_presets.write_task_configs(tmp_path, task_presets.SYNTHETIC_DIR, [preset])
+    data = tmp_path / "data"
+    shutil.copytree(task_presets.SYNTHETIC_DIR, data)
     model, tok = load_model(MODEL)
+    if preset == "ruler_niah":
+        from precision_lab.evals.tasks.prepare_ruler import prepare_ruler
+
+        tok.save_pretrained(tmp_path / "tok")
+        path = prepare_ruler(str(tmp_path / "tok"), [4096], data, ["niah_single_1"])["niah_single_1"]
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        assert len(rows) == 500 and all(r["max_length"] == 4096 and r["length"] <= 4096 for r in rows)
+        assert all(r["outputs"][0] in r["input"] for r in rows)
+    task_presets.write_task_configs(tmp_path / "tasks", data, [preset])
     lm = HFLM(pretrained=model, tokenizer=tok, batch_size=8, device="cpu")
     p = task_presets.PRESETS[preset]
-    res = simple_evaluate(lm, tasks=p.task_names, task_manager=TaskManager(include_path=str(tmp_path),
+    res = simple_evaluate(lm, tasks=p.task_names, task_manager=TaskManager(include_path=str(tmp_path / "tasks"),
                                                                          include_defaults=False),
                           limit=1, gen_kwargs="max_gen_toks=4", log_samples=True, bootstrap_iters=0)
     assert set(res["samples"]) == {t.name for t in p.tasks}
@@ -213,7 +243,11 @@ def test_study_pipeline_and_resume(tmp_path, monkeypatch):
     assert (r["mcnemar"]["b"], r["mcnemar"]["c"]) == (b, c)
     assert r["delta"]["delta"] == pytest.approx(sum(var[d]["score"] - base[d]["score"] for d in base) / 4)
     assert len(r["by_fp32_length_quartile"]) == 4 and r["generation_length"]["max"] <= 12
-    assert runs["shared:nvfp4"]["served"][0]["calls"]
+    # this run's own calls: decode steps (and prefills) of the replay path, none of conventional decode
+    served = e["policies"]["shared:nvfp4"]["served"]
+    assert any(k.startswith("decode:") and "replay" in k for k in served), served
+    assert not any("conventional" in k for k in served), served
+    assert all("replay" not in k for k in e["fp32"]["served"]) and e["fp32"]["served"]
 
     # Resume: a second run reuses every (policy, task) file and evaluates nothing.
     import lm_eval
@@ -277,3 +311,13 @@ def test_lm_eval_cli_finds_replayssm_through_the_startup_hook(tmp_path):
     data = json.loads(results[0].read_text())
     assert data["config"]["model"] == "replayssm"
     assert "gpqa_diamond_cot_zeroshot_local" in data["results"]
+
+
+@pytest.mark.parametrize("model_name", ["tiny-nemotron-h", "tiny-kimi-linear"])
+def test_other_architectures_fp32_equals_stock_and_lossy_differs(model_name):
+    """Mamba-2 (Nemotron-H) and KDA (Kimi-Linear) adapters through the same lm-eval model."""
+    model, tok = load_model(model_name)
+    want = HFLM(pretrained=model, tokenizer=tok, batch_size=3, device="cpu").generate_until(_gen(PROMPTS, 16))
+    mk = lambda pol: ReplaySSMLM(pretrained=model_name, policy=pol, batch_size=3, device="cpu")
+    assert mk("fp32").generate_until(_gen(PROMPTS, 16)) == want
+    assert mk("shared:nvfp4").generate_until(_gen(PROMPTS, 16)) != want

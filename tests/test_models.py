@@ -6,7 +6,6 @@ import pytest
 import torch
 
 import precision_lab.models as M
-from precision_lab.models.mixers import PolicyMixer
 from precision_lab.models.tokenizer import build_byte_tokenizer
 
 ARCHS = ["tiny-qwen3.5", "tiny-nemotron-h", "tiny-kimi-linear", "tiny-mamba2"]
@@ -21,9 +20,9 @@ def _cached_logits(model, ids, prefill):
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
-    outs = [model(input_ids=ids[:, :prefill], cache=cache, use_cache=True).logits]
+    outs = [model(input_ids=ids[:, :prefill], use_cache=True, **{M.cache_kwarg(model): cache}).logits]
     for t in range(prefill, ids.shape[1]):
-        outs.append(model(input_ids=ids[:, t:t + 1], cache=cache, use_cache=True).logits)
+        outs.append(model(input_ids=ids[:, t:t + 1], use_cache=True, **{M.cache_kwarg(model): cache}).logits)
     return torch.cat(outs, 1)
 
 

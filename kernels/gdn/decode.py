@@ -14,9 +14,11 @@ so the output-only step reads S_b once for both ``S_b q̃`` and ``S_b k`` and co
 d's of the earlier ones).
 
 * non-flush / verify (``flush=False``): S_b = READ copy, lo = 0; writes only o and the T records.
-* flush: fold the W buffered records into the UPDATE checkpoint in fp32, oldest first —
-  ``recompute=True`` (DESIGN gdn_fold="recompute") recomputes each d_j = β_j(v_j − α_j S k_j) from
-  the update checkpoint; ``recompute=False`` ("buffered") folds the stored d's. ``fold_new``
+* flush: fold the W buffered records into the UPDATE checkpoint in fp32 in closed form,
+  S ← e^{c_W} S + Σ_j e^{c_W − c_j} d_j k_jᵀ (one fp32 matrix product) — ``recompute=True`` (DESIGN
+  gdn_fold="recompute") first recomputes the window's d's from the update checkpoint, oldest first,
+  d_j = β_j (v_j − α_j S_{j-1} k_j) with S_{j-1} k_j in the output-only form above (S_b = update
+  checkpoint); ``recompute=False`` ("buffered") folds the stored d's. ``fold_new``
   (autoregressive flush, T = 1) then runs the new token as a conventional step on the fp32 S and
   o = S q̃ comes from that result; otherwise the drafts are verified against S_b = fp32 S, lo = W.
   round_H(S) → update checkpoint, round_F(S) → read copy (split), from the same fp32 S.
@@ -101,15 +103,55 @@ def gdn_conventional_step_kernel(
 
 
 @triton.jit
+def gdn_replay_scores_kernel(
+    rk_ptr, s_rk, slot_ptr, start_ptr, wlen_ptr, q_ptr, k_ptr, qn_ptr, kn_ptr, kq_ptr, kk_ptr, scale,
+    Hk, C, RING,
+    T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, NORM: tl.constexpr,
+    BC: tl.constexpr, BJ: tl.constexpr,
+):
+    """Per (key head, batch entry): normalise the T new q/k (q̃ = scale·q) into qn, kn [B, T, Hk, K],
+    write the new k records, and the scores k_j·q̃_t, k_j·k_t of every window position j into
+    kq, kk [B, T, Hk, BJ] — once per key head instead of once per value head and row block."""
+    i_kh, i_b = tl.program_id(0), tl.program_id(1)
+    slot = tl.load(slot_ptr + i_b).to(tl.int64)
+    start = tl.load(start_ptr + i_b)
+    W = tl.load(wlen_ptr + i_b)
+    cols = tl.arange(0, BC)
+    jj = tl.arange(0, BJ)
+    m_c = cols < C
+    m_cv = m_c & ((cols * 0 + slot) >= 0)
+    if FLUSH:  # the history is folded: only the new tokens are scored
+        m_hist = (jj < 0) & ((jj * 0 + slot) >= 0)
+    else:
+        m_hist = (jj < W) & ((jj * 0 + slot) >= 0)
+    slot = tl.maximum(slot, 0)
+    pos = ((start + jj) & (RING - 1)).to(tl.int64)
+    t_k = tl.load(rk_ptr + slot * s_rk + (pos * Hk + i_kh)[:, None] * C + cols[None, :],
+                  mask=m_hist[:, None] & m_c[None, :], other=0)
+    for t in tl.static_range(T):
+        bk = (i_b.to(tl.int64) * T + t) * Hk + i_kh
+        b_q = scale * _l2norm(tl.load(q_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32), NORM)
+        b_k = _l2norm(tl.load(k_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32), NORM)
+        tl.store(qn_ptr + bk * C + cols, b_q, mask=m_c)
+        tl.store(kn_ptr + bk * C + cols, b_k, mask=m_c)
+        t_k = tl.where((jj == W + t)[:, None], b_k[None, :], t_k)
+        if not FOLD_NEW:
+            q = ((start + W + t) & (RING - 1)).to(tl.int64)
+            tl.store(rk_ptr + slot * s_rk + (q * Hk + i_kh) * C + cols, b_k, mask=m_cv)
+        tl.store(kq_ptr + bk * BJ + jj, tl.sum(t_k * b_q[None, :], 1))
+        tl.store(kk_ptr + bk * BJ + jj, tl.sum(t_k * b_k[None, :], 1))
+
+
+@triton.jit
 def gdn_replay_step_kernel(
     u_d, u_sc, u_gs, su_d, su_sc, su_gs,                       # update checkpoint
     r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,                       # read copy
     rk_ptr, rd_ptr, rv_ptr, ra_ptr, rbeta_ptr, s_rk, s_rd, s_ra,  # records (slot strides; v as d, beta as a)
     slot_ptr, start_ptr, wlen_ptr, seq_ptr, ev_ptr, seed,
-    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, o_ptr, scale,
+    qn_ptr, kn_ptr, kq_ptr, kk_ptr, v_ptr, g_ptr, beta_ptr, o_ptr,
     Hk, Hv, R, C, RING,
     T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, SPLIT: tl.constexpr,
-    RECOMPUTE: tl.constexpr, NORM: tl.constexpr,
+    RECOMPUTE: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr,
 ):
@@ -125,38 +167,56 @@ def gdn_replay_step_kernel(
     # (block & scalar masks trip the interpreter: broadcast the slot test explicitly)
     m_r = (rows < R) & ((rows * 0 + slot) >= 0)
     m_c = cols < C
-    m_cv = m_c & ((cols * 0 + slot) >= 0)
-    # k records are shared by the key head's value heads: its first value head (row block 0) writes them.
-    m_ck = m_cv & ((cols * 0 + (i_h % (Hv // Hk)) + i_r) == 0)
     slot_ok = (jj * 0 + slot) >= 0
     slot = tl.maximum(slot, 0)
 
-    if FLUSH:
-        m_hist = jj < 0
-    else:
-        m_hist = (jj < W) & slot_ok
+    m_win = (jj < W) & slot_ok
     pos = ((start + jj) & (RING - 1)).to(tl.int64)
-    t_a = tl.load(ra_ptr + slot * s_ra + pos * Hv + i_h, mask=m_hist, other=0)
-    t_d = tl.load(rd_ptr + slot * s_rd + (pos * Hv + i_h)[:, None] * R + rows[None, :],
-                  mask=m_hist[:, None] & m_r[None, :], other=0)
-    t_k = tl.load(rk_ptr + slot * s_rk + (pos * Hk + i_kh)[:, None] * C + cols[None, :],
-                  mask=m_hist[:, None] & m_c[None, :], other=0)
+    h_a = tl.load(ra_ptr + slot * s_ra + pos * Hv + i_h, mask=m_win, other=0)
+    if FLUSH:  # keys of the history, for the fold (outputs use the scores of the pre-kernel)
+        h_k = tl.load(rk_ptr + slot * s_rk + (pos * Hk + i_kh)[:, None] * C + cols[None, :],
+                      mask=m_win[:, None] & m_c[None, :], other=0)
+    if FLUSH and RECOMPUTE:
+        h_d = tl.zeros([BJ, BR], dtype=tl.float32)  # recomputed below from the update checkpoint
+    else:
+        h_d = tl.load(rd_ptr + slot * s_rd + (pos * Hv + i_h)[:, None] * R + rows[None, :],
+                      mask=m_win[:, None] & m_r[None, :], other=0)
+    if FLUSH:  # the history is folded; outputs see only the new tokens
+        t_a = tl.zeros_like(h_a)
+        t_d = tl.zeros([BJ, BR], dtype=tl.float32)
+    else:
+        t_a = h_a
+        t_d = h_d
 
     seq = tl.load(seq_ptr + i_b)
     ev = tl.load(ev_ptr + i_b)
     if FLUSH:
         b_s = load_state(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC)
-        for j in range(0, W):
-            qj = ((start + j) & (RING - 1)).to(tl.int64)
-            f_alpha = tl.exp(tl.load(ra_ptr + slot * s_ra + qj * Hv + i_h, mask=valid, other=0))
-            f_k = tl.load(rk_ptr + slot * s_rk + (qj * Hk + i_kh) * C + cols, mask=m_cv, other=0)
-            if RECOMPUTE:
-                f_v = tl.load(rv_ptr + slot * s_rd + (qj * Hv + i_h) * R + rows, mask=m_r, other=0)
-                f_beta = tl.load(rbeta_ptr + slot * s_ra + qj * Hv + i_h, mask=valid, other=0)
-                f_d = f_beta * (f_v - f_alpha * tl.sum(b_s * f_k[None, :], 1))
-            else:
-                f_d = tl.load(rd_ptr + slot * s_rd + (qj * Hv + i_h) * R + rows, mask=m_r, other=0)
-            b_s = f_alpha * b_s + f_d[:, None] * f_k[None, :]
+        c = tl.cumsum(h_a, 0)  # c_j = Σ_{i<=j} a_i (0 past the window: h_a is 0 there)
+        if RECOMPUTE:
+            # d'_j = β_j (v_j − α_j S_{j-1} k_j) with S_{j-1} k_j in output-only form from the update
+            # checkpoint: e^{c_{j-1}} (S k_j) + Σ_{i<j} e^{c_{j-1}-c_i} (k_i·k_j) d'_i
+            h_v = tl.load(rv_ptr + slot * s_rd + (pos * Hv + i_h)[:, None] * R + rows[None, :],
+                          mask=m_win[:, None] & m_r[None, :], other=0)
+            h_beta = tl.load(rbeta_ptr + slot * s_ra + pos * Hv + i_h, mask=m_win, other=0)
+            sk0 = tl.dot(b_s, tl.trans(h_k), input_precision="ieee")            # [BR, BJ]: S k_j
+            gram = tl.dot(h_k, tl.trans(h_k), input_precision="ieee")           # [BJ, BJ]: k_i·k_j
+            for j in range(0, W):
+                at = jj == j
+                c_prev = tl.sum(tl.where(jj < j, h_a, 0.0), 0)
+                wi = tl.where(jj < j, tl.exp(c_prev - c), 0.0)
+                g_j = tl.sum(tl.where(at[None, :], gram, 0.0), 1)               # k_i·k_j over i
+                s_k = tl.exp(c_prev) * tl.sum(tl.where(at[None, :], sk0, 0.0), 1) + \
+                    tl.sum((wi * g_j)[:, None] * h_d, 0)
+                a_j = tl.sum(tl.where(at, h_a, 0.0), 0)
+                beta_j = tl.sum(tl.where(at, h_beta, 0.0), 0)
+                v_j = tl.sum(tl.where(at[:, None], h_v, 0.0), 0)
+                d_j = beta_j * (v_j - tl.exp(a_j) * s_k)
+                h_d = tl.where(at[:, None], d_j[None, :], h_d)
+        # closed-form fold: S = e^{c_W} S + Σ_j e^{c_W - c_j} d_j k_jᵀ (one fp32 matrix product)
+        tot = tl.sum(h_a, 0)
+        w = tl.where(m_win, tl.exp(tot - c), 0.0)
+        b_s = tl.exp(tot) * b_s + tl.dot(tl.trans(w[:, None] * h_d), h_k, input_precision="ieee")
         lo = W
     else:
         b_s = load_state(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC)
@@ -166,8 +226,8 @@ def gdn_replay_step_kernel(
         # autoregressive flush: the new token is a conventional step on the fp32 state
         bh = i_b.to(tl.int64) * Hv + i_h
         bk = i_b.to(tl.int64) * Hk + i_kh
-        b_q = scale * _l2norm(tl.load(q_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32), NORM)
-        b_k = _l2norm(tl.load(k_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32), NORM)
+        b_q = tl.load(qn_ptr + bk * C + cols, mask=m_c, other=0)
+        b_k = tl.load(kn_ptr + bk * C + cols, mask=m_c, other=0)
         b_v = tl.load(v_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
         alpha = tl.exp(tl.load(g_ptr + bh).to(tl.float32))
         beta = tl.load(beta_ptr + bh).to(tl.float32)
@@ -185,8 +245,10 @@ def gdn_replay_step_kernel(
         for t in tl.static_range(T):
             bh = (i_b.to(tl.int64) * T + t) * Hv + i_h
             bk = (i_b.to(tl.int64) * T + t) * Hk + i_kh
-            b_q = scale * _l2norm(tl.load(q_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32), NORM)
-            b_k = _l2norm(tl.load(k_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32), NORM)
+            b_q = tl.load(qn_ptr + bk * C + cols, mask=m_c, other=0)
+            b_k = tl.load(kn_ptr + bk * C + cols, mask=m_c, other=0)
+            sc_q = tl.load(kq_ptr + bk * BJ + jj)
+            sc_k = tl.load(kk_ptr + bk * BJ + jj)
             b_v = tl.load(v_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
             g = tl.load(g_ptr + bh).to(tl.float32)
             beta = tl.load(beta_ptr + bh).to(tl.float32)
@@ -196,22 +258,18 @@ def gdn_replay_step_kernel(
             tot = tl.sum(w_a, 0)
             decay = tl.where(m_w, tl.exp(tot - tl.cumsum(w_a, 0)), 0.0)
             e_tot = tl.exp(tot)
-            s_q = e_tot * tl.sum(b_s * b_q[None, :], 1) + \
-                tl.sum((decay * tl.sum(t_k * b_q[None, :], 1))[:, None] * t_d, 0)
-            s_k = e_tot * tl.sum(b_s * b_k[None, :], 1) + \
-                tl.sum((decay * tl.sum(t_k * b_k[None, :], 1))[:, None] * t_d, 0)
+            s_q = e_tot * tl.sum(b_s * b_q[None, :], 1) + tl.sum((decay * sc_q)[:, None] * t_d, 0)
+            s_k = e_tot * tl.sum(b_s * b_k[None, :], 1) + tl.sum((decay * sc_k)[:, None] * t_d, 0)
             alpha = tl.exp(g)
             b_d = beta * (b_v - alpha * s_k)
-            b_o = alpha * s_q + tl.sum(b_k * b_q, 0) * b_d
+            b_o = alpha * s_q + tl.sum(tl.where(jj == p, sc_q, 0.0), 0) * b_d
             tl.store(o_ptr + bh * R + rows, tl.where(valid, b_o, 0.0).to(o_ptr.dtype.element_ty), mask=rows < R)
             at = jj == p
             t_a = tl.where(at, g, t_a)
             t_d = tl.where(at[:, None], b_d[None, :], t_d)
-            t_k = tl.where(at[:, None], b_k[None, :], t_k)
             qp = ((start + p) & (RING - 1)).to(tl.int64)
             tl.store(rd_ptr + slot * s_rd + (qp * Hv + i_h) * R + rows, b_d, mask=m_r)
             tl.store(ra_ptr + slot * s_ra + qp * Hv + i_h, g, mask=valid & (i_r == 0))
-            tl.store(rk_ptr + slot * s_rk + (qp * Hk + i_kh) * C + cols, b_k, mask=m_ck)
             if RECOMPUTE:
                 tl.store(rv_ptr + slot * s_rd + (qp * Hv + i_h) * R + rows, b_v, mask=m_r)
                 tl.store(rbeta_ptr + slot * s_ra + qp * Hv + i_h, beta, mask=valid & (i_r == 0))
@@ -304,17 +362,25 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     br = _block_rows(V, (update.code, read.code) if flush else (), block_r)
     bc = max(_pow2(K), 16)
+    bj = max(records.ring, 16)
+    slots32, start32, wlen32 = (t.to(torch.int32).contiguous() for t in (slots, start, wlen))
+    qn = torch.empty(Bsz, T, Hk, K, dtype=torch.float32, device=dev)
+    kn = torch.empty_like(qn)
+    kq = torch.empty(Bsz, T, Hk, bj, dtype=torch.float32, device=dev)
+    kk = torch.empty_like(kq)
+    gdn_replay_scores_kernel[(Hk, Bsz)](
+        records.k, records.k.stride(0), slots32, start32, wlen32, q.contiguous(), k.contiguous(), qn, kn, kq, kk,
+        float(K ** -0.5 if scale is None else scale), Hk, K, records.ring,
+        T=T, FLUSH=flush, FOLD_NEW=fold_new, NORM=qk_l2norm, BC=bc, BJ=bj, num_warps=4)
     gdn_replay_step_kernel[(triton.cdiv(V, br), Hv, Bsz)](
         *update.kernel_args(), *read.kernel_args(),
         records.k, records.d, records.v, records.a, records.beta,
         records.k.stride(0), records.d.stride(0), records.a.stride(0),
-        slots.to(torch.int32).contiguous(), start.to(torch.int32).contiguous(), wlen.to(torch.int32).contiguous(),
-        _as_i64(seq_ids, Bsz, dev), _as_i64(events, Bsz, dev), sr_seed(seed, layer),
-        q.contiguous(), k.contiguous(), v, g.contiguous(), beta.contiguous(), o,
-        float(K ** -0.5 if scale is None else scale), Hk, Hv, V, K, records.ring,
-        T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, NORM=qk_l2norm,
+        slots32, start32, wlen32, _as_i64(seq_ids, Bsz, dev), _as_i64(events, Bsz, dev), sr_seed(seed, layer),
+        qn, kn, kq, kk, v, g.contiguous(), beta.contiguous(), o, Hk, Hv, V, K, records.ring,
+        T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
-        BR=br, BC=bc, BJ=records.ring, num_warps=_num_warps(br, bc), enable_fp_fusion=False)
+        BR=br, BC=bc, BJ=bj, num_warps=_num_warps(br, bc), enable_fp_fusion=False)
     return o
 
 

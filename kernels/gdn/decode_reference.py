@@ -60,14 +60,25 @@ def gdn_replay_step_ref(S_update, S_read, hist, q, k, v, g, beta, *, scale=None,
     S_new = None
     if flush:
         S = S_update
-        for j in range(W):
-            alpha = torch.exp(hist["a"][:, j])
-            kj = hist["k"][:, j]
-            if recompute:
-                d = hist["beta"][:, j][..., None] * (hist["v"][:, j] - alpha[..., None] * (S * kj[..., None, :]).sum(-1))
-            else:
-                d = hist["d"][:, j]
-            S = alpha[..., None, None] * S + d[..., :, None] * kj[..., None, :]
+        a, kk = hist["a"], hist["k"]                                   # [B, W, Hv], [B, W, Hv, K]
+        c = torch.cumsum(a, 1)
+        if recompute:
+            sk0 = torch.einsum("bhvk,bjhk->bjhv", S, kk)                 # S k_j
+            gram = torch.einsum("bihk,bjhk->bijh", kk, kk)               # k_i·k_j
+            ds = []
+            for j in range(W):
+                c_prev = a[:, :j].sum(1)
+                s_k = torch.exp(c_prev)[..., None] * sk0[:, j]
+                if j:
+                    wi = torch.exp(c_prev[:, None] - c[:, :j])             # [B, j, Hv]
+                    s_k = s_k + ((wi * gram[:, :j, j])[..., None] * torch.stack(ds, 1)).sum(1)
+                ds.append(hist["beta"][:, j][..., None] * (hist["v"][:, j] - torch.exp(a[:, j])[..., None] * s_k))
+            d = torch.stack(ds, 1) if W else hist["d"]
+        else:
+            d = hist["d"]
+        tot = a.sum(1)
+        w = torch.exp(tot[:, None] - c)
+        S = torch.exp(tot)[..., None, None] * S + torch.einsum("bjhv,bjhk->bhvk", w[..., None] * d, kk)
         lo = W
     else:
         S, lo = S_read, 0

@@ -29,11 +29,14 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from precision_lab.kernels.scan_formats import C_FP32, quantize_tile
+from precision_lab.kernels.quant import codecs as qc
+from precision_lab.kernels.scan_formats import C_FP32, C_NVFP4, FMT_NVFP4, nvfp4_tile_sr, quantize_tile, tile_amax_bits
 from precision_lab.quant.philox import layer_seed
 
 __all__ = ["gdn_replay_scan", "gdn_recurrent_scan", "L2NORM_EPS"]
 
+#: value rows per block of the state walk (a [32, 128] fp32 tile is 16 registers a thread at 4 warps)
+ROW_BLOCK = 32
 #: eps of the q/k L2 normalisation, as in the HF/fla GDN layers: x · rsqrt(Σx² + eps)
 L2NORM_EPS = 1e-6
 
@@ -45,16 +48,22 @@ def _l2norm_rows(x, L2NORM: tl.constexpr, EPS: tl.constexpr):
     return x
 
 
-@triton.jit
+# Stream lengths, counters and head counts change from call to call (every segment of a KL run):
+# not specialising on them keeps one compiled kernel per format configuration.
+@triton.jit(do_not_specialize=["T", "HK", "HV", "L", "n_windows", "seed", "event0"])
 def gdn_replay_scan_fwd_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, o_ptr,
-    u0_ptr, r0_ptr, u_ptr, r_ptr, seq_ptr,
+    u_ptr, r_ptr, seq_ptr,
     T, HK, HV, K, V, L, n_windows, scale,
     seed, event0,
     UPD_FMT: tl.constexpr, UPD_SR: tl.constexpr, READ_FMT: tl.constexpr, READ_SR: tl.constexpr,
     SPLIT: tl.constexpr, RECOMPUTE: tl.constexpr, L2NORM: tl.constexpr, EPS: tl.constexpr,
-    FOLD_PARTIAL: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
+    FOLD_PARTIAL: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+    NUM_R: tl.constexpr,
 ):
+    # One program per (sequence, value head). The checkpoints live in u_ptr / r_ptr (initialised by
+    # the wrapper) and are walked in row blocks of BLOCK_R value rows: state rows are independent in
+    # the delta rule, and a [128, 128] fp32 matrix (two in split mode) does not fit in registers.
     i_bh = tl.program_id(0)
     i_b = i_bh // HV
     i_h = i_bh % HV
@@ -63,22 +72,24 @@ def gdn_replay_scan_fwd_kernel(
 
     o_w = tl.arange(0, BLOCK_W)
     o_k = tl.arange(0, BLOCK_K)
-    o_v = tl.arange(0, BLOCK_V)
     m_k = o_k < K
-    m_v = o_v < V
-    m_vk = m_v[:, None] & m_k[None, :]
     strict = o_w[None, :] < o_w[:, None]    # [j, s]: s < j
     causal = o_w[None, :] <= o_w[:, None]   # [j, s]: s ≤ j
     eye = tl.where(o_w[:, None] == o_w[None, :], 1.0, 0.0)
-
-    p_state = i_bh.to(tl.int64) * V * K + o_v[:, None] * K + o_k[None, :]
-    b_u = tl.load(u0_ptr + p_state, mask=m_vk, other=0.0)
-    if SPLIT:
-        b_r = tl.load(r0_ptr + p_state, mask=m_vk, other=0.0)
-    else:
-        b_r = b_u
+    p_head = i_bh.to(tl.int64) * V * K
     seq = tl.load(seq_ptr + i_b).to(tl.int64)
-    elem = (o_v[:, None] * K + o_k[None, :]).to(tl.int64)
+    # NVFP4 copies need the amax of the whole matrix: the fp32 result is parked in a buffer of an
+    # NVFP4 copy during the row-block pass and rounded in a second pass.
+    UPD_LATE: tl.constexpr = UPD_FMT == C_NVFP4
+    READ_LATE: tl.constexpr = SPLIT and READ_FMT == C_NVFP4
+    if READ_LATE:
+        park_ptr = r_ptr
+    else:
+        park_ptr = u_ptr
+    if SPLIT:
+        rd_ptr = r_ptr
+    else:
+        rd_ptr = u_ptr
 
     for i_w in range(n_windows):
         t = i_w * L + o_w
@@ -87,12 +98,10 @@ def gdn_replay_scan_fwd_kernel(
         p_bth = (i_b64 * T + t64) * HV + i_h
         p_btk = ((i_b64 * T + t64) * HK + i_hk)[:, None] * K + o_k[None, :]
         m_tk = m_t[:, None] & m_k[None, :]
-        m_tv = m_t[:, None] & m_v[None, :]
         b_g = tl.load(g_ptr + p_bth, mask=m_t, other=0.0).to(tl.float32)
         b_beta = tl.load(beta_ptr + p_bth, mask=m_t, other=0.0).to(tl.float32)
         b_k = _l2norm_rows(tl.load(k_ptr + p_btk, mask=m_tk, other=0.0).to(tl.float32), L2NORM, EPS)
         b_q = _l2norm_rows(tl.load(q_ptr + p_btk, mask=m_tk, other=0.0).to(tl.float32), L2NORM, EPS) * scale
-        b_v = tl.load(v_ptr + p_bth[:, None] * V + o_v[None, :], mask=m_tv, other=0.0).to(tl.float32)
 
         b_c = tl.cumsum(b_g, 0)
         b_ec = tl.exp(b_c)
@@ -103,12 +112,7 @@ def gdn_replay_scan_fwd_kernel(
         for i in range(1, L):
             a_i = tl.sum(tl.where(o_w[:, None] == i, b_a, 0.0), 0)
             b_ti = tl.where(o_w[:, None] == i, b_ti - tl.sum(a_i[:, None] * b_ti, 0)[None, :], b_ti)
-        # d's from the read copy (the buffer a non-flush step builds)
-        b_kr = tl.dot(b_k, tl.trans(b_r), input_precision="ieee")                       # [W, V]
-        b_d = tl.dot(b_ti, b_beta[:, None] * (b_v - b_ec[:, None] * b_kr), input_precision="ieee")
         b_qk = tl.where(causal, tl.dot(b_q, tl.trans(b_k), input_precision="ieee") * b_dec, 0.0)
-        b_o = b_ec[:, None] * tl.dot(b_q, tl.trans(b_r), input_precision="ieee") \
-            + tl.dot(b_qk, b_d, input_precision="ieee")
 
         # A flush needs a full window; fp32 mode (FOLD_PARTIAL) also folds the stream's last chunk.
         n_in = tl.minimum(T - i_w * L, L)
@@ -116,60 +120,101 @@ def gdn_replay_scan_fwd_kernel(
             n_fold = n_in
         else:
             n_fold = L
-        if n_in == n_fold:
-            is_last = o_w == n_fold - 1
-            c_last = tl.sum(b_g, 0)
-            if SPLIT and RECOMPUTE:
-                b_ku = tl.dot(b_k, tl.trans(b_u), input_precision="ieee")
-                b_d = tl.dot(b_ti, b_beta[:, None] * (b_v - b_ec[:, None] * b_ku), input_precision="ieee")
-            elif SPLIT:
-                # buffered fold: the flush token's own d reads U (with the buffered d's), i.e. its
-                # row of the solve with S₀ k swapped from R k to U k.
-                b_kl = tl.sum(tl.where(is_last[:, None], b_k, 0.0), 0)
-                b_rkl = tl.sum(tl.where(is_last[:, None], b_kr, 0.0), 0)
-                beta_l = tl.sum(tl.where(is_last, b_beta, 0.0), 0)
-                b_fix = beta_l * tl.exp(c_last) * (b_rkl - tl.sum(b_u * b_kl[None, :], 1))
-                b_d = tl.where(is_last[:, None], b_d + b_fix[None, :], b_d)
-            b_wd = b_d * tl.exp(c_last - b_c)[:, None]
-            b_s = b_u * tl.exp(c_last) + tl.dot(tl.trans(b_wd), b_k, input_precision="ieee")   # [V, K]
-            b_ql = tl.sum(tl.where(is_last[:, None], b_q, 0.0), 0)
-            b_of = tl.sum(b_s * b_ql[None, :], 1)
-            b_o = tl.where(is_last[:, None], b_of[None, :], b_o)
-            event = (event0 + i_w).to(tl.int64)
-            b_u = quantize_tile(b_s, m_vk, seed, seq, i_h, event, elem, 0, UPD_FMT, UPD_SR, BLOCK_V, BLOCK_K)
-            if SPLIT:
-                b_r = quantize_tile(b_s, m_vk, seed, seq, i_h, event, elem, 1, READ_FMT, READ_SR, BLOCK_V, BLOCK_K)
-            else:
-                b_r = b_u
+        flush = n_in == n_fold
+        is_last = o_w == n_fold - 1
+        c_last = tl.sum(b_g, 0)
+        b_wk = tl.exp(c_last - b_c)                                   # decay to the window's end
+        b_ql = tl.sum(tl.where(is_last[:, None], b_q, 0.0), 0)        # q of the flush token [K]
+        b_kl = tl.sum(tl.where(is_last[:, None], b_k, 0.0), 0)        # k of the flush token [K]
+        beta_l = tl.sum(tl.where(is_last, b_beta, 0.0), 0)
+        event = (event0 + i_w).to(tl.int64)
+        amax = tl.zeros([], dtype=tl.int32)
 
-        tl.store(o_ptr + p_bth[:, None] * V + o_v[None, :], b_o.to(o_ptr.dtype.element_ty), mask=m_tv)
+        for i_r in tl.static_range(NUM_R):
+            o_r = i_r * BLOCK_R + tl.arange(0, BLOCK_R)
+            m_r = o_r < V
+            m_rk = m_r[:, None] & m_k[None, :]
+            p_st = p_head + o_r[:, None] * K + o_k[None, :]
+            elem = (o_r[:, None] * K + o_k[None, :]).to(tl.int64)
+            m_tr = m_t[:, None] & m_r[None, :]
+            b_v = tl.load(v_ptr + p_bth[:, None] * V + o_r[None, :], mask=m_tr, other=0.0).to(tl.float32)
+            b_rd = tl.load(rd_ptr + p_st, mask=m_rk, other=0.0)                                 # [R, K]
+            # d's from the read copy (the buffer a non-flush step builds) and the outputs
+            b_kr = tl.dot(b_k, tl.trans(b_rd), input_precision="ieee")                            # [W, R]
+            b_d = tl.dot(b_ti, b_beta[:, None] * (b_v - b_ec[:, None] * b_kr), input_precision="ieee")
+            b_o = b_ec[:, None] * tl.dot(b_q, tl.trans(b_rd), input_precision="ieee") \
+                + tl.dot(b_qk, b_d, input_precision="ieee")
+            if flush:
+                if SPLIT:
+                    b_up = tl.load(u_ptr + p_st, mask=m_rk, other=0.0)
+                    if RECOMPUTE:
+                        b_ku = tl.dot(b_k, tl.trans(b_up), input_precision="ieee")
+                        b_d = tl.dot(b_ti, b_beta[:, None] * (b_v - b_ec[:, None] * b_ku), input_precision="ieee")
+                    else:
+                        # buffered fold: the flush token's own d reads U (with the buffered d's):
+                        # its row of the solve with S₀ k swapped from R k to U k.
+                        b_rkl = tl.sum(tl.where(is_last[:, None], b_kr, 0.0), 0)
+                        b_fix = beta_l * tl.exp(c_last) * (b_rkl - tl.sum(b_up * b_kl[None, :], 1))
+                        b_d = tl.where(is_last[:, None], b_d + b_fix[None, :], b_d)
+                else:
+                    b_up = b_rd
+                b_s = b_up * tl.exp(c_last) + tl.dot(tl.trans(b_d * b_wk[:, None]), b_k, input_precision="ieee")
+                b_o = tl.where(is_last[:, None], tl.sum(b_s * b_ql[None, :], 1)[None, :], b_o)
+                if UPD_LATE or READ_LATE:
+                    b_s = tl.where(m_rk, b_s, 0.0)
+                    amax = tl.maximum(amax, tile_amax_bits(b_s))
+                    tl.store(park_ptr + p_st, b_s, mask=m_rk)
+                if not UPD_LATE:
+                    tl.store(u_ptr + p_st, quantize_tile(b_s, m_rk, seed, seq, i_h, event, elem, 0, UPD_FMT, UPD_SR,
+                                                         BLOCK_R, BLOCK_K), mask=m_rk)
+                if SPLIT and not READ_LATE:
+                    tl.store(r_ptr + p_st, quantize_tile(b_s, m_rk, seed, seq, i_h, event, elem, 1, READ_FMT,
+                                                         READ_SR, BLOCK_R, BLOCK_K), mask=m_rk)
+            tl.store(o_ptr + p_bth[:, None] * V + o_r[None, :], b_o.to(o_ptr.dtype.element_ty), mask=m_tr)
 
-    tl.store(u_ptr + p_state, b_u, mask=m_vk)
-    if SPLIT:
-        tl.store(r_ptr + p_state, b_r, mask=m_vk)
+        if UPD_LATE or READ_LATE:
+            if flush:
+                tl.debug_barrier()
+                s_enc, s_dec = qc.nvfp4_global_scales(amax)
+                for i_r in tl.static_range(NUM_R):
+                    o_r = i_r * BLOCK_R + tl.arange(0, BLOCK_R)
+                    m_rk = (o_r < V)[:, None] & m_k[None, :]
+                    p_st = p_head + o_r[:, None] * K + o_k[None, :]
+                    elem = (o_r[:, None] * K + o_k[None, :]).to(tl.int64)
+                    b_s = tl.load(park_ptr + p_st, mask=m_rk, other=0.0)
+                    if UPD_LATE:
+                        tl.store(u_ptr + p_st, nvfp4_tile_sr(b_s, m_rk, s_enc, s_dec, seed, seq, i_h, event, elem, 0,
+                                                             UPD_SR, BLOCK_R, BLOCK_K), mask=m_rk)
+                    if READ_LATE:
+                        tl.store(r_ptr + p_st, nvfp4_tile_sr(b_s, m_rk, s_enc, s_dec, seed, seq, i_h, event, elem, 1,
+                                                             READ_SR, BLOCK_R, BLOCK_K), mask=m_rk)
+        tl.debug_barrier()
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "HK", "HV", "seed", "event0"])
 def gdn_recurrent_scan_fwd_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, o_ptr, s0_ptr, s_ptr, seq_ptr,
     T, HK, HV, K, V, scale, seed, event0,
     FMT: tl.constexpr, SR: tl.constexpr, L2NORM: tl.constexpr, EPS: tl.constexpr,
-    BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
 ):
+    # Program (sequence·head, row block): rows of the state are independent, so element formats
+    # split a head over programs; NVFP4 (one scale per matrix) gets BLOCK_R = V, one program per head.
     i_bh = tl.program_id(0)
+    i_rb = tl.program_id(1)
     i_b = i_bh // HV
     i_h = i_bh % HV
     i_hk = i_h // (HV // HK)
     i_b64 = i_b.to(tl.int64)
     o_k = tl.arange(0, BLOCK_K)
-    o_v = tl.arange(0, BLOCK_V)
+    o_r = i_rb * BLOCK_R + tl.arange(0, BLOCK_R)
     m_k = o_k < K
-    m_v = o_v < V
-    m_vk = m_v[:, None] & m_k[None, :]
-    p_state = i_bh.to(tl.int64) * V * K + o_v[:, None] * K + o_k[None, :]
-    b_s = tl.load(s0_ptr + p_state, mask=m_vk, other=0.0)
+    m_r = o_r < V
+    m_rk = m_r[:, None] & m_k[None, :]
+    p_state = i_bh.to(tl.int64) * V * K + o_r[:, None] * K + o_k[None, :]
+    b_s = tl.load(s0_ptr + p_state, mask=m_rk, other=0.0)
     seq = tl.load(seq_ptr + i_b).to(tl.int64)
-    elem = (o_v[:, None] * K + o_k[None, :]).to(tl.int64)
+    elem = (o_r[:, None] * K + o_k[None, :]).to(tl.int64)
 
     for t in range(T):
         p_bth = (i_b64 * T + t) * HV + i_h
@@ -178,16 +223,16 @@ def gdn_recurrent_scan_fwd_kernel(
         b_beta = tl.load(beta_ptr + p_bth).to(tl.float32)
         b_k = _l2norm_rows(tl.load(k_ptr + p_btk, mask=m_k, other=0.0).to(tl.float32), L2NORM, EPS)
         b_q = _l2norm_rows(tl.load(q_ptr + p_btk, mask=m_k, other=0.0).to(tl.float32), L2NORM, EPS) * scale
-        b_v = tl.load(v_ptr + p_bth * V + o_v, mask=m_v, other=0.0).to(tl.float32)
+        b_v = tl.load(v_ptr + p_bth * V + o_r, mask=m_r, other=0.0).to(tl.float32)
         b_alpha = tl.exp(b_g)
         b_d = b_beta * (b_v - b_alpha * tl.sum(b_s * b_k[None, :], 1))
         b_s = b_alpha * b_s + b_d[:, None] * b_k[None, :]
         b_o = tl.sum(b_s * b_q[None, :], 1)
-        tl.store(o_ptr + p_bth * V + o_v, b_o.to(o_ptr.dtype.element_ty), mask=m_v)
+        tl.store(o_ptr + p_bth * V + o_r, b_o.to(o_ptr.dtype.element_ty), mask=m_r)
         if FMT != C_FP32:
-            b_s = quantize_tile(b_s, m_vk, seed, seq, i_h, (event0 + t).to(tl.int64), elem, 0, FMT, SR, BLOCK_V, BLOCK_K)
+            b_s = quantize_tile(b_s, m_rk, seed, seq, i_h, (event0 + t).to(tl.int64), elem, 0, FMT, SR, BLOCK_R, BLOCK_K)
 
-    tl.store(s_ptr + p_state, b_s, mask=m_vk)
+    tl.store(s_ptr + p_state, b_s, mask=m_rk)
 
 
 def _prep(q, k, v, g, beta, scale):
@@ -201,47 +246,61 @@ def _prep(q, k, v, g, beta, scale):
 
 def gdn_replay_scan(q, k, v, g, beta, u0, r0, *, scale: float | None, qk_l2norm: bool, L: int,
                     seq_ids: torch.Tensor, seed: int, layer: int, event0: int, upd_fmt: int, upd_sr: bool,
-                    read_fmt: int, read_sr: bool, split: bool, recompute: bool, fold_partial: bool = False):
+                    read_fmt: int, read_sr: bool, split: bool, recompute: bool, fold_partial: bool = False,
+                    out=None):
     """Window-parallel ReplaySSM scan of one GDN segment starting on a window boundary.
 
     q, k [B,T,Hk,K]; v [B,T,Hv,V]; g, beta [B,T,Hv]; u0, r0 [B,Hv,V,K] fp32 (r0 read only if
     ``split``); seq_ids [B]; (seed, layer): SR key; event0: SR event of the first flush.
-    Returns (o [B,T,Hv,V] in v's dtype, u, r [B,Hv,V,K] fp32).
+    out: optional (o, u, r) buffers to write into.
+    Returns (o [B,T,Hv,V] in v's dtype, u, r [B,Hv,V,K] fp32; r is u unless ``split``).
     """
     (q, k, v, g, beta), (Bsz, T, HK, HV, K, V), scale = _prep(q, k, v, g, beta, scale)
     if not 1 <= L <= 64:
         raise ValueError(f"the Triton scan supports 1 <= L <= 64, got L={L}")
-    o = torch.empty_like(v)
-    u = torch.empty(Bsz, HV, V, K, device=v.device, dtype=torch.float32)
-    r = torch.empty_like(u) if split else u
-    u0 = u0.float().contiguous()
-    r0 = r0.float().contiguous() if split else u0
+    if out is not None:
+        o, u, r = out
+    else:
+        o = torch.empty_like(v)
+        u = torch.empty(Bsz, HV, V, K, device=v.device, dtype=torch.float32)
+        r = torch.empty_like(u) if split else u
+    r = r if split else u
+    # u and r are the kernel's working checkpoints: start them from u0 / r0
+    u.copy_(u0)
+    if split:
+        r.copy_(r0)
+    block_r = min(ROW_BLOCK, max(16, triton.next_power_of_2(V)))
     gdn_replay_scan_fwd_kernel[(Bsz * HV,)](
-        q, k, v, g, beta, o, u0, r0, u, r, seq_ids.to(device=v.device, dtype=torch.int64).contiguous(),
+        q, k, v, g, beta, o, u, r, seq_ids.to(device=v.device, dtype=torch.int64).contiguous(),
         T, HK, HV, K, V, L, triton.cdiv(T, L), scale, layer_seed(seed, layer), event0,
         UPD_FMT=upd_fmt, UPD_SR=upd_sr, READ_FMT=read_fmt, READ_SR=read_sr, SPLIT=split,
-        RECOMPUTE=recompute, L2NORM=qk_l2norm, EPS=L2NORM_EPS,
-        FOLD_PARTIAL=fold_partial, BLOCK_W=max(16, triton.next_power_of_2(L)), BLOCK_K=max(16, triton.next_power_of_2(K)),
-        BLOCK_V=max(16, triton.next_power_of_2(V)),
-        num_warps=4 if K * V <= 64 * 64 else 8,
+        RECOMPUTE=recompute, L2NORM=qk_l2norm, EPS=L2NORM_EPS, FOLD_PARTIAL=fold_partial,
+        BLOCK_W=max(16, triton.next_power_of_2(L)), BLOCK_K=max(16, triton.next_power_of_2(K)),
+        BLOCK_R=block_r, NUM_R=triton.cdiv(V, block_r),
+        num_warps=4,
     )
     return o, u, r
 
 
 def gdn_recurrent_scan(q, k, v, g, beta, s0, *, scale: float | None, qk_l2norm: bool, seq_ids: torch.Tensor,
-                       seed: int, layer: int, event0: int, fmt: int, sr: bool):
+                       seed: int, layer: int, event0: int, fmt: int, sr: bool, out=None):
     """Conventional decode over a GDN segment, state rounded to ``fmt`` after every token.
 
-    Shapes as ``gdn_replay_scan``; s0 [B,Hv,V,K] fp32. Returns (o [B,T,Hv,V], s [B,Hv,V,K] fp32).
+    Shapes as ``gdn_replay_scan``; s0 [B,Hv,V,K] fp32; out: optional (o, s) buffers.
+    Returns (o [B,T,Hv,V], s [B,Hv,V,K] fp32).
     """
     (q, k, v, g, beta), (Bsz, T, HK, HV, K, V), scale = _prep(q, k, v, g, beta, scale)
-    o = torch.empty_like(v)
-    s = torch.empty(Bsz, HV, V, K, device=v.device, dtype=torch.float32)
-    gdn_recurrent_scan_fwd_kernel[(Bsz * HV,)](
+    if out is not None:
+        o, s = out
+    else:
+        o = torch.empty_like(v)
+        s = torch.empty(Bsz, HV, V, K, device=v.device, dtype=torch.float32)
+    block_r = triton.next_power_of_2(V) if fmt == FMT_NVFP4 else min(ROW_BLOCK, triton.next_power_of_2(V))
+    gdn_recurrent_scan_fwd_kernel[(Bsz * HV, triton.cdiv(V, block_r))](
         q, k, v, g, beta, o, s0.float().contiguous(), s, seq_ids.to(device=v.device, dtype=torch.int64).contiguous(),
         T, HK, HV, K, V, scale, layer_seed(seed, layer), event0,
         FMT=fmt, SR=sr, L2NORM=qk_l2norm, EPS=L2NORM_EPS,
-        BLOCK_K=max(16, triton.next_power_of_2(K)), BLOCK_V=triton.next_power_of_2(V),
-        num_warps=4 if K * V <= 64 * 64 else 8,
+        BLOCK_K=max(16, triton.next_power_of_2(K)), BLOCK_R=block_r,
+        num_warps=4 if block_r * K <= 64 * 64 else 8,
     )
     return o, s

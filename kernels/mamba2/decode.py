@@ -12,7 +12,8 @@ holding everything before lo, the output of the token at position p is the outpu
 * non-flush step / verify (``flush=False``): S_b = the READ copy, lo = 0; the T new tokens' records
   are written at positions W..W+T-1 and their outputs are the only other writes.
 * flush (``flush=True``): the W buffered records are folded into the UPDATE checkpoint in fp32
-  (S ← e^{a_j} S + u_j B_jᵀ, oldest first); with ``fold_new`` (autoregressive flush, T = 1) the
+  in closed form, S ← e^{c_W} S + Σ_j e^{c_W − c_j} u_j B_jᵀ (c: cumulative log decay; one fp32
+  matrix product); with ``fold_new`` (autoregressive flush, T = 1) the
   new token is folded too and y = S C comes from that fp32 result; otherwise (speculative flush) the
   T drafts are verified against S_b = the fp32 S with lo = W. Then round_H(S) is stored as the
   update checkpoint and round_F(S) as the read copy (split mode), both from the same fp32 S.
@@ -122,12 +123,50 @@ def mamba2_conventional_step_kernel(
 
 
 @triton.jit
+def mamba2_replay_scores_kernel(
+    rb_ptr, s_rb, slot_ptr, start_ptr, wlen_ptr, B_ptr, C_ptr, sc_ptr,
+    G, C, RING,
+    T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr,
+):
+    """Per (group, batch entry): write the T new B records and the scores B_j·C_t of every window
+    position j for every new token t into sc [B, G, T, BJ] — once per group instead of once per
+    head and row block (the group's B records would otherwise be re-read by every program)."""
+    i_g, i_b = tl.program_id(0), tl.program_id(1)
+    slot = tl.load(slot_ptr + i_b).to(tl.int64)
+    start = tl.load(start_ptr + i_b)
+    W = tl.load(wlen_ptr + i_b)
+    cols = tl.arange(0, BC)
+    jj = tl.arange(0, BJ)
+    m_c = cols < C
+    m_cv = m_c & ((cols * 0 + slot) >= 0)
+    if FLUSH:  # the history is folded: only the new tokens are scored
+        m_hist = (jj < 0) & ((jj * 0 + slot) >= 0)
+    else:
+        m_hist = (jj < W) & ((jj * 0 + slot) >= 0)
+    slot = tl.maximum(slot, 0)
+    pos = ((start + jj) & (RING - 1)).to(tl.int64)
+    t_b = tl.load(rb_ptr + slot * s_rb + (pos * G + i_g)[:, None] * C + cols[None, :],
+                  mask=m_hist[:, None] & m_c[None, :], other=0)
+    for t in tl.static_range(T):
+        btg = (i_b.to(tl.int64) * T + t) * G + i_g
+        n_b = tl.load(B_ptr + btg * C + cols, mask=m_c, other=0).to(tl.float32)
+        t_b = tl.where((jj == W + t)[:, None], n_b[None, :], t_b)
+        if not FOLD_NEW:
+            q = ((start + W + t) & (RING - 1)).to(tl.int64)
+            tl.store(rb_ptr + slot * s_rb + (q * G + i_g) * C + cols, n_b, mask=m_cv)
+    for t in tl.static_range(T):
+        btg = (i_b.to(tl.int64) * T + t) * G + i_g
+        b_c = tl.load(C_ptr + btg * C + cols, mask=m_c, other=0).to(tl.float32)
+        tl.store(sc_ptr + btg * BJ + jj, tl.sum(t_b * b_c[None, :], 1))
+
+
+@triton.jit
 def mamba2_replay_step_kernel(
     u_d, u_sc, u_gs, su_d, su_sc, su_gs,          # update checkpoint
     r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,          # read copy
     ru_ptr, rb_ptr, ra_ptr, s_ru, s_rb, s_ra,     # records u, B, a (slot strides)
     slot_ptr, start_ptr, wlen_ptr, seq_ptr, ev_ptr, seed,
-    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dtb_ptr, z_ptr, y_ptr,
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dtb_ptr, z_ptr, y_ptr, sc_ptr,
     H, G, R, C, RING,
     T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, SPLIT: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
@@ -145,26 +184,24 @@ def mamba2_replay_step_kernel(
     jj = tl.arange(0, BJ)
     # (block & scalar masks trip the interpreter: broadcast the slot test explicitly)
     m_r = (rows < R) & ((rows * 0 + slot) >= 0)
-    m_cv = (cols < C) & ((cols * 0 + slot) >= 0)
     m_c = cols < C
-    # B records are shared by the group's heads: its first head (row block 0) writes them.
-    m_cb = m_cv & ((cols * 0 + (i_h % (H // G)) + i_r) == 0)
     slot_ok = (jj * 0 + slot) >= 0
     slot = tl.maximum(slot, 0)
 
     A = tl.load(A_ptr + i_h).to(tl.float32)
     # Records of the window as register tiles over logical positions jj: history (non-flush only:
     # a flush folds it) from the ring, then the T new tokens inserted at W..W+T-1.
-    if FLUSH:
-        m_hist = jj < 0
-    else:
-        m_hist = (jj < W) & slot_ok
+    m_win = (jj < W) & slot_ok
     pos = ((start + jj) & (RING - 1)).to(tl.int64)
-    t_a = tl.load(ra_ptr + slot * s_ra + pos * H + i_h, mask=m_hist, other=0)
-    t_u = tl.load(ru_ptr + slot * s_ru + (pos * H + i_h)[:, None] * R + rows[None, :],
-                  mask=m_hist[:, None] & m_r[None, :], other=0)
-    t_b = tl.load(rb_ptr + slot * s_rb + (pos * G + i_g)[:, None] * C + cols[None, :],
-                  mask=m_hist[:, None] & m_c[None, :], other=0)
+    h_a = tl.load(ra_ptr + slot * s_ra + pos * H + i_h, mask=m_win, other=0)
+    h_u = tl.load(ru_ptr + slot * s_ru + (pos * H + i_h)[:, None] * R + rows[None, :],
+                  mask=m_win[:, None] & m_r[None, :], other=0)
+    if FLUSH:  # the history is folded; outputs see only the new tokens
+        t_a = tl.zeros_like(h_a)
+        t_u = tl.zeros_like(h_u)
+    else:
+        t_a = h_a
+        t_u = h_u
     for t in tl.static_range(T):
         bth = (i_b.to(tl.int64) * T + t) * H + i_h
         btg = (i_b.to(tl.int64) * T + t) * G + i_g
@@ -173,31 +210,29 @@ def mamba2_replay_step_kernel(
             dt += tl.load(dtb_ptr + i_h).to(tl.float32)
         dt = softplus(dt)
         n_u = dt * tl.load(x_ptr + bth * R + rows, mask=m_r, other=0).to(tl.float32)
-        n_b = tl.load(B_ptr + btg * C + cols, mask=m_c, other=0).to(tl.float32)
         n_a = A * dt
         p = W + t
         at = jj == p
         t_a = tl.where(at, n_a, t_a)
         t_u = tl.where(at[:, None], n_u[None, :], t_u)
-        t_b = tl.where(at[:, None], n_b[None, :], t_b)
         if not FOLD_NEW:  # an autoregressive flush folds its own token: no record is kept
             q = ((start + p) & (RING - 1)).to(tl.int64)
             tl.store(ru_ptr + slot * s_ru + (q * H + i_h) * R + rows, n_u, mask=m_r)
             tl.store(ra_ptr + slot * s_ra + q * H + i_h, n_a, mask=valid & (i_r == 0))
-            tl.store(rb_ptr + slot * s_rb + (q * G + i_g) * C + cols, n_b, mask=m_cb)
 
     if FLUSH:
         b_s = load_state(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC)
-        for j in range(0, W):
-            q = ((start + j) & (RING - 1)).to(tl.int64)
-            f_a = tl.load(ra_ptr + slot * s_ra + q * H + i_h, mask=valid, other=0)
-            f_u = tl.load(ru_ptr + slot * s_ru + (q * H + i_h) * R + rows, mask=m_r, other=0)
-            f_b = tl.load(rb_ptr + slot * s_rb + (q * G + i_g) * C + cols, mask=m_cv, other=0)
-            b_s = tl.exp(f_a) * b_s + f_u[:, None] * f_b[None, :]
+        h_b = tl.load(rb_ptr + slot * s_rb + (pos * G + i_g)[:, None] * C + cols[None, :],
+                      mask=m_win[:, None] & m_c[None, :], other=0)
+        # closed-form fold of the W buffered records: S = e^{c_W} S + Σ_j e^{c_W - c_j} u_j B_jᵀ
+        # (one fp32 matrix product; "ieee" keeps it in true fp32, not tf32)
+        tot = tl.sum(h_a, 0)
+        w = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
+        b_s = tl.exp(tot) * b_s + tl.dot(tl.trans(w[:, None] * h_u), h_b, input_precision="ieee")
         if FOLD_NEW:
             n_a = tl.sum(tl.where(jj == W, t_a, 0.0), 0)
             n_u = tl.sum(tl.where((jj == W)[:, None], t_u, 0.0), 0)
-            n_b = tl.sum(tl.where((jj == W)[:, None], t_b, 0.0), 0)
+            n_b = tl.load(B_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
             b_s = tl.exp(n_a) * b_s + n_u[:, None] * n_b[None, :]
         seq = tl.load(seq_ptr + i_b)
         ev = tl.load(ev_ptr + i_b)
@@ -223,7 +258,7 @@ def mamba2_replay_step_kernel(
         w_a = tl.where(m_w, t_a, 0.0)
         tot = tl.sum(w_a, 0)
         decay = tl.where(m_w, tl.exp(tot - tl.cumsum(w_a, 0)), 0.0)
-        score = tl.sum(t_b * b_c[None, :], 1)
+        score = tl.load(sc_ptr + btg * BJ + jj)
         b_y = tl.exp(tot) * tl.sum(b_s * b_c[None, :], 1) + tl.sum((decay * score)[:, None] * t_u, 0)
         b_x = tl.load(x_ptr + bth * R + rows, mask=m_r, other=0).to(tl.float32)
         if HAS_D:
@@ -333,18 +368,25 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     fmts = (update.code, read.code) if flush else ()
     br = _block_rows(P, N, fmts, block_r)
     bc = max(_pow2(N), 16)
+    bj = max(records.ring, 16)
+    scores = torch.empty(Bsz, T, G, bj, dtype=torch.float32, device=dev)
+    slots32, start32, wlen32 = (t.to(torch.int32).contiguous() for t in (slots, start, wlen))
+    B = B.contiguous()
+    C = C.contiguous()
+    mamba2_replay_scores_kernel[(G, Bsz)](
+        records.b, records.b.stride(0), slots32, start32, wlen32, B, C, scores, G, N, records.ring,
+        T=T, FLUSH=flush, FOLD_NEW=fold_new, BC=bc, BJ=bj, num_warps=4)
     grid = (triton.cdiv(P, br), H, Bsz)
     mamba2_replay_step_kernel[grid](
         *update.kernel_args(), *read.kernel_args(),
         records.u, records.b, records.a, records.u.stride(0), records.b.stride(0), records.a.stride(0),
-        slots.to(torch.int32).contiguous(), start.to(torch.int32).contiguous(), wlen.to(torch.int32).contiguous(),
-        _as_i64(seq_ids, Bsz, dev), _as_i64(events, Bsz, dev), sr_seed(seed, layer),
-        x, dt.contiguous(), A.contiguous(), B.contiguous(), C.contiguous(), _opt(D, A), _opt(dt_bias, A),
-        _opt(z, x), y, H, G, P, N, records.ring,
+        slots32, start32, wlen32, _as_i64(seq_ids, Bsz, dev), _as_i64(events, Bsz, dev), sr_seed(seed, layer),
+        x, dt.contiguous(), A.contiguous(), B, C, _opt(D, A), _opt(dt_bias, A), _opt(z, x), y, scores,
+        H, G, P, N, records.ring,
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
-        BR=br, BC=bc, BJ=records.ring, num_warps=_num_warps(br, bc), enable_fp_fusion=False)
+        BR=br, BC=bc, BJ=bj, num_warps=_num_warps(br, bc), enable_fp_fusion=False)
     return y
 
 def mamba2_decode_stream(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,

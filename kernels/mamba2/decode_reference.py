@@ -80,10 +80,12 @@ def mamba2_replay_step_ref(S_update, S_read, hist, x, dt, A, B, C, D=None, dt_bi
     new = {"u": dtv[..., None] * x.float(), "b": B.float(), "a": a_new}
     S_new = None
     if flush:
-        S = S_update
-        for j in range(W):
-            S = torch.exp(hist["a"][:, j])[..., None, None] * S + \
-                hist["u"][:, j][..., :, None] * _heads(hist["b"][:, j], H)[..., None, :]
+        # closed-form fold (the kernel's order): e^{c_W} S + (w ⊙ U)ᵀ B, w_j = e^{c_W - c_j}
+        a = hist["a"]
+        tot = a.sum(1)
+        w = torch.exp(tot[:, None] - torch.cumsum(a, 1))
+        S = torch.exp(tot)[..., None, None] * S_update + \
+            torch.einsum("bjhp,bjhn->bhpn", w[..., None] * hist["u"], _heads(hist["b"], H))
         if fold_new:
             S = torch.exp(new["a"][:, 0])[..., None, None] * S + \
                 new["u"][:, 0][..., :, None] * _heads(new["b"][:, 0], H)[..., None, :]

@@ -34,7 +34,9 @@ from precision_lab.quant.philox import layer_seed
 __all__ = ["mamba2_replay_scan", "mamba2_recurrent_scan"]
 
 
-@triton.jit
+# Stream lengths, counters and head counts change from call to call (every segment of a KL run):
+# not specialising on them keeps one compiled kernel per format configuration.
+@triton.jit(do_not_specialize=["T", "H", "G", "L", "n_windows", "seed", "event0"])
 def mamba2_replay_scan_fwd_kernel(
     x_ptr, dt_ptr, la_ptr, b_ptr, c_ptr, d_ptr, z_ptr, y_ptr,
     u0_ptr, r0_ptr, u_ptr, r_ptr, seq_ptr,
@@ -129,7 +131,7 @@ def mamba2_replay_scan_fwd_kernel(
         tl.store(r_ptr + p_state, b_r, mask=m_pn)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "H", "G", "seed", "event0"])
 def mamba2_recurrent_scan_fwd_kernel(
     x_ptr, dt_ptr, la_ptr, b_ptr, c_ptr, d_ptr, z_ptr, y_ptr,
     s0_ptr, s_ptr, seq_ptr,
@@ -192,20 +194,25 @@ def _prep(x, dt, A, B, C, D, dt_bias, z):
 
 def mamba2_replay_scan(x, dt, A, B, C, D, dt_bias, z, u0, r0, *, L: int, seq_ids: torch.Tensor,
                        seed: int, layer: int, event0: int, upd_fmt: int, upd_sr: bool, read_fmt: int, read_sr: bool,
-                       split: bool, fold_partial: bool = False):
+                       split: bool, fold_partial: bool = False, out=None):
     """Window-parallel ReplaySSM scan of one segment that starts on a window boundary.
 
     x [B,T,H,P], dt [B,T,H] raw, A [H], B/C [B,T,G,N], D [H]|None, dt_bias [H]|None, z [B,T,H,P]|None;
     u0, r0: update checkpoint / read copy [B,H,P,N] fp32 (r0 ignored unless ``split``);
     seq_ids [B] int64 (SR counters); seed, layer: the SR key (quant/philox.py ``layer_seed``);
-    event0: SR write event of the first flush. Returns (y [B,T,H,P] in x's dtype, u, r [B,H,P,N]).
+    event0: SR write event of the first flush; out: optional (y, u, r) buffers to write into.
+    Returns (y [B,T,H,P] in x's dtype, u, r [B,H,P,N] fp32; r is u unless ``split``).
     """
     x, dtf, la, B, C, D, z, (Bsz, T, H, P, G, N) = _prep(x, dt, A, B, C, D, dt_bias, z)
     if not 1 <= L <= 64:
         raise ValueError(f"the Triton scan supports 1 <= L <= 64, got L={L}")
-    y = torch.empty_like(x)
-    u = torch.empty(Bsz, H, P, N, device=x.device, dtype=torch.float32)
-    r = torch.empty_like(u) if split else u
+    if out is not None:
+        y, u, r = out
+    else:
+        y = torch.empty_like(x)
+        u = torch.empty(Bsz, H, P, N, device=x.device, dtype=torch.float32)
+        r = torch.empty_like(u) if split else u
+    r = r if split else u
     u0 = u0.float().contiguous()
     r0 = r0.float().contiguous() if split else u0
     n_windows = triton.cdiv(T, L)
@@ -223,16 +230,18 @@ def mamba2_replay_scan(x, dt, A, B, C, D, dt_bias, z, u0, r0, *, L: int, seq_ids
 
 
 def mamba2_recurrent_scan(x, dt, A, B, C, D, dt_bias, z, s0, *, seq_ids: torch.Tensor, seed: int, layer: int,
-                          event0: int,
-                          fmt: int, sr: bool):
+                          event0: int, fmt: int, sr: bool, out=None):
     """Conventional decode over a segment: the state is rounded to ``fmt`` after every token.
 
-    Shapes as ``mamba2_replay_scan``; s0 [B,H,P,N] fp32; event0: SR event of the first token's write.
-    Returns (y [B,T,H,P], s [B,H,P,N] fp32).
+    Shapes as ``mamba2_replay_scan``; s0 [B,H,P,N] fp32; event0: SR event of the first token's write;
+    out: optional (y, s) buffers. Returns (y [B,T,H,P], s [B,H,P,N] fp32).
     """
     x, dtf, la, B, C, D, z, (Bsz, T, H, P, G, N) = _prep(x, dt, A, B, C, D, dt_bias, z)
-    y = torch.empty_like(x)
-    s = torch.empty(Bsz, H, P, N, device=x.device, dtype=torch.float32)
+    if out is not None:
+        y, s = out
+    else:
+        y = torch.empty_like(x)
+        s = torch.empty(Bsz, H, P, N, device=x.device, dtype=torch.float32)
     mamba2_recurrent_scan_fwd_kernel[(Bsz * H,)](
         x, dtf, la, B, C, D if D is not None else x, z if z is not None else x, y,
         s0.float().contiguous(), s, seq_ids.to(device=x.device, dtype=torch.int64).contiguous(),

@@ -9,6 +9,7 @@ EPILOG = """examples:
   precision-lab sim --arch gdn --policies fp32 shared:fp8e4m3-sr split:bf16-sr/nvfp4
   precision-lab sim --decay 0.99 0.99999 --input-scale 3 --seed 1
   precision-lab sim --mode equivalence                # float64 ReplaySSM = conventional, write counts
+                                                      # (Mamba-2, GDN and KDA)
 
 Outputs: a table on stdout, OUT.json (kind "sim") and OUT.png (log-log error vs step).
 """
@@ -26,7 +27,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--mode", choices=("error", "equivalence"), default="error",
                    help="error: the error-vs-length study (default); equivalence: float64 ReplaySSM vs "
                    "conventional decode and speculative decoding, with write counts")
-    p.add_argument("--arch", choices=("mamba2", "gdn", "kda"), default=d.arch, help="layer type (default mamba2)")
+    p.add_argument("--arch", choices=("mamba2", "gdn", "kda"), default=None,
+                   help="layer type (default mamba2; --mode equivalence runs all three unless given)")
     p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), metavar="POLICY",
                    help="policy strings (default: %(default)s)")
     p.add_argument("--steps", type=int, default=d.steps, help="decode steps (default %(default)s)")
@@ -42,33 +44,51 @@ def add_parser(subparsers) -> None:
     p.add_argument("--input-scale", type=float, default=d.input_scale, help="std of x / v (default %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the inputs (default %(default)s)")
     p.add_argument("--sr-seed", type=int, default=d.sr_seed, help="seed of the SR bit stream (default %(default)s)")
+    p.add_argument("--engine", choices=("scan", "decode"), default="scan",
+                   help="scan: window-parallel (default); decode: token by token (same semantics, slower)")
     p.add_argument("--avg", type=int, default=d.avg, help="steps averaged at each window end (default %(default)s)")
     p.add_argument("-o", "--output", default=None,
                    help="output path without extension (default runs/sim/<arch>-<steps>, or "
-                   "runs/sim/equivalence-<arch>)")
+                   "runs/sim/equivalence)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: the per-step ops are small, and extra threads only "
+                   "contend on a shared machine)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    import json
-    from pathlib import Path
+    import torch
 
     from precision_lab import sim
 
+    if args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        return _run(args, sim)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(args, sim) -> int:
+    import json
+    from pathlib import Path
+
     if args.mode == "equivalence":
-        out = Path(args.output or f"runs/sim/equivalence-{args.arch}")
-        result = sim.run_equivalence(arch=args.arch, seed=args.seed)
+        out = Path(args.output or "runs/sim/equivalence")
+        result = sim.equivalence_result([args.arch] if args.arch else sim.ARCHS, seed=args.seed)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(result, indent=1))
         print(f"wrote {out.with_suffix('.json')}")
         return 0
 
-    cfg = sim.SimConfig(arch=args.arch, steps=args.steps, batch=args.batch, heads=args.heads, rows=args.rows,
+    cfg = sim.SimConfig(arch=args.arch or "mamba2", steps=args.steps, batch=args.batch, heads=args.heads, rows=args.rows,
                         cols=args.cols, groups=args.groups, decay=tuple(args.decay), jitter=args.jitter,
                         input_scale=args.input_scale, seed=args.seed, sr_seed=args.sr_seed,
-                        policies=tuple(args.policies), avg=args.avg)
+                        policies=tuple(args.policies), avg=args.avg, engine=args.engine)
     out = Path(args.output or f"runs/sim/{cfg.arch}-{cfg.steps}")
     print(f"simulating a {cfg.arch} layer: {cfg.steps} steps, batch {cfg.batch}, {cfg.heads} heads of "
           f"{cfg.rows}x{cfg.cols}, {len(cfg.policies)} policies")

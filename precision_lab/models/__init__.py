@@ -34,7 +34,7 @@ from torch import nn
 from ._hf import import_transformers
 from .presets import PRESETS, build_preset, list_presets
 
-__all__ = ["PRESETS", "apply_policy", "list_presets", "load_model", "new_stream", "policy_mixers",
+__all__ = ["PRESETS", "apply_policy", "cache_kwarg", "list_presets", "load_model", "new_stream", "policy_mixers",
            "precision_lab_report", "set_engine", "ssm_modules"]
 
 
@@ -156,6 +156,18 @@ def precision_lab_report(model: nn.Module) -> dict:
     return {"model": type(model).__name__, "source": getattr(model, "precision_lab_source", None),
             "policies": [p.short_str() for p in pols], "seed": pols[0].seed if pols else None,
             "layers": layers}
+
+
+def cache_kwarg(module: nn.Module) -> str:
+    """Name of the cache argument of ``module.forward``: ``cache`` (transformers >= 5.2x),
+    ``past_key_values`` or ``cache_params`` (older 5.x, e.g. the GPU machine's 5.17)."""
+    import inspect
+
+    params = inspect.signature(module.forward).parameters
+    for name in ("cache", "past_key_values", "cache_params"):
+        if name in params:
+            return name
+    raise TypeError(f"{type(module).__name__}.forward takes no cache argument")
 
 
 def new_stream(model: nn.Module, *, seq_ids: torch.Tensor | None = None, first_is_prefill: bool = True,

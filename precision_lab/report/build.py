@@ -144,6 +144,14 @@ def _caveats(results: list[Result]) -> list:
             dev = device_str(r.provenance)
             items.append(f"`{r.name}` ({r.kind}): timings on {dev} with random inputs (kernel speed does not "
                          "depend on trained weights); they hold for that device and those shapes only.")
+    gits = sorted({str(r.provenance.get("git") or "unknown") for r in results})
+    if len(gits) > 1:
+        items.append(f"The inputs come from {len(gits)} source versions ({', '.join(gits)}); results of different "
+                     "versions are compared as they are.")
+    dirty = [r.name for r in results if str(r.provenance.get("git") or "").endswith("-dirty")]
+    if dirty:
+        items.append(f"{len(dirty)} input(s) were produced from a working tree with uncommitted changes "
+                     "(git hash ending in -dirty): the hash alone does not pin their code.")
     return [Heading("What these results show (and what they do not)"),
             Bullets(items or ["No caveats derived from the inputs."])]
 

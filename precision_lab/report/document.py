@@ -101,7 +101,7 @@ class Document:
             elif isinstance(b, Table):
                 cap = f"<caption>{html.escape(b.caption)}</caption>" if b.caption else ""
                 head = "".join(f"<th>{html.escape(str(h))}</th>" for h in b.header)
-                rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in b.rows)
+                rows = "".join("<tr>" + "".join(f"<td>{_inline(str(c))}</td>" for c in r) + "</tr>" for r in b.rows)
                 parts.append(f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
             elif isinstance(b, Figure):
                 parts.append(f'<figure><img src="{html.escape(b.path)}" alt="{html.escape(b.caption)}">'

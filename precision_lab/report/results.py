@@ -135,7 +135,7 @@ def setup_key(r: Result) -> str:
         return _canon(s)
     if r.kind == "kl":
         s = dict(prov.get("settings") or {})
-        for k in ("policies", "batch_size", "segment", "doc_tokens_sha", "engine"):
+        for k in ("policies", "batch_size", "segment", "engine"):
             s.pop(k, None)
         s.setdefault("model", d["model"].get("name") if isinstance(d["model"], dict) else d["model"])
         s["doc_ids"] = d["data"].get("doc_ids")
@@ -194,7 +194,8 @@ def check_mixed(results: list[Result]) -> None:
             k = (r.kind, key, scope, pol)
             if k in owner:
                 other = owner[k]
-                what = f"policy {pol!r}" + (f" ({scope})" if scope else "")
+                noun = {"bench-quant": "kernel", "bench-scan": "policy"}.get(r.kind, "policy")
+                what = ("the same measurements" if pol == "*" else f"{noun} {pol!r}") + (f" ({scope})" if scope else "")
                 raise ResultError(f"{r.path} and {other.path}: two {r.kind!r} results for {what} with the same "
                                   f"setup ({describe_setup(r)}); the report would have to pick one. Give one of them "
                                   "(or rerun both in one study).")
@@ -216,12 +217,16 @@ def describe_setup(r: Result) -> str:
 # ------------------------------------------------------------------------------------------------
 def gpu_name(prov: dict) -> str | None:
     dev = prov.get("device") or {}
-    return prov.get("gpu_name") or (dev.get("gpu") if isinstance(dev, dict) else None)
+    if isinstance(dev, str):  # some benchmarks record the GPU name itself as the device
+        return dev
+    return prov.get("gpu_name") or dev.get("gpu")
 
 
 def device_str(prov: dict) -> str:
     dev = prov.get("device") or {}
     gpu = gpu_name(prov)
+    if not isinstance(dev, dict):
+        dev = {}
     if gpu:
         n = dev.get("gpu_count")
         return f"{gpu}" + (f" (×{n})" if n and n > 1 else "") + (f", CUDA {dev['cuda']}" if dev.get("cuda") else "")

@@ -30,5 +30,5 @@ def new_figure(width: float = 7.0, height: float = 4.5):
 
 def save(fig, path) -> None:
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")  # keeps legends placed outside the axes
     plt.close(fig)

@@ -79,7 +79,8 @@ def render_quant(results: list[Result], ctx: Context) -> list:
                 ax.axvline(tgt["fraction_of_copy"] * ceiling, color="tab:red", ls=":",
                            label=f"target: {tgt.get('kernel')} at {100 * tgt['fraction_of_copy']:.0f} % of copy")
             ax.set_xlabel("bandwidth (GB/s, explicit bytes model)")
-            ax.legend(fontsize=8, loc="lower right")
+            ax.set_xlim(0, 1.1 * max(vals + ([ceiling] if ceiling else [])))
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)  # below: covers no bar
             ax.set_title(f"quantize/dequantize bandwidth, {device_str(r.provenance)}", fontsize=9)
             blocks.append(Figure(ctx.figure(fig, "bench-quant"), "Kernel bandwidth against the memcpy ceiling "
                                                                  "measured in the same run."))
@@ -130,8 +131,188 @@ def render_scan(results: list[Result], ctx: Context) -> list:
 
 
 def render_kernels(results: list[Result], ctx: Context) -> list:
-    return _render_rows(results, ctx, "Decode kernels",
-                        {"B": "batch B (sequences)", "L": "window L (tokens)", "T": "drafts T (tokens per verify)"})
+    """scripts/bench_kernels.py: rows of single-kernel timings plus a per-operator summary (amortised
+    window costs, speedups only where the correctness checks passed, the issue's targets)."""
+    blocks: list = []
+    for r in results:
+        if isinstance(r.data.get("summary"), dict) and isinstance(r.data.get("rows"), list):
+            blocks += _kernels_summary(r, ctx)
+        else:  # another layout: plain sweeps over the rows
+            blocks += _render_rows([r], ctx, "Decode kernels", {"B": "batch B (sequences)", "L": "window L (tokens)",
+                                                                "T": "drafts T (tokens per verify)"})
+    return blocks
+
+
+# series of the decode-kernel figures: (summary or row key, legend, policy whose colour it takes, line style)
+_KSERIES = {
+    "conventional": ("fp32: conventional step", "fp32", "-"),
+    "nonflush": ("shared:fp32: non-flush step", "shared:fp32", "--"),
+    "flush": ("shared:fp32: flush step", "shared:fp32", ":"),
+    "replay_amortised_us": ("shared:fp32: amortised over the window", "shared:fp32", "-"),
+    "fla": ("fla fused_recurrent (peer, fp32 state)", "fla", "-."),
+}
+
+
+def _int_keys(d: dict) -> list:
+    return sorted(d, key=lambda k: int(k))
+
+
+def _kernels_summary(r: Result, ctx: Context) -> list:
+    d = r.data
+    ceiling = _ceiling(d)
+    prov = Note(provenance_line([r]))
+    blocks: list = [Heading(f"Decode kernels: {device_str(r.provenance)}", 3), _device_par(r, ceiling)]
+    timing = (d.get("ceiling") or {}).get("timing")
+    if timing:
+        blocks.append(Paragraph(f"Timing: {timing}."))
+    checks = d.get("correctness")
+    if isinstance(checks, dict) and checks:
+        rows = [[k, "pass" if v.get("ok") else "FAIL",
+                 ", ".join(f"{a} {fmt(b, 2)}" for a, b in (v.get("rel_err") or {}).items()) or MISSING,
+                 fmt(v.get("tol"))] for k, v in checks.items()]
+        blocks.append(Table(["check", "result", "relative error", "tolerance"], rows,
+                            caption="Correctness of every kernel family at the benchmark shapes (a speedup is only "
+                                    "reported where the kernels involved passed)"))
+    for op, s in d["summary"].items():
+        if not isinstance(s, dict):
+            continue
+        blocks.append(Heading(f"{op}", 4))
+        # -- batch sweep ---------------------------------------------------------------------------
+        rows = [x for x in d["rows"] if x.get("op") == op and x.get("tag") == "batch" and finite(x.get("us"))]
+        sb = s.get("batch") or {}
+        if rows:
+            fig, axes = _subplots(3)
+            for kern in ("conventional", "nonflush", "flush", "fla"):
+                pts = sorted((x["batch"], x["us"], x.get("GBps")) for x in rows if x.get("kernel") == kern)
+                if not pts:
+                    continue
+                label, pol, ls = _KSERIES[kern]
+                axes[0].plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, ls=ls, label=label,
+                             color=ctx.colors(pol))
+                bw = [(p[0], p[2]) for p in pts if finite(p[2])]
+                if bw:
+                    axes[1].plot(*zip(*bw), marker="o", ms=3, ls=ls, label=label, color=ctx.colors(pol))
+            am = [(int(b), sb[b]["replay_amortised_us"]) for b in _int_keys(sb) if finite(sb[b].get("replay_amortised_us"))]
+            if am:
+                label, pol, ls = _KSERIES["replay_amortised_us"]
+                axes[0].plot(*zip(*am), marker="s", ms=3, lw=2, ls=ls, label=label, color=ctx.colors(pol))
+            if ceiling:
+                axes[1].axhline(ceiling, color="k", ls="--", lw=1, label=f"memcpy ceiling {ceiling:.0f} GB/s")
+            for key, label in (("speedup_vs_conventional", "vs conventional fp32"), ("speedup_vs_fla", "vs fla")):
+                sp = [(int(b), sb[b][key]) for b in _int_keys(sb) if finite(sb[b].get(key))]
+                if sp:
+                    axes[2].plot(*zip(*sp), marker="o", ms=3, label=f"ReplaySSM {label}",
+                                 color=ctx.colors("shared:fp32"), ls="-" if "conv" in key else "-.")
+            axes[2].axhline(1.0, color="0.5", lw=0.8)
+            for ax, yl in zip(axes, ("latency per step (µs)", "bandwidth (GB/s, bytes model)",
+                                     "speedup (×, ReplaySSM amortised)")):
+                ax.set_xscale("log", base=2)
+                ax.set_xlabel("batch B (sequences)")
+                ax.set_ylabel(yl)
+                ax.legend(fontsize=7)
+            axes[0].set_yscale("log")
+            axes[1].set_ylim(bottom=0)
+            axes[2].set_ylim(bottom=0)
+            fig.suptitle(f"{op}: decode step vs batch (L = 16)", fontsize=9)
+            blocks += [Figure(ctx.figure(fig, f"bench-kernels-{op}-batch"),
+                              f"{op}: latency, bandwidth and speedup vs batch; the amortised ReplaySSM cost spreads "
+                              "one flush over the window; dashed: the memcpy ceiling."), prov]
+        if sb:
+            head = ["B", "conventional (µs)", "conventional % of ceiling", "non-flush (µs)", "flush (µs)",
+                    "ReplaySSM amortised (µs)", "fla (µs)", "speedup vs conventional", "speedup vs fla"]
+            body = [[str(b)] + [fmt(sb[b].get(k)) for k in ("conventional_us", "conventional_pct_ceiling",
+                                                            "nonflush_us", "flush_us", "replay_amortised_us",
+                                                            "fla_us", "speedup_vs_conventional", "speedup_vs_fla")]
+                    for b in _int_keys(sb)]
+            blocks.append(Table(head, body, caption=f"{op}: batch sweep (L = 16, fp32 state)"))
+        # -- L sweep ---------------------------------------------------------------------------
+        sl = s.get("L") or {}
+        if sl:
+            fig, axes = _subplots(2)
+            Ls = [int(k) for k in _int_keys(sl)]
+            for key, kern in (("nonflush_us", "nonflush"), ("flush_us", "flush"),
+                              ("replay_amortised_us", "replay_amortised_us")):
+                pts = [(L, sl[str(L)][key]) for L in Ls if finite(sl[str(L)].get(key))]
+                if pts:
+                    label, pol, ls = _KSERIES[kern]
+                    axes[0].plot(*zip(*pts), marker="o", ms=3, ls=ls, label=label, color=ctx.colors(pol))
+            sp = [(L, sl[str(L)]["speedup_vs_conventional"]) for L in Ls if finite(sl[str(L)].get("speedup_vs_conventional"))]
+            if sp:
+                axes[1].plot(*zip(*sp), marker="o", ms=3, label="ReplaySSM vs conventional fp32",
+                             color=ctx.colors("shared:fp32"))
+            bd = [(L, sl[str(L)]["bound"]) for L in Ls if finite(sl[str(L)].get("bound"))]
+            if bd:
+                axes[1].plot(*zip(*bd), color="k", ls="--", lw=1, label="bytes bound 2L/(L+1)")
+            for ax, yl in zip(axes, ("latency (µs)", "speedup (×)")):
+                ax.set_xscale("log", base=2)
+                ax.set_xlabel("window L (tokens)")
+                ax.set_ylabel(yl)
+                ax.legend(fontsize=7)
+            axes[1].set_ylim(bottom=0)
+            fig.suptitle(f"{op}: window length sweep (B = 256)", fontsize=9)
+            blocks += [Figure(ctx.figure(fig, f"bench-kernels-{op}-L"),
+                              f"{op}: non-flush, flush and amortised cost vs L, and the speedup over the conventional "
+                              "step against its bytes bound."), prov]
+            blocks.append(Table(["L", "non-flush (µs)", "flush (µs)", "amortised (µs)", "speedup vs conventional",
+                                 "bound"],
+                                [[str(L)] + [fmt(sl[str(L)].get(k)) for k in ("nonflush_us", "flush_us",
+                                                                               "replay_amortised_us",
+                                                                               "speedup_vs_conventional", "bound")]
+                                 for L in Ls], caption=f"{op}: L sweep (B = 256)"))
+        # -- drafts ---------------------------------------------------------------------------
+        sd = s.get("drafts") or {}
+        if sd:
+            Ts = [int(k) for k in _int_keys(sd)]
+            fig, axes = _subplots(2)
+            for key, label, ls in (("verify_us", "shared:fp32: verify T drafts", "--"),
+                                   ("spec_flush_us", "shared:fp32: speculative flush", ":"),
+                                   ("per_round_amortised_us", "shared:fp32: per round, amortised", "-"),
+                                   ("snapshot_baseline_estimate_us", "fp32: T conventional steps (estimate)", "-.")):
+                pts = [(T, sd[str(T)][key]) for T in Ts if finite(sd[str(T)].get(key))]
+                if pts:
+                    axes[0].plot(*zip(*pts), marker="o", ms=3, ls=ls, label=label,
+                                 color=ctx.colors("fp32" if key.startswith("snapshot") else "shared:fp32"))
+            rt = [(T, sd[str(T)]["ratio_to_one_conventional_step"]) for T in Ts
+                  if finite(sd[str(T)].get("ratio_to_one_conventional_step"))]
+            if rt:
+                axes[1].plot(*zip(*rt), marker="o", ms=3, color=ctx.colors("shared:fp32"),
+                             label="verify round / one conventional step")
+                axes[1].axhline(1.2, color="tab:red", ls=":", label="target ≤ 1.2")
+            for ax, yl in zip(axes, ("latency (µs)", "ratio (×)")):
+                ax.set_xscale("log", base=2)
+                ax.set_xlabel("drafts T (tokens per verify)")
+                ax.set_ylabel(yl)
+                ax.legend(fontsize=7)
+            axes[1].set_ylim(bottom=0)
+            fig.suptitle(f"{op}: speculative verify (B = 256)", fontsize=9)
+            blocks += [Figure(ctx.figure(fig, f"bench-kernels-{op}-T"),
+                              f"{op}: verifying T drafts against checkpoint + history, flushes amortised."), prov]
+            blocks.append(Table(["T", "verify (µs)", "speculative flush (µs)", "per round amortised (µs)",
+                                 "ratio to one conventional step", "T conventional steps (µs, estimate)"],
+                                [[str(T)] + [fmt(sd[str(T)].get(k)) for k in (
+                                    "verify_us", "spec_flush_us", "per_round_amortised_us",
+                                    "ratio_to_one_conventional_step", "snapshot_baseline_estimate_us")] for T in Ts],
+                                caption=f"{op}: draft sweep (B = 256)"))
+        # -- formats and targets ----------------------------------------------------------------
+        fr = []
+        for rf, v in (s.get("read") or {}).items():
+            fr.append([f"read copy {rf} (split:fp32/{rf})", fmt(v.get("nonflush_us")), fmt(v.get("nonflush_GBps")),
+                       fmt(v.get("flush_us")), fmt(v.get("replay_amortised_us"))])
+        for uf, v in (s.get("update") or {}).items():
+            fr.append([f"update checkpoint {uf} (read nvfp4)", MISSING, MISSING, fmt(v.get("flush_us")), MISSING])
+        for cf, v in (s.get("conventional_formats") or {}).items():
+            fr.append([f"conventional:{cf}", fmt(v.get("us")), fmt(v.get("GBps")), MISSING, MISSING])
+        if fr:
+            blocks.append(Table(["configuration", "step (µs)", "GB/s", "flush (µs)", "amortised (µs)"], fr,
+                                caption=f"{op}: storage formats at B = 256, L = 16"))
+        tg = s.get("targets") or {}
+        if tg:
+            blocks.append(Table(["target", "measured", "target", "met"],
+                                [[k, fmt(v.get("value")), fmt(v.get("target")),
+                                  {True: "yes", False: "NO"}.get(v.get("met"), "not measured")]
+                                 for k, v in tg.items()], caption=f"{op}: the issue's targets (B = 256, L = 16)"))
+        blocks.append(prov)
+    return blocks
 
 
 def _render_rows(results: list[Result], ctx: Context, title: str, axis_labels: dict[str, str]) -> list:
@@ -157,8 +338,7 @@ def _render_rows(results: list[Result], ctx: Context, title: str, axis_labels: d
                                         f"{c.get('arch')} {c.get('policy')} vs {c.get('against')}" for c in bad)
                                        + " (these configurations have no timings).")))
         blocks += _sweep_figures(r, rows, ceiling, ctx, axis_labels)
-        blocks.append(_rows_table(rows))
-        blocks.append(Note(provenance_line([r])))
+        blocks += [_rows_table(rows), Note(provenance_line([r]))]
     return blocks
 
 
@@ -194,12 +374,16 @@ def _sweep_figures(r: Result, rows: list[dict], ceiling, ctx: Context, axis_labe
                 continue
             fig, axes = new_figure(4.2 * len(panels), 3.8) if len(panels) == 1 else _subplots(len(panels))
             axes = axes if isinstance(axes, list) else [axes]
+            # colour = policy (as in every figure of the report), line style = kernel
+            kernels = sorted({str(x.get("kernel")) for x in sel})
+            styles = {k: ("-", "--", ":", "-.")[i % 4] for i, k in enumerate(kernels)}
             for axp, (what, key, unit) in zip(axes, panels):
                 series = sorted({_series(x) for x in sel if finite(x.get(key))})
                 for s in series:
                     pts = sorted((_get(x, aliases)[1], x[key]) for x in sel if _series(x) == s and finite(x.get(key)))
-                    pol = _policy_of(next(x for x in sel if _series(x) == s))
-                    axp.plot(*zip(*pts), marker="o", ms=3, label=s, color=ctx.colors(pol))
+                    row0 = next(x for x in sel if _series(x) == s)
+                    axp.plot(*zip(*pts), marker="o", ms=3, label=s, color=ctx.colors(_policy_of(row0)),
+                             ls=styles[str(row0.get("kernel"))])
                 if what == "bandwidth" and ceiling:
                     axp.axhline(ceiling, color="k", ls="--", lw=1, label=f"memcpy ceiling {ceiling:.0f} GB/s")
                 if what == "speedup":
@@ -207,6 +391,8 @@ def _sweep_figures(r: Result, rows: list[dict], ceiling, ctx: Context, axis_labe
                 axp.set_xscale("log", base=2)
                 if what == "latency":
                     axp.set_yscale("log")
+                else:  # bandwidth and speedup read against zero (and the ceiling / 1×)
+                    axp.set_ylim(bottom=0)
                 axp.set_xlabel(axis_labels[ax_name])
                 axp.set_ylabel({"latency": f"latency ({unit})", "bandwidth": "bandwidth (GB/s, bytes model)",
                                 "speedup": f"{key.replace('_', ' ')} (×)"}[what])
@@ -216,6 +402,7 @@ def _sweep_figures(r: Result, rows: list[dict], ceiling, ctx: Context, axis_labe
             path = ctx.figure(fig, f"bench-{r.kind}-{g}-{ax_name}")
             blocks.append(Figure(path, f"{g}: " + ", ".join(p[0] for p in panels) + f" vs {axis_labels[ax_name]}"
                                        + (f", {held}" if held else "") + "; dashed: the memcpy ceiling."))
+            blocks.append(Note(provenance_line([r])))
     return blocks
 
 

@@ -46,7 +46,7 @@ def render(results: list[Result], ctx: Context) -> list:
     eng = first.get("engine") or {}
     impl = ", ".join(eng.get("implementations") or []) if isinstance(eng, dict) else str(eng)
     blocks: list = [
-        Heading(f"KL vs length: {model}", 3),
+        Heading(f"KL vs length: {model}, {data.get('source')}, {data.get('docs')} docs × {data.get('tokens')} tokens", 3),
         Paragraph(f"KL(p_fp32 ‖ p_policy) per position under teacher forcing against the {first.get('reference', 'fp32')}"
                   f"-state run of the same model, from fp32 logits in fp64; {data.get('docs')} documents of "
                   f"{data.get('tokens')} tokens from `{data.get('source')}`, prefill {data.get('prefill')}, "
@@ -95,8 +95,8 @@ def render(results: list[Result], ctx: Context) -> list:
     idx = table_buckets(b0)
     head = ["policy"] + [f"L {bucket_label(b0[i])}" for i in idx]
     rows = [[p] + [fmt(runs[p]["buckets"]["log2"][i].get("mean")) for i in idx] for p in names]
-    blocks.append(Table(head, rows, caption="Mean KL (nats per token) at fixed generated lengths (log2 buckets "
-                                            "of decode steps)"))
+    blocks.append(Table(head, rows, caption=f"Mean KL (nats per token) at fixed generated lengths (log2 buckets "
+                                            f"of decode steps), {model}"))
 
     # -- overall -----------------------------------------------------------------------------------
     head = ["policy", "mean", "median", "q90", "q95", "q99", "max", "top-1 agreement", "95% CI of mean (docs)",
@@ -109,6 +109,6 @@ def render(results: list[Result], ctx: Context) -> list:
                      fmt(o.get("q99")), fmt(o.get("max")), fmt(o.get("top1_agreement")),
                      f"[{fmt(ci[0])}, {fmt(ci[1])}]" if ci else "—", fmt(o.get("nll")), fmt(o.get("nll_ref"))])
     blocks.append(Table(head, rows, caption="KL over all decode positions (nats per token), top-1 agreement with "
-                                            "the fp32-state run, and next-token NLL (nats)"))
+                                            f"the fp32-state run, and next-token NLL (nats), {model}"))
     blocks.append(Note(provenance_line(results, names)))
     return blocks

@@ -29,6 +29,7 @@ def render(results: list[Result], ctx: Context) -> list:
     for e in tasks.values():
         pols += [p for p in e.get("policies", {}) if p not in pols]
     blocks: list = [Heading(f"lm-eval accuracy: {model}", 3)]
+    prov = Note(provenance_line(results, ["fp32", *pols]))
     conf = next((pe["delta"].get("confidence") for e in tasks.values() for pe in e.get("policies", {}).values()
                  if isinstance(pe.get("delta"), dict)), None)
     level = f"{100 * conf:g} %" if finite(conf) else "the stored"
@@ -57,6 +58,21 @@ def render(results: list[Result], ctx: Context) -> list:
                          fmt(m.get("p_value"), 3), bc, fmt(pe.get("changed_responses"))])
     blocks.append(Table(head, rows, caption="Accuracy and paired difference from the fp32-state run "
                                             "(percentage points)"))
+    if len(tasks) > 1:
+        # the paper's layout: one row per policy, one column per task
+        head = ["policy"] + [f"{t} (n={tasks[t].get('n')})" for t in tasks]
+        wide = [["fp32"] + [fmt_pts(e["fp32"]["accuracy"]) for e in tasks.values()]]
+        for p in pols:
+            cells = []
+            for e in tasks.values():
+                pe = e.get("policies", {}).get(p)
+                d = (pe or {}).get("delta") or {}
+                cells.append(MISSING if pe is None else
+                             f"{fmt_pts(pe.get('accuracy'))} ({fmt_pts(d.get('delta'), True)} "
+                             f"[{fmt_pts(d.get('ci_low'), True)}, {fmt_pts(d.get('ci_high'), True)}])")
+            wide.append([p] + cells)
+        blocks.append(Table(head, wide, caption="Accuracy (%) per task, with the difference from fp32 and its 95% CI "
+                                                "in points (Table-2 layout)"))
     ns = [e.get("n") for e in tasks.values() if isinstance(e.get("n"), int) and e.get("n") > 0]
     if ns:
         blocks.append(Paragraph(f"With n = {min(ns)} items, one changed answer moves accuracy by "
@@ -67,7 +83,7 @@ def render(results: list[Result], ctx: Context) -> list:
            if isinstance(pe.get("delta"), dict) and finite(pe["delta"].get("delta"))]
     if pts:
         fig, ax = new_figure(7.0, 1.2 + 0.35 * len(pts))
-        for i, (t, p, d) in enumerate(pts):
+        for i, (_t, p, d) in enumerate(pts):
             y = len(pts) - 1 - i
             lo, hi = d.get("ci_low"), d.get("ci_high")
             if finite(lo) and finite(hi):
@@ -80,7 +96,7 @@ def render(results: list[Result], ctx: Context) -> list:
         handles = {h.get_label(): h for h in ax.get_lines() if not h.get_label().startswith("_")}
         ax.legend(handles.values(), handles.keys(), fontsize=8, title="policy", title_fontsize=8)
         path = ctx.figure(fig, f"lmeval-delta-{model}")
-        blocks.append(Figure(path, "Paired accuracy differences from the fp32-state run with their bootstrap CIs."))
+        blocks += [Figure(path, "Paired accuracy differences from the fp32-state run with their bootstrap CIs."), prov]
 
     # -- Figure 7: accuracy by fp32 generation-length quartile -------------------------------------
     for t, e in tasks.items():
@@ -90,8 +106,10 @@ def render(results: list[Result], ctx: Context) -> list:
         labels, acc = q
         fig, ax = new_figure()
         x = list(range(1, len(labels) + 1))
-        for name, ys in acc.items():
-            xs = [xi for xi, v in zip(x, ys) if finite(v)]
+        for i, (name, ys) in enumerate(acc.items()):
+            # a small horizontal offset per run keeps equal accuracies (common with few items) visible
+            dx = 0.05 * (i - (len(acc) - 1) / 2)
+            xs = [xi + dx for xi, v in zip(x, ys) if finite(v)]
             ax.plot(xs, [100 * v for v in ys if finite(v)], marker="o", color=ctx.colors(name), label=name)
         ax.set_xticks(x, labels, fontsize=8)
         ax.set_xlabel("quartile of the fp32 run's generation length (tokens)")
@@ -103,8 +121,9 @@ def render(results: list[Result], ctx: Context) -> list:
                                    "(equal-count bins of items)."))
         head = ["policy"] + labels
         rows = [[n] + [fmt_pts(v) for v in ys] for n, ys in acc.items()]
-        blocks.append(Table(head, rows, caption=f"{t}: accuracy (%) by quartile of fp32 generation length"))
-    blocks.append(Note(provenance_line(results, ["fp32", *pols])))
+        blocks += [Table(head, rows, caption=f"{t}: accuracy (%) by quartile of fp32 generation length"), prov]
+    if not pts:
+        blocks.append(prov)
     return blocks
 
 

@@ -24,7 +24,7 @@ def render(results: list[Result], ctx: Context) -> list:
         runs.update(r.data["results"])
     names = list(runs)
     blocks: list = [
-        Heading(f"Single-layer simulation: {s['arch']}, {s['steps']:,} steps", 3),
+        Heading(f"Single-layer simulation: {s['arch']}, {s['steps']:,} steps, seed {s['seed']}", 3),
         Paragraph(f"One synthetic {s['arch']} layer with random inputs: {s['heads']} heads of {s['rows']}×{s['cols']} "
                   f"state, batch {s['batch']}, per-step decay {s['decay'][0]}–{s['decay'][1]} (memory "
                   f"1/(1−α) log-spaced over the heads), jitter {s['jitter']}, input scale {s['input_scale']}. "

@@ -1,0 +1,563 @@
+"""The report builder (precision_lab/report, ``precision-lab report``) on fixture results of every kind.
+
+Fixtures come from the producers' own code where that is cheap (the simulator at 300 steps, the KL
+driver's ``summarize`` on random per-position arrays, the lm-eval study's ``summarize`` on random
+per-item scores); the benchmark files, which need a GPU, are written in the schema of
+scripts/bench_quant.py and scripts/bench_scan.py. Every number the tests compare is read back from
+the rendered Markdown tables.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from precision_lab.cli import main as cli_main
+from precision_lab.provenance import provenance
+from precision_lab.report import ResultError, build_report
+from precision_lab.report.style import PolicyColors
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+# ------------------------------------------------------------------------------------------------
+# fixtures in the producers' schemas
+# ------------------------------------------------------------------------------------------------
+def make_sim() -> dict:
+    from precision_lab.sim import SimConfig, run_sim
+
+    cfg = SimConfig(steps=300, heads=2, rows=16, cols=32, avg=64, bins=16,
+                    policies=("fp32", "shared:nvfp4-sr", "split:fp16-sr/nvfp4"))
+    return run_sim(cfg, log=lambda *a: None)
+
+
+def make_kl(model="tiny-qwen3.5", policies=("shared:nvfp4-sr", "split:fp32/nvfp4"), seed=0) -> dict:
+    """A kl summary as evals/kl.py's run_kl writes it, with its statistics from kl.summarize."""
+    from precision_lab.evals import kl as klmod
+
+    rng = np.random.default_rng(seed)
+    P, D, T = len(policies), 3, 40
+    # KL growing with length, different per policy, so the table has distinct numbers
+    kl = rng.exponential(1.0, (P, D, T)) * np.linspace(0.01, 0.1, T) * np.arange(1, P + 1)[:, None, None]
+    agree = rng.random((P, D, T)) > 0.2
+    nll = rng.random((P + 1, D, T)) + 2.0
+    settings = {"model": model, "model_seed": 0, "dtype": None, "data": "default", "docs": D, "tokens": T + 8,
+                "prefill": 8, "policies": list(policies), "seed": 0, "batch_size": D, "segment": 512,
+                "engine": "scan", "skip_short": False, "doc_tokens_sha": "0123456789abcdef"}
+    return {"kind": "kl", "schema_version": 1,
+            "provenance": provenance(policies=list(policies), reference="fp32", model=model, data="default", seed=0,
+                                     engine="scan", implementations=["scan:torch-scan:replay-window"],
+                                     fingerprint="f" * 16, settings=settings),
+            "model": {"name": model, "seed": 0, "dtype": None},
+            "data": {"source": "default", "docs": D, "tokens": T + 8, "prefill": 8, "decode_tokens": T,
+                     "doc_ids": [f"doc{i}" for i in range(D)], "titles": [None] * D},
+            "reference": "fp32", "policies": list(policies), "seed": 0,
+            "engine": {"requested": "auto", "used": "scan", "implementations": ["scan:torch-scan:replay-window"]},
+            "length_definition": "decode steps taken when the position is predicted (1 = first decode token)",
+            "results": klmod.summarize(kl, agree, nll, list(policies)),
+            "timing": {"seconds_this_process": 1.0, "batches_this_process": 1}}
+
+
+def make_lmeval(tmp: Path) -> dict:
+    """An lmeval summary from the study's own summarize() on random paired per-item records."""
+    from precision_lab.evals.lmeval_runner import LMEvalConfig, Study
+
+    cfg = LMEvalConfig(model="tiny-qwen3.5", tasks=["gpqa", "math_hard"], out=str(tmp / "lmeval"), synthetic=True,
+                       limit=12, policies=["fp32", "shared:nvfp4-sr", "split:fp16-sr/nvfp4"], n_boot=200)
+    rng = np.random.default_rng(1)
+    records: dict = {}
+    for task, n in (("gpqa", 12), ("math_hard", 9)):
+        lengths = rng.integers(5, 60, n)
+        base = rng.random(n) > 0.5
+        records[task] = {}
+        for i, pol in enumerate(cfg.policies):
+            flip = rng.random(n) < 0.25 * i
+            scores = np.where(flip, ~base, base).astype(float)
+            samples = [{"task": f"{task}_sub", "doc_id": j, "prompt_hash": f"h{j}", "score": float(scores[j]),
+                        "response": f"r{j}-{pol if flip[j] else ''}", "filtered": None, "target": "A",
+                        "gen_tokens": int(lengths[j]) + (3 if flip[j] else 0)} for j in range(n)]
+            records[task][pol] = {"samples": samples}
+    return Study(cfg).summarize(records)
+
+
+def make_bench_quant() -> dict:
+    """The schema of scripts/bench_quant.py on a GPU (numbers are fixture values)."""
+    kernels = {"nvfp4 quantize": {"check": "pass", "check_detail": "bit-exact", "bytes": 4_500_000,
+                                  "median_ms": 0.0021, "gbps": 2142.9, "frac_of_copy": 0.5214,
+                                  "elements_per_s": 4.7e11},
+               "fp8e4m3 dequantize": {"check": "pass", "check_detail": "bit-exact", "bytes": 5_000_000,
+                                      "median_ms": 0.0015, "gbps": 3333.3, "frac_of_copy": 0.8111},
+               "bf16-sr quantize": {"check": "FAIL", "check_detail": "data differs in slice 0:32", "bytes": 6_000_000}}
+    return {"kind": "bench-quant", "schema_version": 1,
+            "provenance": provenance(bench="scripts/bench_quant.py", shape=[8, 4, 64, 128], dtype="float32",
+                                     gpu_name="NVIDIA H200", smoke=False,
+                                     implementation="precision_lab.kernels.quant.triton_quant"),
+            "state_bytes": 1_048_576, "n_elements": 262_144, "n_matrices": 32,
+            "copy": {"median_ms": 0.0019, "bytes": 8_000_000, "gbps": 4110.0},
+            "kernels": kernels, "torch_reference_nvfp4": None,
+            "target": {"kernel": "nvfp4 quantize", "fraction_of_copy": 0.8, "achieved_fraction": 0.5214, "met": False},
+            "bytes_model": {"copy": "read 4N + write 4N"}}
+
+
+def make_bench_scan() -> dict:
+    """The schema of scripts/bench_scan.py on a GPU (numbers are fixture values)."""
+    rows = []
+    for arch in ("gdn", "mamba2"):
+        for b in (1, 2, 4, 8):
+            for j, pol in enumerate(("fp32", "split:fp16-sr/nvfp4")):
+                ms = 10.0 * b / (j + 1) + (3.5 if arch == "gdn" else 1.25)
+                nb = 1_000_000_000 * b
+                rows.append({"arch": arch, "policy": pol, "kernel": "replay", "B": b, "T": 4096, "ms": ms,
+                             "tokens_per_s": b * 4096 / ms * 1e3, "bytes": nb, "GBps": nb / ms / 1e6,
+                             "pct_of_copy": nb / ms / 1e6 / 4000.0 * 100})
+    rows.append({"arch": "gdn", "policy": "conventional:bf16", "B": 2, "T": 4096, "skipped": "correctness check failed"})
+    return {"kind": "bench-scan", "schema_version": 1,
+            "provenance": provenance(script="scripts/bench_scan.py", argv=[], smoke=False),
+            "bytes_model": "each input read once, the output written once",
+            "copy_ceiling": {"bytes": 2 << 30, "ms": 0.5, "GBps": 4000.0},
+            "checks": [{"arch": "gdn", "policy": "fp32", "against": "decode engine", "ok": True},
+                       {"arch": "gdn", "policy": "conventional:bf16", "against": "decode engine", "ok": False}],
+            "shapes": {"gdn": {"model": "Qwen3.5-4B GDN layer", "HK": 16}, "T": 4096},
+            "timings": rows, "elapsed_s": 12.0}
+
+
+def write(path: Path, obj) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+    return path
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("results")
+    objs = {"sim": make_sim(), "kl": make_kl(), "lmeval": make_lmeval(d), "bench-quant": make_bench_quant(),
+            "bench-scan": make_bench_scan()}
+    return {k: (write(d / f"{k}.json", v), v) for k, v in objs.items()}
+
+
+@pytest.fixture(scope="module")
+def report(inputs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "study"
+    index = build_report([p for p, _ in inputs.values()], out)
+    return out, index
+
+
+# ------------------------------------------------------------------------------------------------
+# reading the Markdown back
+# ------------------------------------------------------------------------------------------------
+def md_tables(md: str) -> list[tuple[str, list[dict[str, str]]]]:
+    """(caption, rows as dicts header → cell) of every captioned table in index.md, in order."""
+    lines = md.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if line.startswith("| ") and i >= 2 and lines[i - 2].startswith("*") and lines[i + 1].startswith("|---"):
+            caption = lines[i - 2].strip("*")
+            head = [c.strip() for c in line.strip("|").split(" | ")]
+            rows, j = [], i + 2
+            while j < len(lines) and lines[j].startswith("| "):
+                cells = [c.strip() for c in re.split(r"(?<!\\) \| ", lines[j].strip()[2:-2])]
+                rows.append(dict(zip(head, cells)))
+                j += 1
+            out.append((caption, rows))
+    return out
+
+
+def table(md: str, starts: str) -> list[dict[str, str]]:
+    found = [rows for cap, rows in md_tables(md) if cap.startswith(starts)]
+    assert len(found) == 1, f"expected one table captioned {starts!r}, found {len(found)}"
+    return found[0]
+
+
+def num(cell: str) -> float:
+    return float(cell.replace("+", ""))
+
+
+# ------------------------------------------------------------------------------------------------
+# the report
+# ------------------------------------------------------------------------------------------------
+def test_files_and_figures(report):
+    out, index = report
+    assert index == out / "index.html" and index.exists() and (out / "index.md").exists()
+    pngs = sorted((out / "figures").glob("*.png"))
+    # sim, kl, lmeval delta + quartiles, bench-quant bars, bench-scan B sweep for 2 archs
+    assert len(pngs) >= 7, [p.name for p in pngs]
+    for p in pngs:
+        data = p.read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 5000, p
+    assert len(list((out / "data").glob("*.json"))) == 5
+
+
+def test_html_is_self_contained(report):
+    out, index = report
+    html = index.read_text()
+    assert not re.search(r"https?://", html, re.I)
+    assert "<script" not in html.lower() and "<link" not in html.lower() and "@import" not in html
+    srcs = re.findall(r'<img src="([^"]+)"', html)
+    assert len(srcs) == len(list((out / "figures").glob("*.png")))
+    for s in srcs:
+        assert not Path(s).is_absolute() and (out / s).is_file(), s
+    md = (out / "index.md").read_text()
+    for s in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md):
+        assert (out / s).is_file(), s
+    # both files render the same blocks
+    assert html.count("<table>") == html.count("</table>") == len(md_tables(md))
+    assert re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md) == srcs
+
+
+def test_sim_table_equals_input(report, inputs):
+    md = (report[0] / "index.md").read_text()
+    sim = inputs["sim"][1]
+    rows = table(md, "Mean relative output error")
+    assert [r["policy"] for r in rows] == list(sim["results"])
+    for r in rows:
+        res = sim["results"][r["policy"]]
+        for e, v in zip(sim["window_ends"], res["mean_rel_error_last"]):
+            assert num(r[f"t = {e}"]) == pytest.approx(v, rel=1e-3)
+        assert int(r["state writes"]) == res["state_writes"]
+
+
+def test_kl_tables_equal_input(report, inputs):
+    md = (report[0] / "index.md").read_text()
+    kl = inputs["kl"][1]
+    rows = table(md, "Mean KL (nats per token) at fixed")
+    assert [r["policy"] for r in rows] == kl["policies"]
+    for r in rows:
+        buckets = kl["results"][r["policy"]]["buckets"]["log2"]
+        cols = [k for k in r if k.startswith("L ")]
+        assert len(cols) == len(buckets)  # 40 positions: 6 buckets, all shown
+        for c, b in zip(cols, buckets):
+            assert c == (f"L {b['lo']}" if b["hi"] <= b["lo"] else f"L {b['lo']}–{b['hi']}")
+            assert num(r[c]) == pytest.approx(b["mean"], rel=1e-3)
+    over = table(md, "KL over all decode positions")
+    for r in over:
+        o = kl["results"][r["policy"]]["overall"]
+        for k in ("mean", "median", "q90", "q95", "q99", "max"):
+            assert num(r[k]) == pytest.approx(o[k], rel=1e-3)
+        assert num(r["top-1 agreement"]) == pytest.approx(o["top1_agreement"], rel=1e-3)
+        lo, hi = (num(x) for x in r["95% CI of mean (docs)"].strip("[]").split(", "))
+        assert (lo, hi) == (pytest.approx(o["doc_ci95"][0], rel=1e-3), pytest.approx(o["doc_ci95"][1], rel=1e-3))
+
+
+def test_lmeval_tables_equal_input(report, inputs):
+    md = (report[0] / "index.md").read_text()
+    lm = inputs["lmeval"][1]
+    long = table(md, "Accuracy and paired difference")
+    assert [r["task"] for r in long] == ["gpqa"] * 3 + ["math_hard"] * 3
+    wide = table(md, "Accuracy (%) per task")
+    assert [r["policy"] for r in wide] == ["fp32", "shared:nvfp4-sr", "split:fp16-sr/nvfp4"]
+    for task, n in (("math_hard", 9), ("gpqa", 12)):
+        e = lm["tasks"][task]
+        col = f"{task} (n={n})"
+        assert num(wide[0][col]) == pytest.approx(100 * e["fp32"]["accuracy"], abs=0.006)
+        for r in wide[1:]:
+            pe = e["policies"][r["policy"]]
+            acc, rest = r[col].split(" (", 1)
+            delta, ci = rest.rstrip(")").split(" [")
+            assert num(acc) == pytest.approx(100 * pe["accuracy"], abs=0.006)
+            assert num(delta) == pytest.approx(100 * pe["delta"]["delta"], abs=0.006)
+            assert num(ci.split(", ")[0]) == pytest.approx(100 * pe["delta"]["ci_low"], abs=0.006)
+    e = lm["tasks"]["gpqa"]
+    rows = long[:3]
+    assert [r["policy"] for r in rows] == ["fp32", *e["policies"]]
+    assert num(rows[0]["accuracy (%)"]) == pytest.approx(100 * e["fp32"]["accuracy"], abs=0.006)
+    for r in rows[1:]:
+        pe = e["policies"][r["policy"]]
+        assert int(r["n"]) == pe["n"] == 12
+        assert num(r["accuracy (%)"]) == pytest.approx(100 * pe["accuracy"], abs=0.006)
+        assert num(r["Δ vs fp32 (pts)"]) == pytest.approx(100 * pe["delta"]["delta"], abs=0.006)
+        lo, hi = (num(x) for x in r["95% CI (pts)"].strip("[]").split(", "))
+        assert lo == pytest.approx(100 * pe["delta"]["ci_low"], abs=0.006)
+        assert hi == pytest.approx(100 * pe["delta"]["ci_high"], abs=0.006)
+        assert num(r["McNemar p"]) == pytest.approx(pe["mcnemar"]["p_value"], rel=5e-3)
+        assert r["b / c"] == f"{pe['mcnemar']['b']} / {pe['mcnemar']['c']}"
+    # the fixture flips answers for the second and third policy: a nonzero delta must show
+    assert any(abs(num(r["Δ vs fp32 (pts)"])) > 0 for r in rows[1:])
+    q = table(md, "gpqa: accuracy (%) by quartile")
+    quart = e["policies"]["shared:nvfp4-sr"]["by_fp32_length_quartile"]
+    cols = [k for k in q[0] if k.startswith("Q")]
+    assert len(cols) == 4
+    for c, row in zip(cols, quart):
+        assert c == f"Q{row['quartile']} ({row['len_min']}–{row['len_max']}, n={row['n']})"
+        assert num(q[0][c]) == pytest.approx(100 * row["accuracy"]["fp32"], abs=0.006)
+    for r in q[1:]:
+        for c, row in zip(cols, e["policies"][r["policy"]]["by_fp32_length_quartile"]):
+            assert num(r[c]) == pytest.approx(100 * row["accuracy"]["policy"], abs=0.006)
+
+
+def test_bench_tables_equal_input(report, inputs):
+    md = (report[0] / "index.md").read_text()
+    bq = inputs["bench-quant"][1]
+    rows = table(md, "Quantize/dequantize kernels")
+    assert [r["kernel"] for r in rows] == list(bq["kernels"])
+    for r in rows:
+        k = bq["kernels"][r["kernel"]]
+        if k["check"] != "pass":  # a failed check has no timing, and the report shows none
+            assert r["GB/s"] == r["median (ms)"] == "—"
+            continue
+        assert num(r["GB/s"]) == pytest.approx(k["gbps"], rel=1e-3)
+        assert num(r["% of copy"]) == pytest.approx(100 * k["frac_of_copy"], rel=1e-3)
+    bs = inputs["bench-scan"][1]
+    rows = table(md, "All measurements")
+    assert len(rows) == len(bs["timings"])
+    for r, t in zip(rows, bs["timings"]):
+        assert (r["arch"], r["policy"], r["B"]) == (t["arch"], t["policy"], str(t["B"]))
+        if "GBps" in t:
+            assert num(r["GB/s"]) == pytest.approx(t["GBps"], rel=1e-3)
+            assert num(r["ms"]) == pytest.approx(t["ms"], rel=1e-3)
+        else:
+            assert r["GB/s"] == "—" and "correctness" in r["skipped"]
+    assert "1 of 2 passed" in md
+
+
+def test_caveats_and_provenance(report, inputs):
+    md = (report[0] / "index.md").read_text()
+    cav = md.split("## What these results show")[1].split("\n## ")[0]
+    assert "`tiny-qwen3.5` is a tiny random-init preset" in cav
+    assert "SYNTHETIC" in cav and "one synthetic layer with random inputs" in cav
+    assert "NVIDIA H200" in cav
+    # every figure is followed by a provenance line before the next figure or heading
+    body = md.split("## Provenance")[0]
+    for chunk in body.split("![")[1:]:
+        assert "Provenance:" in re.split(r"\n#+ ", chunk)[0]
+    assert md.count("Provenance: ") >= 5
+    assert inputs["kl"][1]["provenance"]["git"] is None or str(inputs["kl"][1]["provenance"]["git"]) in md
+
+
+def test_long_kl_runs_keep_the_longest_bucket():
+    from precision_lab.evals.kl import log2_buckets
+
+    from precision_lab.report.sections.kl import table_buckets
+
+    rows = [{"lo": lo, "hi": hi - 1} for lo, hi in log2_buckets(131072)]  # 18 buckets
+    idx = table_buckets(rows)
+    assert len(idx) <= 9 and idx[-1] == len(rows) - 1 and idx == sorted(set(idx))
+    assert table_buckets(rows[:6]) == list(range(6))
+
+
+def test_policy_colours_do_not_depend_on_order():
+    a = PolicyColors(["split:fp32/nvfp4", "fp32", "shared:nvfp4-sr"])
+    b = PolicyColors(["shared:nvfp4-sr", "split:fp32/nvfp4"])
+    assert a("fp32") == (0.0, 0.0, 0.0)
+    assert a("shared:nvfp4-sr") == b("shared:nvfp4-sr") != a("split:fp32/nvfp4")
+
+
+def test_same_setup_merges_and_other_models_split(tmp_path):
+    k1 = write(tmp_path / "a/summary.json", make_kl(policies=("shared:nvfp4-sr",)))
+    k2 = write(tmp_path / "b/summary.json", make_kl(policies=("split:fp32/nvfp4",), seed=3))
+    k3 = write(tmp_path / "c/summary.json", make_kl(model="tiny-nemotron-h"))
+    build_report([k1.parent, k2, k3], tmp_path / "r")
+    md = (tmp_path / "r/index.md").read_text()
+    assert md.count("### KL vs length: tiny-qwen3.5") == 1 and md.count("### KL vs length: tiny-nemotron-h") == 1
+    rows = [r for cap, r in md_tables(md) if cap.startswith("Mean KL")]
+    assert [[x["policy"] for x in r] for r in rows] == [["shared:nvfp4-sr", "split:fp32/nvfp4"],
+                                                        ["shared:nvfp4-sr", "split:fp32/nvfp4"]]
+
+
+# ------------------------------------------------------------------------------------------------
+# refused inputs
+# ------------------------------------------------------------------------------------------------
+def _bad_cases(tmp: Path, inputs) -> dict[str, tuple[Path, str]]:
+    kl = inputs["kl"][1]
+    nan_kl = json.dumps(kl).replace(str(kl["results"]["shared:nvfp4-sr"]["overall"]["mean"]), "NaN", 1)
+    no_prov = {k: v for k, v in kl.items() if k != "provenance"}
+    trunc = json.dumps(kl)[:300]
+    (tmp / "trunc.json").write_text(trunc)
+    (tmp / "nan.json").write_text(nan_kl)
+    (tmp / "binary.json").write_bytes(b"\x00\xff\xfe garbage")
+    return {
+        "foreign": (write(tmp / "foreign.json", {"results": [1, 2]}), "not a precision-lab result"),
+        "list": (write(tmp / "list.json", [1, 2]), "not a precision-lab result"),
+        "kind": (write(tmp / "kind.json", {**kl, "kind": "kl-run"}), "unknown result kind 'kl-run'"),
+        "schema": (write(tmp / "schema.json", {**kl, "schema_version": 2}), "schema_version 2"),
+        "provenance": (write(tmp / "prov.json", no_prov), "no provenance"),
+        "missing": (write(tmp / "missing.json", {k: v for k, v in kl.items() if k != "results"}), "without 'results'"),
+        "truncated": (tmp / "trunc.json", "not valid JSON"),
+        "binary": (tmp / "binary.json", "not valid JSON"),
+        "nan": (tmp / "nan.json", "non-finite"),
+        "absent": (tmp / "absent.json", "no such file"),
+        "folder": (tmp, "a folder without"),
+    }
+
+
+@pytest.mark.parametrize("case", ["foreign", "list", "kind", "schema", "provenance", "missing", "truncated",
+                                  "binary", "nan", "absent", "folder"])
+def test_bad_file_refused(tmp_path, inputs, case):
+    path, msg = _bad_cases(tmp_path, inputs)[case]
+    out = tmp_path / "out"
+    with pytest.raises(ResultError, match=re.escape(msg)) as ei:
+        build_report([inputs["sim"][0], path], out)
+    assert str(path) in str(ei.value)
+    assert not out.exists()  # refused before anything is written
+
+
+def test_mixed_inputs_refused(tmp_path, inputs):
+    sim_path, sim = inputs["sim"]
+    # the same file twice, and the same content under another name
+    with pytest.raises(ResultError, match="given twice"):
+        build_report([sim_path, sim_path], tmp_path / "o")
+    with pytest.raises(ResultError, match="identical to"):
+        build_report([sim_path, write(tmp_path / "copy.json", json.loads(sim_path.read_text()))], tmp_path / "o")
+    # a rerun of the same setup holding the same policy, with other numbers: the report would pick one
+    rerun = copy.deepcopy(sim)
+    rerun["results"] = {"shared:nvfp4-sr": rerun["results"]["shared:nvfp4-sr"]}
+    rerun["results"]["shared:nvfp4-sr"]["mean_rel_error_last"][0] *= 2
+    with pytest.raises(ResultError, match="two 'sim' results for policy 'shared:nvfp4-sr'"):
+        build_report([sim_path, write(tmp_path / "rerun.json", rerun)], tmp_path / "o")
+    # two lm-eval summaries of the same model and task: both hold fp32
+    lm = inputs["lmeval"][1]
+    other = copy.deepcopy(lm)
+    other["provenance"]["created"] = "later"
+    other["tasks"]["gpqa"]["policies"] = {}
+    with pytest.raises(ResultError, match=r"policy 'fp32' \(gpqa\)"):
+        build_report([inputs["lmeval"][0], write(tmp_path / "lm2.json", other)], tmp_path / "o")
+    # a benchmark smoke run (interpreter timings)
+    smoke = copy.deepcopy(inputs["bench-quant"][1])
+    smoke["provenance"]["smoke"] = True
+    with pytest.raises(ResultError, match="smoke run"):
+        build_report([write(tmp_path / "smoke.json", smoke)], tmp_path / "o")
+    # another setup of the same kind is not mixed: another architecture renders as its own section
+    gdn = copy.deepcopy(sim)
+    gdn["settings"]["arch"] = "gdn"
+    build_report([sim_path, write(tmp_path / "gdn.json", gdn)], tmp_path / "ok")
+    assert (tmp_path / "ok/index.md").read_text().count("### Single-layer simulation: ") == 2
+
+
+# ------------------------------------------------------------------------------------------------
+# the command line
+# ------------------------------------------------------------------------------------------------
+def test_cli_bad_file_one_error_line(tmp_path, capsys):
+    bad = write(tmp_path / "bad.json", {"hello": "world"})
+    rc = cli_main(["report", str(bad), "-o", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and err[0].startswith("precision-lab report: error: ") and str(bad) in err[0]
+
+
+def test_cli_builds(tmp_path, inputs, capsys):
+    rc = cli_main(["report", str(inputs["sim"][0]), str(inputs["bench-quant"][0]), "-o", str(tmp_path / "r"),
+                   "--title", "Demo"])
+    assert rc == 0
+    assert "wrote" in capsys.readouterr().out
+    assert (tmp_path / "r/index.md").read_text().startswith("# Demo\n")
+
+
+# ------------------------------------------------------------------------------------------------
+# benchmarks without a fixed schema yet: rows with B / L / T sweeps, and scalar-only files
+# ------------------------------------------------------------------------------------------------
+def make_bench_kernels() -> dict:
+    rows = []
+    for b in (1, 16, 256):
+        for kern, pol, us in (("conventional", "fp32", 40.0), ("replay", "split:fp32/nvfp4", 20.0)):
+            rows.append({"arch": "mamba2", "kernel": kern, "policy": pol, "B": b, "L": 16, "T": 1, "us": us * b / 16,
+                         "GBps": 3000.0 + b, "speedup_vs_conventional": 40.0 / us})
+    for L in (4, 8, 32):
+        rows.append({"arch": "mamba2", "kernel": "replay", "policy": "split:fp32/nvfp4", "B": 256, "L": L, "T": 1,
+                     "us": 300.0 + L, "GBps": 3500.0 - L, "speedup_vs_conventional": 1.5 + L / 100})
+    for T in (2, 4, 8):
+        rows.append({"arch": "mamba2", "kernel": "verify", "policy": "split:fp32/nvfp4", "B": 256, "L": 16, "T": T,
+                     "us": 500.0 + T, "GBps": 2000.0})
+    return {"kind": "bench-kernels", "schema_version": 1,
+            "provenance": provenance(script="scripts/bench_kernels.py", gpu_name="NVIDIA H200"),
+            "copy_ceiling": {"GBps": 4100.0}, "timings": rows}
+
+
+def test_bench_sweeps_and_generic(tmp_path):
+    bk = make_bench_kernels()
+    bkl = {"kind": "bench-kl", "schema_version": 1, "provenance": provenance(model="qwen3.5-4b-shape"),
+           "tokens": 131072, "seconds": {"total": 287.5, "teacher_forced": 120.25}, "speedup_vs_decode": 61.5}
+    build_report([write(tmp_path / "bk.json", bk), write(tmp_path / "bkl.json", bkl)], tmp_path / "r")
+    out = tmp_path / "r"
+    figs = sorted(p.name for p in (out / "figures").glob("*.png"))
+    assert figs == ["bench-bench-kernels-mamba2-B.png", "bench-bench-kernels-mamba2-L.png",
+                    "bench-bench-kernels-mamba2-T.png"]
+    md = (out / "index.md").read_text()
+    assert "memcpy ceiling measured in the same run: 4100 GB/s" in md
+    rows = table(md, "All measurements")
+    assert len(rows) == len(bk["timings"])
+    for r, t in zip(rows, bk["timings"]):
+        assert num(r["us (µs)"]) == pytest.approx(t["us"], rel=1e-3)
+        assert r["speedup_vs_conventional"] == ("—" if "speedup_vs_conventional" not in t
+                                                else f"{t['speedup_vs_conventional']:.4g}")
+    vals = {r["quantity"]: r["value"] for r in table(md, "bench-kl measurements")}
+    assert vals == {"tokens": "131072", "seconds.total": "287.5", "seconds.teacher_forced": "120.2",
+                    "speedup_vs_decode": "61.5"}
+    assert "`qwen3.5-4b-shape` has the layer and state shapes of a published checkpoint but random weights" in md
+
+
+def make_bench_kernels_real_schema() -> dict:
+    """scripts/bench_kernels.py's result: fixture timing rows, its own summarise() on top."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_kernels", Path(__file__).parents[1] / "scripts/bench_kernels.py")
+    bk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bk)
+    ceiling = {"bytes": 1 << 31, "us": 500.0, "GBps": 4295.0, "timing": "CUDA graph"}
+    rows = []
+
+    def row(op, kernel, batch, us, tag, **kw):
+        rows.append({"op": op, "kernel": kernel, "batch": batch, "us": us, "bytes": 1e6 * batch,
+                     "GBps": 1e3 * batch / us, "pct_ceiling": 100 * 1e3 * batch / us / ceiling["GBps"], "tag": tag,
+                     "update": kw.get("update", "fp32"), "read": kw.get("read"), "T": kw.get("T", 1)})
+
+    for k, op in enumerate(("mamba2", "gdn")):
+        for B in bk.BATCHES:
+            row(op, "conventional", B, 10.0 + B + k, "batch")
+            row(op, "nonflush", B, 5.0 + B / 2 + k, "batch")
+            row(op, "flush", B, 12.0 + B + k, "batch")
+            row(op, "fla", B, 14.0 + 1.1 * B + k, "batch")
+        for L in bk.LS:
+            row(op, "nonflush", 256, 130.0 + L, f"L{L}")
+            row(op, "flush", 256, 270.0 + L, f"L{L}")
+        for T in bk.DRAFT_T:
+            row(op, "nonflush", 256, 140.0 + 3 * T, f"T{T}", T=T)
+            row(op, "flush", 256, 280.0 + T, f"T{T}", T=T)
+        for rf in bk.READ_FMTS:
+            row(op, "nonflush", 256, 30.0 + len(rf), "read", read=rf)
+            row(op, "flush", 256, 260.0 + len(rf), "read", read=rf)
+        for uf in bk.UPDATE_FMTS:
+            row(op, "flush", 256, 250.0 + len(uf), "update", update=uf, read="nvfp4")
+        for cf in bk.CONV_FMTS:
+            row(op, "conventional", 256, 200.0 + len(cf), "convfmt", update=cf)
+    checks = {f"{op}:{name}": {"rel_err": {"y": 1e-6}, "tol": 1e-4, "ok": name != "verify-T4"}
+              for op in ("mamba2", "gdn") for name in ("fp32", "shared:fp32", "split:fp32/nvfp4", "verify-T4",
+                                                       "verify-T4-flush")}
+    return {"kind": "bench-kernels", "schema_version": 1,
+            "provenance": provenance(device="NVIDIA H200", quick=False, seconds=1.0),
+            "ceiling": ceiling, "correctness": checks, "rows": rows,
+            "summary": json.loads(json.dumps(bk.summarise(rows, checks, ceiling)))}  # int keys -> str, as on disk
+
+
+def test_bench_kernels_summary(tmp_path):
+    bk = make_bench_kernels_real_schema()
+    build_report([write(tmp_path / "bench_kernels.json", bk)], tmp_path / "r")
+    out = tmp_path / "r"
+    figs = sorted(p.name for p in (out / "figures").glob("*.png"))
+    assert figs == [f"bench-kernels-{op}-{s}.png" for op in ("gdn", "mamba2") for s in ("L", "T", "batch")]
+    md = (out / "index.md").read_text()
+    assert "Decode kernels: NVIDIA H200" in md and "4295 GB/s" in md
+    for op in ("mamba2", "gdn"):
+        s = bk["summary"][op]
+        rows = table(md, f"{op}: batch sweep")
+        assert [r["B"] for r in rows] == [str(b) for b in sorted(int(b) for b in s["batch"])]
+        for r in rows:
+            e = s["batch"][r["B"]]
+            assert num(r["ReplaySSM amortised (µs)"]) == pytest.approx(e["replay_amortised_us"], rel=1e-3)
+            assert num(r["speedup vs conventional"]) == pytest.approx(e["speedup_vs_conventional"], rel=1e-3)
+            assert num(r["fla (µs)"]) == pytest.approx(e["fla_us"], rel=1e-3)
+        for r in table(md, f"{op}: L sweep"):
+            e = s["L"][r["L"]]
+            assert num(r["speedup vs conventional"]) == pytest.approx(e["speedup_vs_conventional"], rel=1e-3)
+        # the verify checks failed in the fixture: the script stores no ratio, and the report shows none
+        for r in table(md, f"{op}: draft sweep"):
+            assert r["ratio to one conventional step"] == "—"
+            assert num(r["verify (µs)"]) == pytest.approx(s["drafts"][r["T"]]["verify_us"], rel=1e-3)
+        tg = {r["target"]: r for r in table(md, f"{op}: the issue's targets")}
+        assert tg["verify_T8_vs_conventional"]["met"] == "not measured"
+        v = s["targets"]["replay_vs_conventional"]
+        assert num(tg["replay_vs_conventional"]["measured"]) == pytest.approx(v["value"], rel=1e-3)
+        assert tg["replay_vs_conventional"]["met"] == ("yes" if v["met"] else "NO")
+    assert "| mamba2:verify-T4 | FAIL |" in md
