@@ -34,7 +34,8 @@ In shared mode R = U, so both folds are the same and the buffered d's are used.
 Where the state is exactly the decode engine's. The fold is ``_core.fold`` called on the same
 records with the same shapes as the decode engine, and the cumulative decays are ``_core.cumulative``
 (the same sequential sums), so for Mamba-2 — whose records do not depend on the state — every
-stored checkpoint equals the decode engine's bit for bit, in every mode and format, SR included.
+ReplaySSM checkpoint (shared, split) equals the decode engine's bit for bit, in every format, SR
+included; so does every conventional step with a lossy format (same step code).
 For GDN/KDA the d's come from the triangular solve instead of the decode engine's one-by-one
 readouts, so they differ in the last bits. Lossless storage keeps that at rounding level. A lossy
 cast, though, occasionally lands on the other side of a rounding boundary (in float64 this never

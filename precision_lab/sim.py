@@ -350,5 +350,5 @@ def equivalence_result(archs=ARCHS, seed: int = 0, log=print, **kwargs) -> dict:
             "mode": "equivalence", "results": results}
 
 
-__all__ = ["DEFAULT_POLICIES", "SimConfig", "format_table", "make_inputs", "plot", "run_equivalence", "equivalence_result", "run_sim",
+__all__ = ["ARCHS", "DEFAULT_POLICIES", "SimConfig", "format_table", "make_inputs", "plot", "run_equivalence", "equivalence_result", "run_sim",
            "window_ends"]

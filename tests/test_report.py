@@ -380,11 +380,12 @@ def _bad_cases(tmp: Path, inputs) -> dict[str, tuple[Path, str]]:
         "nan": (tmp / "nan.json", "non-finite"),
         "absent": (tmp / "absent.json", "no such file"),
         "folder": (tmp, "a folder without"),
+        "policy": (write(tmp / "policy.json", {**kl, "results": {"shared:nvfp4-sr@L16": {}}}), "short_str() form"),
     }
 
 
 @pytest.mark.parametrize("case", ["foreign", "list", "kind", "schema", "provenance", "missing", "truncated",
-                                  "binary", "nan", "absent", "folder"])
+                                  "binary", "nan", "absent", "folder", "policy"])
 def test_bad_file_refused(tmp_path, inputs, case):
     path, msg = _bad_cases(tmp_path, inputs)[case]
     out = tmp_path / "out"
@@ -555,7 +556,7 @@ def test_bench_kernels_summary(tmp_path):
         for r in table(md, f"{op}: draft sweep"):
             assert r["ratio to one conventional step"] == "—"
             assert num(r["verify (µs)"]) == pytest.approx(s["drafts"][r["T"]]["verify_us"], rel=1e-3)
-        tg = {r["target"]: r for r in table(md, f"{op}: the issue's targets")}
+        tg = {r["quantity"]: r for r in table(md, f"{op}: the issue's targets")}
         assert tg["verify_T8_vs_conventional"]["met"] == "not measured"
         v = s["targets"]["replay_vs_conventional"]
         assert num(tg["replay_vs_conventional"]["measured"]) == pytest.approx(v["value"], rel=1e-3)

@@ -109,7 +109,7 @@ def gdn_replay_scan_fwd_kernel(
         # (I + A)⁻¹ by forward substitution: row i = e_i − Σ_{s<i} A[i,s] · row s.
         b_a = tl.where(strict, tl.dot(b_k, tl.trans(b_k), input_precision="ieee") * b_dec * b_beta[:, None], 0.0)
         b_ti = eye
-        for i in range(1, L):
+        for i in tl.static_range(1, BLOCK_W):
             a_i = tl.sum(tl.where(o_w[:, None] == i, b_a, 0.0), 0)
             b_ti = tl.where(o_w[:, None] == i, b_ti - tl.sum(a_i[:, None] * b_ti, 0)[None, :], b_ti)
         b_qk = tl.where(causal, tl.dot(b_q, tl.trans(b_k), input_precision="ieee") * b_dec, 0.0)

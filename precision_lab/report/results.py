@@ -96,7 +96,27 @@ def load_result(path: str | Path) -> Result:
     if missing:
         raise ResultError(f"{path}: a {kind!r} result without {', '.join(repr(m) for m in missing)}; "
                           "the file is truncated or was not written by precision-lab")
-    return Result(path, kind, data, hashlib.sha256(raw).hexdigest())
+    result = Result(path, kind, data, hashlib.sha256(raw).hexdigest())
+    if kind in ("sim", "kl", "lmeval"):
+        _check_policy_names(result)
+    return result
+
+
+def _check_policy_names(r: Result) -> None:
+    """Policies must be named by StatePolicy.short_str(): legends and colours key on those names, and
+    two spellings of one policy would be drawn as two policies."""
+    from precision_lab.policy import StatePolicy
+
+    for _, name in policies_of(r):
+        if r.kind == "sim" and r.data.get("mode") == "equivalence":
+            return
+        try:
+            canon = StatePolicy.parse(name).short_str()
+        except (ValueError, TypeError) as e:
+            raise ResultError(f"{r.path}: {name!r} is not a policy string ({e})") from e
+        if canon != name:
+            raise ResultError(f"{r.path}: policy {name!r} is not in its short_str() form {canon!r}; the file was "
+                              "not written by precision-lab (or was edited)")
 
 
 class _NonFinite(ValueError):

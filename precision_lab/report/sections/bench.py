@@ -153,6 +153,13 @@ _KSERIES = {
 }
 
 
+def _legend(ax) -> None:
+    if ax.get_legend_handles_labels()[0]:  # an empty panel (nothing measured) gets no empty legend box
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes, color="0.4")
+
+
 def _int_keys(d: dict) -> list:
     return sorted(d, key=lambda k: int(k))
 
@@ -209,7 +216,7 @@ def _kernels_summary(r: Result, ctx: Context) -> list:
                 ax.set_xscale("log", base=2)
                 ax.set_xlabel("batch B (sequences)")
                 ax.set_ylabel(yl)
-                ax.legend(fontsize=7)
+                _legend(ax)
             axes[0].set_yscale("log")
             axes[1].set_ylim(bottom=0)
             axes[2].set_ylim(bottom=0)
@@ -247,7 +254,7 @@ def _kernels_summary(r: Result, ctx: Context) -> list:
                 ax.set_xscale("log", base=2)
                 ax.set_xlabel("window L (tokens)")
                 ax.set_ylabel(yl)
-                ax.legend(fontsize=7)
+                _legend(ax)
             axes[1].set_ylim(bottom=0)
             fig.suptitle(f"{op}: window length sweep (B = 256)", fontsize=9)
             blocks += [Figure(ctx.figure(fig, f"bench-kernels-{op}-L"),
@@ -282,7 +289,7 @@ def _kernels_summary(r: Result, ctx: Context) -> list:
                 ax.set_xscale("log", base=2)
                 ax.set_xlabel("drafts T (tokens per verify)")
                 ax.set_ylabel(yl)
-                ax.legend(fontsize=7)
+                _legend(ax)
             axes[1].set_ylim(bottom=0)
             fig.suptitle(f"{op}: speculative verify (B = 256)", fontsize=9)
             blocks += [Figure(ctx.figure(fig, f"bench-kernels-{op}-T"),
@@ -307,7 +314,7 @@ def _kernels_summary(r: Result, ctx: Context) -> list:
                                 caption=f"{op}: storage formats at B = 256, L = 16"))
         tg = s.get("targets") or {}
         if tg:
-            blocks.append(Table(["target", "measured", "target", "met"],
+            blocks.append(Table(["quantity", "measured", "target", "met"],
                                 [[k, fmt(v.get("value")), fmt(v.get("target")),
                                   {True: "yes", False: "NO"}.get(v.get("met"), "not measured")]
                                  for k, v in tg.items()], caption=f"{op}: the issue's targets (B = 256, L = 16)"))
@@ -396,7 +403,7 @@ def _sweep_figures(r: Result, rows: list[dict], ceiling, ctx: Context, axis_labe
                 axp.set_xlabel(axis_labels[ax_name])
                 axp.set_ylabel({"latency": f"latency ({unit})", "bandwidth": "bandwidth (GB/s, bytes model)",
                                 "speedup": f"{key.replace('_', ' ')} (×)"}[what])
-                axp.legend(fontsize=7)
+                _legend(axp)
             held = ", ".join(f"{k} = {v}" for k, (_, v) in fixed.items() if v is not None)
             fig.suptitle(f"{g}: sweep over {ax_name}" + (f" ({held})" if held else ""), fontsize=9)
             path = ctx.figure(fig, f"bench-{r.kind}-{g}-{ax_name}")
