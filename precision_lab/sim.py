@@ -273,9 +273,11 @@ def plot(result: dict, path) -> None:
 
     colors = PolicyColors(list(result["results"]))
     fig, ax = new_figure()
-    for name, r in result["results"].items():
+    styles = ("-", "--", "-.", ":")  # policies that track each other (split FP32 / FP16-SR) stay visible
+    for i, (name, r) in enumerate(result["results"].items()):
         c = r["curve"]
-        ax.loglog(c["step"], c["mean_rel_error"], label=name, color=colors(name), lw=1.5)
+        ax.loglog(c["step"], c["mean_rel_error"], label=name, color=colors(name), lw=1.5,
+                  ls=styles[i % len(styles)], zorder=3 + len(result["results"]) - i)
     s = result["settings"]
     ax.set_xlabel("decode step")
     ax.set_ylabel("relative output error vs float64")

@@ -43,6 +43,11 @@ READ_FMTS = ["fp32", "bf16", "fp8e4m3", "nvfp4"]
 UPDATE_FMTS = ["fp32", "fp16-sr"]
 CONV_FMTS = ["fp32", "bf16", "fp16-sr", "bf16-sr"]
 COLD_BYTES = 256 << 20
+# Copy ceiling measured on this machine type (REFERENCE.md: 4246 GB/s, read + write counted). The
+# percentages against it sit beside those against the in-run memcpy: torch's copy_ measured well
+# below what the decode kernels themselves stream (2.7 TB/s in the committed run), so it is no
+# ceiling; a target "% of copy bandwidth" is judged against the larger of the two.
+REFERENCE_COPY_GBPS = 4246.0
 IN_BYTES = 2  # bf16 activations
 
 
@@ -579,8 +584,11 @@ def summarise(rows, checks, ceiling) -> dict:
                 s["conventional_formats"][cf] = {"us": r["us"], "GBps": r["GBps"], "pct_ceiling": r["pct_ceiling"]}
         b256 = s["batch"].get(256, {})
         t8 = s["drafts"].get(8, {})
+        ceil = max(ceiling["GBps"], REFERENCE_COPY_GBPS)
+        c256 = _find(rows, op=op, tag="batch", kernel="conventional", batch=256)
+        s["ceiling_for_targets_GBps"] = ceil
         targets = {
-            "conventional_pct_ceiling": (b256.get("conventional_pct_ceiling"), 90.0),
+            "conventional_pct_ceiling": (100 * c256["GBps"] / ceil if c256 else None, 90.0),
             "replay_vs_conventional": (b256.get("speedup_vs_conventional"), 1.8 if op == "mamba2" else 1.75),
             "replay_vs_fla": (b256.get("speedup_vs_fla"), 2.0 if op == "mamba2" else 2.3),
             "nvfp4_vs_fp32_read_nonflush": (s.get("nvfp4_vs_fp32_read_nonflush"), 5.0),
@@ -625,7 +633,8 @@ def plots(result: dict, outdir: Path) -> list[str]:
             rr = sorted((r["batch"], r["GBps"]) for r in rows if r["kernel"] == kind)
             if rr:
                 ax.plot([a for a, _ in rr], [b for _, b in rr], marker="o", label=kind)
-        ax.axhline(result["ceiling"]["GBps"], color="k", ls="--", label="memcpy ceiling")
+        ax.axhline(result["ceiling"]["GBps"], color="k", ls="--", label="in-run torch memcpy")
+        ax.axhline(REFERENCE_COPY_GBPS, color="r", ls=":", label="REFERENCE.md copy ceiling")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch")
         ax.set_ylabel("GB/s (bytes model)")
@@ -644,8 +653,8 @@ def markdown(result: dict) -> str:
         return "—" if v is None else fmt.format(v)
 
     ceil = result["ceiling"]["GBps"]
-    lines = [f"Device: {result['provenance'].get('device', '?')}; memcpy ceiling {ceil:.0f} GB/s (read + write, "
-             "measured in the same run). Correctness: "
+    lines = [f"Device: {result['provenance'].get('device', '?')}; in-run torch memcpy {ceil:.0f} GB/s (read + write); "
+             f"targets judged against max(in-run, REFERENCE.md copy ceiling {REFERENCE_COPY_GBPS:.0f} GB/s). Correctness: "
              f"{sum(v['ok'] for v in result['correctness'].values())}/{len(result['correctness'])} checks passed.", ""]
     lines += ["### Targets (batch 256, L = 16, fp32 state)", "",
               "| op | metric | measured | target | met |", "|---|---|---|---|---|"]
@@ -653,7 +662,7 @@ def markdown(result: dict) -> str:
         for k, t in s["targets"].items():
             lines.append(f"| {op} | {k} | {f(t['value'])} | {t['target']} | {t['met']} |")
     lines += ["", "### Batch sweep (µs per token step; ReplaySSM shared:fp32 @L16 amortised over the window)", "",
-              "| op | batch | conventional | % ceiling | non-flush | flush | ReplaySSM amortised | fla peer | "
+              "| op | batch | conventional | % in-run memcpy | non-flush | flush | ReplaySSM amortised | fla peer | "
               "× conventional | × fla |", "|---|---|---|---|---|---|---|---|---|---|"]
     for op, s in result["summary"].items():
         for B, e in s["batch"].items():
@@ -695,8 +704,19 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer batches/L/T (a smoke run)")
     ap.add_argument("--plots-from", help="only draw the PNGs from an existing JSON")
     ap.add_argument("--log", help="append every measured row to this JSON-lines file as it is measured")
+    ap.add_argument("--resummarise", help="recompute the summary of an existing JSON from its measured rows, "
+                    "write it to --output with the plots and print the Markdown tables")
     args = ap.parse_args(argv)
     out = Path(args.output)
+    if args.resummarise:
+        res = json.loads(Path(args.resummarise).read_text())
+        res["summary"] = summarise(res["rows"], res["correctness"], res["ceiling"])
+        res["summary_recomputed_by"] = " ".join(sys.argv)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=1, default=str))
+        plots(res, out.parent)
+        print(markdown(res))
+        return 0
     if args.plots_from:
         res = json.loads(Path(args.plots_from).read_text())
         print(plots(res, out.parent))

@@ -22,6 +22,12 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 import pytest  # noqa: E402
 
+# transformers probes for Hugging Face's `kernels` package on import; from the repo root that finds
+# our kernels/ folder, whose guard refuses bare imports. Run the probe once with the root hidden.
+from precision_lab.models._hf import import_transformers  # noqa: E402
+
+import_transformers()
+
 # One intra-op thread per test process: CI runs two xdist workers on two cores, and oversubscribed
 # OpenMP turns microsecond-sized CPU ops into milliseconds.
 try:

@@ -1,9 +1,9 @@
 """Mamba-2 decode-step kernels (kernels/mamba2/decode.py) against their torch references.
 
 Exact (byte for byte) where the arithmetic is the same: with A = 0 (α = e^0 = 1), dt_raw = 25
-(softplus passes values above 20 through) and small-integer x and B, every product and partial sum
-of the update and of the closed-form fold is exact in any order, so the stored codes must agree bit
-for bit — SR bits included. With random
+(softplus passes values above 20 through) and short dyadic x, B (and checkpoint, for the flush),
+every product and partial sum of the update and of the closed-form fold is exact in any order, so
+the stored codes must agree bit for bit — SR bits included. With random
 inputs transcendental functions differ by an ulp between the interpreter/GPU and torch, so outputs
 and states are compared by per-tensor relative RMS error.
 """
@@ -41,11 +41,14 @@ def n_for(fmts):
 def inputs(B, T, N, device, exact=False, seed=0, H=H, G=G):
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
-    # exact: small integers for x and B, so every product and sum of the (closed-form) fold is exact
-    ri = lambda *s: torch.randint(-3, 4, s, generator=g).float()  # noqa: E731
-    d = dict(x=ri(B, T, H, P) if exact else r(B, T, H, P), dt=torch.full((B, T, H), 25.0) if exact else r(B, T, H),
+    # exact: short dyadic x and B, so every product and partial sum of the (closed-form) fold is an
+    # exact fp32 number (in any order: the compiled tl.dot accumulates onto the checkpoint, the
+    # interpreter adds a finished product) yet needs more bits than fp16/bf16/fp8 keep
+    ri = lambda lo, hi, den, *s: torch.randint(lo, hi, s, generator=g).float() / den  # noqa: E731
+    d = dict(x=ri(-3, 4, 8, B, T, H, P) if exact else r(B, T, H, P),
+             dt=torch.full((B, T, H), 25.0) if exact else r(B, T, H),
              A=torch.zeros(H) if exact else -torch.rand(H, generator=g),
-             B=ri(B, T, G, N) if exact else 0.5 * r(B, T, G, N),
+             B=ri(-99, 100, 64, B, T, G, N) if exact else 0.5 * r(B, T, G, N),
              C=r(B, T, G, N), D=r(H), dt_bias=None if exact else 0.5 * r(H), z=r(B, T, H, P))
     return {k: (v.to(device) if v is not None else None) for k, v in d.items()}
 
@@ -149,7 +152,10 @@ def _replay_setup(device, upd_fmt, read_fmt, W, T, exact, start=5):
     new = inputs(Bsz, T, N, device, exact=exact, seed=2)
     new["A"] = hist["A"]
     new["D"], new["dt_bias"] = hist["D"], hist["dt_bias"]
-    S0 = torch.randn(Bsz, H, P, N, device=device)
+    if exact:  # dyadic checkpoint (exact in every update format) keeps the fold's sums exact
+        S0 = (torch.randint(-64, 65, (Bsz, H, P, N)).float() / 16).to(device)
+    else:
+        S0 = torch.randn(Bsz, H, P, N, device=device)
     upd, updq = pool_of(S0, upd_fmt, slots, 4, 3, 1, seq_ids, COPY_UPDATE)
     rd, rdq = pool_of(S0, read_fmt, slots, 4, 3, 1, seq_ids, COPY_READ)
     # history records through the reference (it is what a previous non-flush step wrote)

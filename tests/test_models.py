@@ -102,3 +102,24 @@ def test_clear_errors():
                                          num_attention_heads=2, num_key_value_heads=2))
     with pytest.raises(ValueError, match="no SSM layers"):
         M.apply_policy(llama, "fp32")
+
+
+def test_checkpoint_directory_loads_through_from_pretrained(tmp_path):
+    """A local checkpoint (here: a saved tiny preset) loads by path and adapts like the preset."""
+    model, tok = M.load_model("tiny-qwen3.5")
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    loaded, tok2 = M.load_model(str(tmp_path), dtype="float32")
+    ids = torch.tensor([tok2("checkpoint")["input_ids"]])
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+    M.apply_policy(loaded, "shared:nvfp4")
+    assert loaded.precision_lab_report()["source"] == {"pretrained": str(tmp_path)}
+
+
+def test_models_command(capsys):
+    from precision_lab.cli import main
+
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny-nemotron-h" in out and "qwen3.5-4b-shape" in out and "Qwen3_5GatedDeltaNet" in out

@@ -80,7 +80,7 @@ def make_lmeval(tmp: Path) -> dict:
             samples = [{"task": f"{task}_sub", "doc_id": j, "prompt_hash": f"h{j}", "score": float(scores[j]),
                         "response": f"r{j}-{pol if flip[j] else ''}", "filtered": None, "target": "A",
                         "gen_tokens": int(lengths[j]) + (3 if flip[j] else 0)} for j in range(n)]
-            records[task][pol] = {"samples": samples}
+            records[task][pol] = {"samples": samples, "served": {"layers.0": {"decode:torch-replay": n}}}
     return Study(cfg).summarize(records)
 
 
@@ -196,6 +196,9 @@ def test_html_is_self_contained(report):
     html = index.read_text()
     assert not re.search(r"https?://", html, re.I)
     assert "<script" not in html.lower() and "<link" not in html.lower() and "@import" not in html
+    # links only to anchors of the page itself
+    for href in re.findall(r'href="([^"]*)"', html):
+        assert href.startswith("#") and f'id="{href[1:]}"' in html, href
     srcs = re.findall(r'<img src="([^"]+)"', html)
     assert len(srcs) == len(list((out / "figures").glob("*.png")))
     for s in srcs:
@@ -203,6 +206,27 @@ def test_html_is_self_contained(report):
     md = (out / "index.md").read_text()
     for s in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md):
         assert (out / s).is_file(), s
+    # tags balance (the page renders as written, not by a browser's error recovery)
+    from html.parser import HTMLParser
+
+    class Balance(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.stack, self.bad = [], []
+
+        def handle_starttag(self, tag, attrs):
+            if tag not in ("img", "meta"):
+                self.stack.append(tag)
+
+        def handle_endtag(self, tag):
+            if self.stack and self.stack[-1] == tag:
+                self.stack.pop()
+            else:
+                self.bad.append(tag)
+
+    b = Balance()
+    b.feed(html)
+    assert b.bad == [] and b.stack == []
     # both files render the same blocks
     assert html.count("<table>") == html.count("</table>") == len(md_tables(md))
     assert re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md) == srcs
@@ -227,10 +251,10 @@ def test_kl_tables_equal_input(report, inputs):
     assert [r["policy"] for r in rows] == kl["policies"]
     for r in rows:
         buckets = kl["results"][r["policy"]]["buckets"]["log2"]
-        cols = [k for k in r if k.startswith("L ")]
+        cols = [k for k in r if k.startswith("length ")]
         assert len(cols) == len(buckets)  # 40 positions: 6 buckets, all shown
         for c, b in zip(cols, buckets):
-            assert c == (f"L {b['lo']}" if b["hi"] <= b["lo"] else f"L {b['lo']}–{b['hi']}")
+            assert c == (f"length {b['lo']}" if b["hi"] <= b["lo"] else f"length {b['lo']}–{b['hi']}")
             assert num(r[c]) == pytest.approx(b["mean"], rel=1e-3)
     over = table(md, "KL over all decode positions")
     for r in over:
@@ -245,6 +269,7 @@ def test_kl_tables_equal_input(report, inputs):
 def test_lmeval_tables_equal_input(report, inputs):
     md = (report[0] / "index.md").read_text()
     lm = inputs["lmeval"][1]
+    assert "SSM layers served by: decode:torch-replay." in md
     long = table(md, "Accuracy and paired difference")
     assert [r["task"] for r in long] == ["gpqa"] * 3 + ["math_hard"] * 3
     wide = table(md, "Accuracy (%) per task")
@@ -316,8 +341,8 @@ def test_bench_tables_equal_input(report, inputs):
 def test_caveats_and_provenance(report, inputs):
     md = (report[0] / "index.md").read_text()
     cav = md.split("## What these results show")[1].split("\n## ")[0]
-    assert "`tiny-qwen3.5` is a tiny random-init preset" in cav
-    assert "SYNTHETIC" in cav and "one synthetic layer with random inputs" in cav
+    assert re.search(r"Model `tiny-qwen3.5` \(`kl.json`, `[^`]*lmeval.json`\) is a tiny random-init preset", cav)
+    assert "SYNTHETIC" in cav and "come from one synthetic layer with random inputs" in cav
     assert "NVIDIA H200" in cav
     # every figure is followed by a provenance line before the next figure or heading
     body = md.split("## Provenance")[0]
@@ -343,6 +368,8 @@ def test_policy_colours_do_not_depend_on_order():
     b = PolicyColors(["shared:nvfp4-sr", "split:fp32/nvfp4"])
     assert a("fp32") == (0.0, 0.0, 0.0)
     assert a("shared:nvfp4-sr") == b("shared:nvfp4-sr") != a("split:fp32/nvfp4")
+    assert a.style("fp32") == "-" and a.style("split:fp32/nvfp4") == b.style("split:fp32/nvfp4") != a.style(
+        "shared:nvfp4-sr")
 
 
 def test_same_setup_merges_and_other_models_split(tmp_path):
@@ -381,11 +408,13 @@ def _bad_cases(tmp: Path, inputs) -> dict[str, tuple[Path, str]]:
         "absent": (tmp / "absent.json", "no such file"),
         "folder": (tmp, "a folder without"),
         "policy": (write(tmp / "policy.json", {**kl, "results": {"shared:nvfp4-sr@L16": {}}}), "short_str() form"),
+        "layout": (write(tmp / "layout.json", {**kl, "results": {"shared:nvfp4-sr": {
+            "overall": {}, "buckets": {"log2": [{"mean": 0.1}]}}}}), "without the layout this version reads"),
     }
 
 
 @pytest.mark.parametrize("case", ["foreign", "list", "kind", "schema", "provenance", "missing", "truncated",
-                                  "binary", "nan", "absent", "folder", "policy"])
+                                  "binary", "nan", "absent", "folder", "policy", "layout"])
 def test_bad_file_refused(tmp_path, inputs, case):
     path, msg = _bad_cases(tmp_path, inputs)[case]
     out = tmp_path / "out"
@@ -486,7 +515,7 @@ def test_bench_sweeps_and_generic(tmp_path):
     vals = {r["quantity"]: r["value"] for r in table(md, "bench-kl measurements")}
     assert vals == {"tokens": "131072", "seconds.total": "287.5", "seconds.teacher_forced": "120.2",
                     "speedup_vs_decode": "61.5"}
-    assert "`qwen3.5-4b-shape` has the layer and state shapes of a published checkpoint but random weights" in md
+    assert "Model `qwen3.5-4b-shape` (`bkl.json`) has the layer and state shapes of a published checkpoint but random weights" in md
 
 
 def make_bench_kernels_real_schema() -> dict:
@@ -562,3 +591,75 @@ def test_bench_kernels_summary(tmp_path):
         assert num(tg["replay_vs_conventional"]["measured"]) == pytest.approx(v["value"], rel=1e-3)
         assert tg["replay_vs_conventional"]["met"] == ("yes" if v["met"] else "NO")
     assert "| mamba2:verify-T4 | FAIL |" in md
+
+
+def test_sim_equivalence_mode(tmp_path):
+    from precision_lab.sim import equivalence_result
+
+    eq = equivalence_result(("mamba2", "gdn"), log=lambda *a: None, steps=64, rows=8, cols=16, rounds=8)
+    build_report([write(tmp_path / "eq.json", eq)], tmp_path / "r")
+    md = (tmp_path / "r/index.md").read_text()
+    rows = table(md, "float64 equivalence and state writes")
+    assert [r["architecture"] for r in rows] == ["mamba2", "mamba2", "gdn", "gdn"]
+    for i, arch in enumerate(("mamba2", "gdn")):
+        dec, spec = eq["results"][arch]["decode"], eq["results"][arch]["speculative"]
+        for r, part in zip(rows[2 * i:2 * i + 2], (dec, spec)):
+            assert num(r["max relative difference"]) == pytest.approx(part["max_rel_diff"], rel=1e-3)
+            assert int(r["ReplaySSM state writes"]) == part["replay_state_writes"]
+        assert int(rows[2 * i]["baseline state writes"]) == dec["conventional_state_writes"] == 64
+        assert int(rows[2 * i + 1]["baseline state writes"]) == spec["snapshot_state_writes"]
+    assert "mamba2, gdn" not in md.split("## What these")[0]  # architectures are not listed as policies
+
+
+def make_bench_kl(ok: bool = True) -> dict:
+    """The schema of scripts/bench_kl.py (numbers are fixture values)."""
+    pols = ["shared:nvfp4-sr", "split:fp16-sr/nvfp4"]
+    return {"kind": "bench-kl", "schema_version": 1,
+            "provenance": provenance(policies=pols, reference="fp32", model="qwen3.5-4b-shape", engine="triton",
+                                     settings={"tokens": 131072}),
+            "model": "qwen3.5-4b-shape", "policies": pols, "engine": "triton", "build_seconds": 12.5,
+            "model_params": 4_500_000_000,
+            "check": {"prefill": 32, "decode_tokens": 24, "segment": 16, "weights": "float32",
+                      "verdicts": {p: {"ok": ok, "disagreement": 1e-4, "effect": 0.02, "criterion": "max KL <= 0.05 x"}
+                                   for p in pols}, "all_ok": ok},
+            "side_by_side": {"prefill": 512, "decode_tokens": 4096, "rows": 3, "weights": "bfloat16",
+                             "teacher_forced_seconds": 2.5, "teacher_forced_tok_per_s": 1638.4,
+                             "token_by_token_seconds_per_step": 0.0625, "token_by_token_seconds_for_stream": 256.0,
+                             "token_by_token_note": "measured over 64 steps, scaled to 4096", "speedup": 102.4,
+                             "speedup_valid": ok},
+            "long_run": {"tokens": 131072, "prefill": 512, "segment": 8192, "rows": 3, "decode_tokens_done": 130560,
+                         "seconds": 250.0, "tokens_per_s_per_row": 522.2, "estimated_seconds_full": 250.0,
+                         "estimate_note": "measured (complete)", "target_seconds": 300,
+                         "segments": [{"start": 512 + 8192 * i, "tokens": 8192, "seconds": 10.0 + i} for i in range(4)],
+                         "peak_gpu_mem_gib": 61.5,
+                         "mean_kl_by_policy_random_weights": {p: 1e-3 for p in pols}}}
+
+
+def test_bench_kl(tmp_path):
+    build_report([write(tmp_path / "bench_kl.json", make_bench_kl())], tmp_path / "r")
+    md = (tmp_path / "r/index.md").read_text()
+    sb = {r["quantity"]: r["value"] for r in table(md, "Teacher-forced engine vs token-by-token")}
+    assert num(sb["speedup (×)"]) == 102.4 and num(sb["teacher-forced engine (s)"]) == 2.5
+    lr = {r["quantity"]: r["value"] for r in table(md, "The long run")}
+    assert num(lr["seconds"]) == 250.0 and num(lr["target (s)"]) == 300
+    assert [p.name for p in (tmp_path / "r/figures").glob("*.png")] == ["bench-kl-throughput.png"]
+    # a failed engine check: the speedup is not shown
+    build_report([write(tmp_path / "bad.json", make_bench_kl(ok=False))], tmp_path / "r2")
+    md = (tmp_path / "r2/index.md").read_text()
+    sb = {r["quantity"]: r["value"] for r in table(md, "Teacher-forced engine vs token-by-token")}
+    assert sb["speedup (×)"] == "not reported: engine check failed" and "102.4" not in md
+
+
+def test_rebuild_replaces_and_failure_keeps(tmp_path, inputs):
+    out = tmp_path / "r"
+    build_report([inputs["sim"][0], inputs["bench-quant"][0]], out)
+    assert (out / "figures/bench-quant.png").exists()
+    build_report([inputs["sim"][0]], out)  # a rebuild leaves no figure of the previous build behind
+    assert sorted(p.name for p in (out / "figures").iterdir()) == ["sim-mamba2-300.png"]
+    before = (out / "index.md").read_text()
+    bad = write(tmp_path / "bad.json", {**inputs["kl"][1], "results": {"shared:nvfp4-sr": {
+        "overall": {}, "buckets": {"log2": [{"mean": 0.1}]}}}})
+    with pytest.raises(ResultError):
+        build_report([inputs["sim"][0], bad], out)
+    assert (out / "index.md").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "r"]  # no staging folder left

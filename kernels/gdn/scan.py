@@ -35,6 +35,9 @@ from precision_lab.quant.philox import layer_seed
 
 __all__ = ["gdn_replay_scan", "gdn_recurrent_scan", "L2NORM_EPS"]
 
+#: precision of the in-window products: 3xTF32 runs on the tensor cores with fp32-level error
+#: (the FMA path of "ieee" holds whole K-long operand rows per thread and spills).
+DOT_PRECISION = tl.constexpr("tf32x3")
 #: value rows per block of the state walk (a [32, 128] fp32 tile is 16 registers a thread at 4 warps)
 ROW_BLOCK = 32
 #: eps of the q/k L2 normalisation, as in the HF/fla GDN layers: x · rsqrt(Σx² + eps)
@@ -107,12 +110,12 @@ def gdn_replay_scan_fwd_kernel(
         b_ec = tl.exp(b_c)
         b_dec = tl.exp(b_c[:, None] - b_c[None, :])   # only read where s ≤ j (finite there)
         # (I + A)⁻¹ by forward substitution: row i = e_i − Σ_{s<i} A[i,s] · row s.
-        b_a = tl.where(strict, tl.dot(b_k, tl.trans(b_k), input_precision="ieee") * b_dec * b_beta[:, None], 0.0)
+        b_a = tl.where(strict, tl.dot(b_k, tl.trans(b_k), input_precision=DOT_PRECISION) * b_dec * b_beta[:, None], 0.0)
         b_ti = eye
-        for i in tl.static_range(1, BLOCK_W):
+        for i in range(1, L):
             a_i = tl.sum(tl.where(o_w[:, None] == i, b_a, 0.0), 0)
             b_ti = tl.where(o_w[:, None] == i, b_ti - tl.sum(a_i[:, None] * b_ti, 0)[None, :], b_ti)
-        b_qk = tl.where(causal, tl.dot(b_q, tl.trans(b_k), input_precision="ieee") * b_dec, 0.0)
+        b_qk = tl.where(causal, tl.dot(b_q, tl.trans(b_k), input_precision=DOT_PRECISION) * b_dec, 0.0)
 
         # A flush needs a full window; fp32 mode (FOLD_PARTIAL) also folds the stream's last chunk.
         n_in = tl.minimum(T - i_w * L, L)
@@ -130,7 +133,7 @@ def gdn_replay_scan_fwd_kernel(
         event = (event0 + i_w).to(tl.int64)
         amax = tl.zeros([], dtype=tl.int32)
 
-        for i_r in tl.static_range(NUM_R):
+        for i_r in range(NUM_R):
             o_r = i_r * BLOCK_R + tl.arange(0, BLOCK_R)
             m_r = o_r < V
             m_rk = m_r[:, None] & m_k[None, :]
@@ -140,16 +143,16 @@ def gdn_replay_scan_fwd_kernel(
             b_v = tl.load(v_ptr + p_bth[:, None] * V + o_r[None, :], mask=m_tr, other=0.0).to(tl.float32)
             b_rd = tl.load(rd_ptr + p_st, mask=m_rk, other=0.0)                                 # [R, K]
             # d's from the read copy (the buffer a non-flush step builds) and the outputs
-            b_kr = tl.dot(b_k, tl.trans(b_rd), input_precision="ieee")                            # [W, R]
-            b_d = tl.dot(b_ti, b_beta[:, None] * (b_v - b_ec[:, None] * b_kr), input_precision="ieee")
-            b_o = b_ec[:, None] * tl.dot(b_q, tl.trans(b_rd), input_precision="ieee") \
-                + tl.dot(b_qk, b_d, input_precision="ieee")
+            b_kr = tl.dot(b_k, tl.trans(b_rd), input_precision=DOT_PRECISION)                            # [W, R]
+            b_d = tl.dot(b_ti, b_beta[:, None] * (b_v - b_ec[:, None] * b_kr), input_precision=DOT_PRECISION)
+            b_o = b_ec[:, None] * tl.dot(b_q, tl.trans(b_rd), input_precision=DOT_PRECISION) \
+                + tl.dot(b_qk, b_d, input_precision=DOT_PRECISION)
             if flush:
                 if SPLIT:
                     b_up = tl.load(u_ptr + p_st, mask=m_rk, other=0.0)
                     if RECOMPUTE:
-                        b_ku = tl.dot(b_k, tl.trans(b_up), input_precision="ieee")
-                        b_d = tl.dot(b_ti, b_beta[:, None] * (b_v - b_ec[:, None] * b_ku), input_precision="ieee")
+                        b_ku = tl.dot(b_k, tl.trans(b_up), input_precision=DOT_PRECISION)
+                        b_d = tl.dot(b_ti, b_beta[:, None] * (b_v - b_ec[:, None] * b_ku), input_precision=DOT_PRECISION)
                     else:
                         # buffered fold: the flush token's own d reads U (with the buffered d's):
                         # its row of the solve with S₀ k swapped from R k to U k.
@@ -158,7 +161,7 @@ def gdn_replay_scan_fwd_kernel(
                         b_d = tl.where(is_last[:, None], b_d + b_fix[None, :], b_d)
                 else:
                     b_up = b_rd
-                b_s = b_up * tl.exp(c_last) + tl.dot(tl.trans(b_d * b_wk[:, None]), b_k, input_precision="ieee")
+                b_s = b_up * tl.exp(c_last) + tl.dot(tl.trans(b_d * b_wk[:, None]), b_k, input_precision=DOT_PRECISION)
                 b_o = tl.where(is_last[:, None], tl.sum(b_s * b_ql[None, :], 1)[None, :], b_o)
                 if UPD_LATE or READ_LATE:
                     b_s = tl.where(m_rk, b_s, 0.0)
@@ -176,7 +179,7 @@ def gdn_replay_scan_fwd_kernel(
             if flush:
                 tl.debug_barrier()
                 s_enc, s_dec = qc.nvfp4_global_scales(amax)
-                for i_r in tl.static_range(NUM_R):
+                for i_r in range(NUM_R):
                     o_r = i_r * BLOCK_R + tl.arange(0, BLOCK_R)
                     m_rk = (o_r < V)[:, None] & m_k[None, :]
                     p_st = p_head + o_r[:, None] * K + o_k[None, :]
@@ -235,6 +238,12 @@ def gdn_recurrent_scan_fwd_kernel(
     tl.store(s_ptr + p_state, b_s, mask=m_rk)
 
 
+def _check_nvfp4(C: int, *fmts: int) -> None:
+    if FMT_NVFP4 in fmts and C % 16:
+        raise ValueError(f"NVFP4 scales blocks of 16 along the last state axis, which has {C} elements "
+                         "(not a multiple of 16)")
+
+
 def _prep(q, k, v, g, beta, scale):
     Bsz, T, HK, K = q.shape
     HV, V = v.shape[2], v.shape[3]
@@ -258,6 +267,7 @@ def gdn_replay_scan(q, k, v, g, beta, u0, r0, *, scale: float | None, qk_l2norm:
     (q, k, v, g, beta), (Bsz, T, HK, HV, K, V), scale = _prep(q, k, v, g, beta, scale)
     if not 1 <= L <= 64:
         raise ValueError(f"the Triton scan supports 1 <= L <= 64, got L={L}")
+    _check_nvfp4(K, upd_fmt, read_fmt)
     if out is not None:
         o, u, r = out
     else:
@@ -277,7 +287,7 @@ def gdn_replay_scan(q, k, v, g, beta, u0, r0, *, scale: float | None, qk_l2norm:
         RECOMPUTE=recompute, L2NORM=qk_l2norm, EPS=L2NORM_EPS, FOLD_PARTIAL=fold_partial,
         BLOCK_W=max(16, triton.next_power_of_2(L)), BLOCK_K=max(16, triton.next_power_of_2(K)),
         BLOCK_R=block_r, NUM_R=triton.cdiv(V, block_r),
-        num_warps=4,
+        num_warps=8,  # fewest spills for K = V = 128 (ptxas -v, sm_90)
     )
     return o, u, r
 
@@ -290,6 +300,7 @@ def gdn_recurrent_scan(q, k, v, g, beta, s0, *, scale: float | None, qk_l2norm: 
     Returns (o [B,T,Hv,V], s [B,Hv,V,K] fp32).
     """
     (q, k, v, g, beta), (Bsz, T, HK, HV, K, V), scale = _prep(q, k, v, g, beta, scale)
+    _check_nvfp4(K, fmt)
     if out is not None:
         o, s = out
     else:

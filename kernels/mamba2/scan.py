@@ -28,10 +28,17 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from precision_lab.kernels.scan_formats import C_FP32, quantize_tile
+from precision_lab.kernels.quant import codecs as qc
+from precision_lab.kernels.scan_formats import C_FP32, C_NVFP4, FMT_NVFP4, nvfp4_tile_sr, quantize_tile, tile_amax_bits
 from precision_lab.quant.philox import layer_seed
 
 __all__ = ["mamba2_replay_scan", "mamba2_recurrent_scan"]
+
+#: precision of the in-window products: 3xTF32 runs on the tensor cores with fp32-level error
+#: (the FMA path of "ieee" holds whole K-long operand rows per thread and spills).
+DOT_PRECISION = tl.constexpr("tf32x3")
+#: head-dim rows per block of the state walk
+ROW_BLOCK = 32
 
 
 # Stream lengths, counters and head counts change from call to call (every segment of a KL run):
@@ -39,13 +46,17 @@ __all__ = ["mamba2_replay_scan", "mamba2_recurrent_scan"]
 @triton.jit(do_not_specialize=["T", "H", "G", "L", "n_windows", "seed", "event0"])
 def mamba2_replay_scan_fwd_kernel(
     x_ptr, dt_ptr, la_ptr, b_ptr, c_ptr, d_ptr, z_ptr, y_ptr,
-    u0_ptr, r0_ptr, u_ptr, r_ptr, seq_ptr,
+    u_ptr, r_ptr, seq_ptr,
     T, H, G, P, N, L, n_windows,
     seed, event0,
     UPD_FMT: tl.constexpr, UPD_SR: tl.constexpr, READ_FMT: tl.constexpr, READ_SR: tl.constexpr,
     SPLIT: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
-    FOLD_PARTIAL: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+    FOLD_PARTIAL: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+    NUM_R: tl.constexpr,
 ):
+    # One program per (sequence, head). The checkpoints live in u_ptr / r_ptr (initialised by the
+    # wrapper) and are walked in blocks of BLOCK_R head-dim rows, which are independent; the
+    # window's B/C products are shared by all row blocks.
     i_bh = tl.program_id(0)
     i_b = i_bh // H
     i_h = i_bh % H
@@ -53,24 +64,25 @@ def mamba2_replay_scan_fwd_kernel(
     i_b64 = i_b.to(tl.int64)
 
     o_w = tl.arange(0, BLOCK_W)
-    o_p = tl.arange(0, BLOCK_P)
     o_n = tl.arange(0, BLOCK_N)
-    m_p = o_p < P
     m_n = o_n < N
-    m_pn = m_p[:, None] & m_n[None, :]
     causal = o_w[None, :] <= o_w[:, None]  # [j, s]: s ≤ j
-
-    # Both copies hold values exactly representable in their formats; load them as fp32.
-    p_state = i_bh.to(tl.int64) * P * N + o_p[:, None] * N + o_n[None, :]
-    b_u = tl.load(u0_ptr + p_state, mask=m_pn, other=0.0)
-    if SPLIT:
-        b_r = tl.load(r0_ptr + p_state, mask=m_pn, other=0.0)
-    else:
-        b_r = b_u
+    p_head = i_bh.to(tl.int64) * P * N
     if HAS_D:
         b_dd = tl.load(d_ptr + i_h).to(tl.float32)
     seq = tl.load(seq_ptr + i_b).to(tl.int64)
-    elem = (o_p[:, None] * N + o_n[None, :]).to(tl.int64)
+    # NVFP4 copies need the amax of the whole matrix: the fp32 result is parked in a buffer of an
+    # NVFP4 copy during the row-block pass and rounded in a second pass.
+    UPD_LATE: tl.constexpr = UPD_FMT == C_NVFP4
+    READ_LATE: tl.constexpr = SPLIT and READ_FMT == C_NVFP4
+    if READ_LATE:
+        park_ptr = r_ptr
+    else:
+        park_ptr = u_ptr
+    if SPLIT:
+        rd_ptr = r_ptr
+    else:
+        rd_ptr = u_ptr
 
     for i_w in range(n_windows):
         t = i_w * L + o_w
@@ -79,21 +91,16 @@ def mamba2_replay_scan_fwd_kernel(
         p_bth = (i_b64 * T + t64) * H + i_h
         b_dt = tl.load(dt_ptr + p_bth, mask=m_t, other=0.0)
         b_la = tl.load(la_ptr + p_bth, mask=m_t, other=0.0)
-        b_x = tl.load(x_ptr + p_bth[:, None] * P + o_p[None, :], mask=m_t[:, None] & m_p[None, :],
-                      other=0.0).to(tl.float32)
         p_btg = ((i_b64 * T + t64) * G + i_g)[:, None] * N + o_n[None, :]
         m_tn = m_t[:, None] & m_n[None, :]
         b_B = tl.load(b_ptr + p_btg, mask=m_tn, other=0.0).to(tl.float32)
         b_C = tl.load(c_ptr + p_btg, mask=m_tn, other=0.0).to(tl.float32)
 
         b_c = tl.cumsum(b_la, 0)                      # [W] log-decay from the window start
-        b_ux = b_x * b_dt[:, None]                    # [W, P] records u_s = dt_s x_s
-        # intra-window term: Σ_{s≤j} e^{c_j-c_s} (B_s·C_j) u_s
-        b_cb = tl.dot(b_C, tl.trans(b_B), input_precision="ieee")
+        b_ec = tl.exp(b_c)
+        # intra-window weights e^{c_j-c_s} (B_s·C_j), s ≤ j
+        b_cb = tl.dot(b_C, tl.trans(b_B), input_precision=DOT_PRECISION)
         b_cb = tl.where(causal, b_cb * tl.exp(b_c[:, None] - b_c[None, :]), 0.0)
-        b_y = tl.dot(b_cb, b_ux, input_precision="ieee")
-        # inter term from the read copy
-        b_y += tl.dot(b_C, tl.trans(b_r), input_precision="ieee") * tl.exp(b_c)[:, None]
 
         # A flush needs a full window; fp32 mode (FOLD_PARTIAL) also folds the stream's last chunk.
         n_in = tl.minimum(T - i_w * L, L)
@@ -101,34 +108,66 @@ def mamba2_replay_scan_fwd_kernel(
             n_fold = n_in
         else:
             n_fold = L
-        if n_in == n_fold:
-            # flush: fold the window into the fp32 update checkpoint
-            c_last = tl.sum(b_la, 0)
-            b_wu = b_ux * tl.exp(c_last - b_c)[:, None]
-            b_s = b_u * tl.exp(c_last) + tl.dot(tl.trans(b_wu), b_B, input_precision="ieee")
-            is_last = o_w == n_fold - 1
-            b_cl = tl.sum(tl.where(is_last[:, None], b_C, 0.0), 0)        # C_{L-1} [N]
-            b_yf = tl.sum(b_s * b_cl[None, :], 1)                          # S C_{L-1} [P]
-            b_y = tl.where(is_last[:, None], b_yf[None, :], b_y)
-            event = (event0 + i_w).to(tl.int64)
-            b_u = quantize_tile(b_s, m_pn, seed, seq, i_h, event, elem, 0, UPD_FMT, UPD_SR, BLOCK_P, BLOCK_N)
-            if SPLIT:
-                b_r = quantize_tile(b_s, m_pn, seed, seq, i_h, event, elem, 1, READ_FMT, READ_SR, BLOCK_P, BLOCK_N)
-            else:
-                b_r = b_u
+        flush = n_in == n_fold
+        is_last = o_w == n_fold - 1
+        c_last = tl.sum(b_la, 0)
+        b_wk = b_dt * tl.exp(c_last - b_c)                       # dt_s e^{c_last - c_s}
+        b_cl = tl.sum(tl.where(is_last[:, None], b_C, 0.0), 0)   # C of the flush token [N]
+        event = (event0 + i_w).to(tl.int64)
+        amax = tl.zeros([], dtype=tl.int32)
 
-        if HAS_D:
-            b_y += b_dd * b_x
-        if HAS_Z:
-            b_z = tl.load(z_ptr + p_bth[:, None] * P + o_p[None, :], mask=m_t[:, None] & m_p[None, :],
-                          other=0.0).to(tl.float32)
-            b_y = b_y * (b_z * tl.sigmoid(b_z))
-        tl.store(y_ptr + p_bth[:, None] * P + o_p[None, :], b_y.to(y_ptr.dtype.element_ty),
-                 mask=m_t[:, None] & m_p[None, :])
+        for i_r in range(NUM_R):
+            o_r = i_r * BLOCK_R + tl.arange(0, BLOCK_R)
+            m_r = o_r < P
+            m_rn = m_r[:, None] & m_n[None, :]
+            m_tr = m_t[:, None] & m_r[None, :]
+            p_st = p_head + o_r[:, None] * N + o_n[None, :]
+            elem = (o_r[:, None] * N + o_n[None, :]).to(tl.int64)
+            b_x = tl.load(x_ptr + p_bth[:, None] * P + o_r[None, :], mask=m_tr, other=0.0).to(tl.float32)
+            b_rd = tl.load(rd_ptr + p_st, mask=m_rn, other=0.0)                                     # [R, N]
+            b_y = tl.dot(b_cb, b_x * b_dt[:, None], input_precision=DOT_PRECISION) \
+                + tl.dot(b_C, tl.trans(b_rd), input_precision=DOT_PRECISION) * b_ec[:, None]
+            if flush:
+                if SPLIT:
+                    b_up = tl.load(u_ptr + p_st, mask=m_rn, other=0.0)
+                else:
+                    b_up = b_rd
+                b_s = b_up * tl.exp(c_last) + tl.dot(tl.trans(b_x * b_wk[:, None]), b_B, input_precision=DOT_PRECISION)
+                b_y = tl.where(is_last[:, None], tl.sum(b_s * b_cl[None, :], 1)[None, :], b_y)
+                if UPD_LATE or READ_LATE:
+                    b_s = tl.where(m_rn, b_s, 0.0)
+                    amax = tl.maximum(amax, tile_amax_bits(b_s))
+                    tl.store(park_ptr + p_st, b_s, mask=m_rn)
+                if not UPD_LATE:
+                    tl.store(u_ptr + p_st, quantize_tile(b_s, m_rn, seed, seq, i_h, event, elem, 0, UPD_FMT, UPD_SR,
+                                                         BLOCK_R, BLOCK_N), mask=m_rn)
+                if SPLIT and not READ_LATE:
+                    tl.store(r_ptr + p_st, quantize_tile(b_s, m_rn, seed, seq, i_h, event, elem, 1, READ_FMT,
+                                                         READ_SR, BLOCK_R, BLOCK_N), mask=m_rn)
+            if HAS_D:
+                b_y += b_dd * b_x
+            if HAS_Z:
+                b_z = tl.load(z_ptr + p_bth[:, None] * P + o_r[None, :], mask=m_tr, other=0.0).to(tl.float32)
+                b_y = b_y * (b_z * tl.sigmoid(b_z))
+            tl.store(y_ptr + p_bth[:, None] * P + o_r[None, :], b_y.to(y_ptr.dtype.element_ty), mask=m_tr)
 
-    tl.store(u_ptr + p_state, b_u, mask=m_pn)
-    if SPLIT:
-        tl.store(r_ptr + p_state, b_r, mask=m_pn)
+        if UPD_LATE or READ_LATE:
+            if flush:
+                tl.debug_barrier()
+                s_enc, s_dec = qc.nvfp4_global_scales(amax)
+                for i_r in range(NUM_R):
+                    o_r = i_r * BLOCK_R + tl.arange(0, BLOCK_R)
+                    m_rn = (o_r < P)[:, None] & m_n[None, :]
+                    p_st = p_head + o_r[:, None] * N + o_n[None, :]
+                    elem = (o_r[:, None] * N + o_n[None, :]).to(tl.int64)
+                    b_s = tl.load(park_ptr + p_st, mask=m_rn, other=0.0)
+                    if UPD_LATE:
+                        tl.store(u_ptr + p_st, nvfp4_tile_sr(b_s, m_rn, s_enc, s_dec, seed, seq, i_h, event, elem, 0,
+                                                             UPD_SR, BLOCK_R, BLOCK_N), mask=m_rn)
+                    if READ_LATE:
+                        tl.store(r_ptr + p_st, nvfp4_tile_sr(b_s, m_rn, s_enc, s_dec, seed, seq, i_h, event, elem, 1,
+                                                             READ_SR, BLOCK_R, BLOCK_N), mask=m_rn)
+        tl.debug_barrier()
 
 
 @triton.jit(do_not_specialize=["T", "H", "G", "seed", "event0"])
@@ -138,30 +177,33 @@ def mamba2_recurrent_scan_fwd_kernel(
     T, H, G, P, N,
     seed, event0,
     FMT: tl.constexpr, SR: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
-    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
+    # Program (sequence·head, row block): rows are independent, so element formats split a head
+    # over programs; NVFP4 (one scale per matrix) gets BLOCK_R = P, one program per head.
     i_bh = tl.program_id(0)
+    i_rb = tl.program_id(1)
     i_b = i_bh // H
     i_h = i_bh % H
     i_g = i_h // (H // G)
     i_b64 = i_b.to(tl.int64)
-    o_p = tl.arange(0, BLOCK_P)
+    o_r = i_rb * BLOCK_R + tl.arange(0, BLOCK_R)
     o_n = tl.arange(0, BLOCK_N)
-    m_p = o_p < P
+    m_r = o_r < P
     m_n = o_n < N
-    m_pn = m_p[:, None] & m_n[None, :]
-    p_state = i_bh.to(tl.int64) * P * N + o_p[:, None] * N + o_n[None, :]
-    b_s = tl.load(s0_ptr + p_state, mask=m_pn, other=0.0)
+    m_rn = m_r[:, None] & m_n[None, :]
+    p_state = i_bh.to(tl.int64) * P * N + o_r[:, None] * N + o_n[None, :]
+    b_s = tl.load(s0_ptr + p_state, mask=m_rn, other=0.0)
     if HAS_D:
         b_dd = tl.load(d_ptr + i_h).to(tl.float32)
     seq = tl.load(seq_ptr + i_b).to(tl.int64)
-    elem = (o_p[:, None] * N + o_n[None, :]).to(tl.int64)
+    elem = (o_r[:, None] * N + o_n[None, :]).to(tl.int64)
 
     for t in range(T):
         p_bth = (i_b64 * T + t) * H + i_h
         b_dt = tl.load(dt_ptr + p_bth)
         b_la = tl.load(la_ptr + p_bth)
-        b_x = tl.load(x_ptr + p_bth * P + o_p, mask=m_p, other=0.0).to(tl.float32)
+        b_x = tl.load(x_ptr + p_bth * P + o_r, mask=m_r, other=0.0).to(tl.float32)
         p_btg = ((i_b64 * T + t) * G + i_g) * N + o_n
         b_B = tl.load(b_ptr + p_btg, mask=m_n, other=0.0).to(tl.float32)
         b_C = tl.load(c_ptr + p_btg, mask=m_n, other=0.0).to(tl.float32)
@@ -170,13 +212,19 @@ def mamba2_recurrent_scan_fwd_kernel(
         if HAS_D:
             b_y += b_dd * b_x
         if HAS_Z:
-            b_z = tl.load(z_ptr + p_bth * P + o_p, mask=m_p, other=0.0).to(tl.float32)
+            b_z = tl.load(z_ptr + p_bth * P + o_r, mask=m_r, other=0.0).to(tl.float32)
             b_y = b_y * (b_z * tl.sigmoid(b_z))
-        tl.store(y_ptr + p_bth * P + o_p, b_y.to(y_ptr.dtype.element_ty), mask=m_p)
+        tl.store(y_ptr + p_bth * P + o_r, b_y.to(y_ptr.dtype.element_ty), mask=m_r)
         if FMT != C_FP32:
-            b_s = quantize_tile(b_s, m_pn, seed, seq, i_h, (event0 + t).to(tl.int64), elem, 0, FMT, SR, BLOCK_P, BLOCK_N)
+            b_s = quantize_tile(b_s, m_rn, seed, seq, i_h, (event0 + t).to(tl.int64), elem, 0, FMT, SR, BLOCK_R, BLOCK_N)
 
-    tl.store(s_ptr + p_state, b_s, mask=m_pn)
+    tl.store(s_ptr + p_state, b_s, mask=m_rn)
+
+
+def _check_nvfp4(C: int, *fmts: int) -> None:
+    if FMT_NVFP4 in fmts and C % 16:
+        raise ValueError(f"NVFP4 scales blocks of 16 along the last state axis, which has {C} elements "
+                         "(not a multiple of 16)")
 
 
 def _prep(x, dt, A, B, C, D, dt_bias, z):
@@ -206,6 +254,7 @@ def mamba2_replay_scan(x, dt, A, B, C, D, dt_bias, z, u0, r0, *, L: int, seq_ids
     x, dtf, la, B, C, D, z, (Bsz, T, H, P, G, N) = _prep(x, dt, A, B, C, D, dt_bias, z)
     if not 1 <= L <= 64:
         raise ValueError(f"the Triton scan supports 1 <= L <= 64, got L={L}")
+    _check_nvfp4(N, upd_fmt, read_fmt)
     if out is not None:
         y, u, r = out
     else:
@@ -213,18 +262,20 @@ def mamba2_replay_scan(x, dt, A, B, C, D, dt_bias, z, u0, r0, *, L: int, seq_ids
         u = torch.empty(Bsz, H, P, N, device=x.device, dtype=torch.float32)
         r = torch.empty_like(u) if split else u
     r = r if split else u
-    u0 = u0.float().contiguous()
-    r0 = r0.float().contiguous() if split else u0
-    n_windows = triton.cdiv(T, L)
+    # u and r are the kernel's working checkpoints: start them from u0 / r0
+    u.copy_(u0)
+    if split:
+        r.copy_(r0)
+    block_r = min(ROW_BLOCK, max(16, triton.next_power_of_2(P)))
     mamba2_replay_scan_fwd_kernel[(Bsz * H,)](
         x, dtf, la, B, C, D if D is not None else x, z if z is not None else x, y,
-        u0, r0, u, r, seq_ids.to(device=x.device, dtype=torch.int64).contiguous(),
-        T, H, G, P, N, L, n_windows, layer_seed(seed, layer), event0,
+        u, r, seq_ids.to(device=x.device, dtype=torch.int64).contiguous(),
+        T, H, G, P, N, L, triton.cdiv(T, L), layer_seed(seed, layer), event0,
         UPD_FMT=upd_fmt, UPD_SR=upd_sr, READ_FMT=read_fmt, READ_SR=read_sr, SPLIT=split,
-        HAS_D=D is not None, HAS_Z=z is not None,
-        FOLD_PARTIAL=fold_partial, BLOCK_W=max(16, triton.next_power_of_2(L)), BLOCK_P=max(16, triton.next_power_of_2(P)),
-        BLOCK_N=max(16, triton.next_power_of_2(N)),
-        num_warps=4 if P * N <= 64 * 64 else 8,
+        HAS_D=D is not None, HAS_Z=z is not None, FOLD_PARTIAL=fold_partial,
+        BLOCK_W=max(16, triton.next_power_of_2(L)), BLOCK_R=block_r, BLOCK_N=max(16, triton.next_power_of_2(N)),
+        NUM_R=triton.cdiv(P, block_r),
+        num_warps=8,
     )
     return y, u, r
 
@@ -237,17 +288,19 @@ def mamba2_recurrent_scan(x, dt, A, B, C, D, dt_bias, z, s0, *, seq_ids: torch.T
     out: optional (y, s) buffers. Returns (y [B,T,H,P], s [B,H,P,N] fp32).
     """
     x, dtf, la, B, C, D, z, (Bsz, T, H, P, G, N) = _prep(x, dt, A, B, C, D, dt_bias, z)
+    _check_nvfp4(N, fmt)
     if out is not None:
         y, s = out
     else:
         y = torch.empty_like(x)
         s = torch.empty(Bsz, H, P, N, device=x.device, dtype=torch.float32)
-    mamba2_recurrent_scan_fwd_kernel[(Bsz * H,)](
+    block_r = triton.next_power_of_2(P) if fmt == FMT_NVFP4 else min(ROW_BLOCK, triton.next_power_of_2(P))
+    mamba2_recurrent_scan_fwd_kernel[(Bsz * H, triton.cdiv(P, block_r))](
         x, dtf, la, B, C, D if D is not None else x, z if z is not None else x, y,
         s0.float().contiguous(), s, seq_ids.to(device=x.device, dtype=torch.int64).contiguous(),
         T, H, G, P, N, layer_seed(seed, layer), event0,
         FMT=fmt, SR=sr, HAS_D=D is not None, HAS_Z=z is not None,
-        BLOCK_P=triton.next_power_of_2(P), BLOCK_N=max(16, triton.next_power_of_2(N)),
-        num_warps=4 if P * N <= 64 * 64 else 8,
+        BLOCK_R=block_r, BLOCK_N=max(16, triton.next_power_of_2(N)),
+        num_warps=4 if block_r * N <= 64 * 64 else 8,
     )
     return y, s

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 EPILOG = """examples:
-  precision-lab kl                                   # offline demo: tiny-qwen3.5, built-in text, CPU, ~1 min
+  precision-lab kl                                   # offline demo: tiny-nemotron-h, built-in text, CPU, ~1 min
   precision-lab kl --model tiny-nemotron-h --policies shared:nvfp4 split:fp32/nvfp4 --out runs/kl-nemo
   precision-lab kl --model Qwen/Qwen3.5-4B --data pg19 --docs 8 --tokens 131072 --prefill 512 \\
       --policies shared:nvfp4 split:fp32/nvfp4 split:fp16-sr/nvfp4 --segment 8192 --out runs/kl-qwen4b
@@ -18,12 +18,12 @@ def add_parser(sub) -> None:
 
     p = sub.add_parser("kl", help="KL(fp32 state || policy) vs generated length under teacher forcing",
                        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="tiny-qwen3.5", help="preset (precision-lab models), hub id or local path")
+    p.add_argument("--model", default="tiny-nemotron-h", help="preset (precision-lab models), hub id or local path")
     p.add_argument("--data", default="default",
                    help="'default' (offline built-in text), 'pg19' (emozilla/pg19-test via datasets), or a "
                    ".parquet/.jsonl/.txt file or directory")
     p.add_argument("--docs", type=int, default=4, help="number of documents (default 4)")
-    p.add_argument("--tokens", type=int, default=2048, help="tokens per document, prefill included (default 2048)")
+    p.add_argument("--tokens", type=int, default=1024, help="tokens per document, prefill included (default 1024)")
     p.add_argument("--prefill", type=int, default=32, help="tokens served as prefill before decoding (default 32)")
     p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES),
                    help="state policies compared with the fp32 reference (DESIGN §6 strings)")

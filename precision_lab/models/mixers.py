@@ -68,10 +68,6 @@ def stream_context(cache, create: bool = True) -> StreamContext | None:
     return ctx
 
 
-def _softplus_hf(x: torch.Tensor) -> torch.Tensor:
-    return F.softplus(x)
-
-
 class PolicyMixer(nn.Module):
     """Base class. Subclasses implement ``_mix(hidden_states, cache, attention_mask) -> output``."""
 
@@ -170,8 +166,9 @@ class PolicyMixer(nn.Module):
                 **kwargs) -> torch.Tensor:
         # transformers 5.17 passes the cache as cache_params=, 5.24 as cache=
         cache = cache if cache is not None else cache_params
-        if not (hasattr(cache, "update_conv_state") or cache is None):
-            cache = None
+        if cache is not None and not hasattr(cache, "update_conv_state"):
+            raise TypeError(f"{type(cache).__name__} holds no conv states; policy mixers need a transformers "
+                            "cache with linear-attention layers (DynamicCache(config=model.config) or new_stream())")
         return self._mix(hidden_states, cache, attention_mask)
 
 
@@ -216,7 +213,7 @@ class GDNPolicyMixer(PolicyMixer):
         k = _l2norm_rsqrt(k.reshape(Bt, T, -1, self.head_k_dim).float())
         v = v.reshape(Bt, T, -1, self.head_v_dim).float()
         beta = b.sigmoid().float()
-        g = -self.A_log.float().exp() * _softplus_hf(a.float() + self.dt_bias)
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
 
         def rows(sl):
             return GDNInputs(q[sl], k[sl], v[sl], g[sl], beta[sl], scale=None, qk_l2norm=False)

@@ -12,13 +12,16 @@ was drawn from. Policy colours are fixed for the whole report (``style.PolicyCol
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 from .common import model_class, provenance_line
 from .document import Bullets, Code, Document, Heading, Paragraph, Table
-from .results import KINDS, Result, data_name, device_str, load_results, model_name, setup_key
+from .results import KINDS, Result, ResultError, data_name, device_str, load_results, model_name, setup_key
 from .sections import Context, renderers
 from .style import PolicyColors
 
@@ -37,20 +40,36 @@ def build_report(paths, out_dir, title: str | None = None) -> Path:
     """Write the report for result files ``paths`` into ``out_dir``; returns ``out_dir/index.html``.
 
     paths:   result JSON files (or run folders holding summary.json / lmeval.json)
-    out_dir: the report folder (created; figures/ and data/ inside it are rewritten)
-    Raises ``ResultError`` (a ValueError) for corrupted, foreign or mixed inputs, before writing.
+    out_dir: the report folder (created; index.md, index.html, figures/ and data/ inside it are
+             replaced, other files left alone)
+    Raises ``ResultError`` (a ValueError) for corrupted, foreign or mixed inputs; nothing in
+    ``out_dir`` changes then.
     """
     results = load_results(list(paths))
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    # figures/ and data/ belong to the report: clear them so a rebuild leaves no stale files
-    for sub in ("figures", "data"):
-        if (out / sub).is_dir():
-            shutil.rmtree(out / sub)
-    data_names = _copy_inputs(results, out / "data")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Built in a staging folder beside the target and moved in only when complete, so a refused or
+    # failed build leaves an existing report as it was (and creates nothing new).
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    try:
+        _build(results, stage, title or f"precision-lab report: {out.resolve().name}")
+        out.mkdir(exist_ok=True)
+        for sub in ("figures", "data"):  # the report owns these: replaced whole, no stale files
+            if (out / sub).exists():
+                shutil.rmtree(out / sub)
+            if (stage / sub).exists():
+                os.replace(stage / sub, out / sub)
+        for name in ("index.md", "index.html"):
+            os.replace(stage / name, out / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return out / "index.html"
 
+
+def _build(results: list[Result], out: Path, title: str) -> None:
+    data_names = _copy_inputs(results, out / "data")
     ctx = Context(out, PolicyColors(_all_policies(results)))
-    doc = Document(title or f"precision-lab report: {out.resolve().name}")
+    doc = Document(title)
     doc.add(Paragraph("Built by `precision-lab report` from result files only; every number below is read from them "
                       "(an em dash marks a value the file does not hold). Policies are named by their "
                       "`short_str()`; each keeps one colour in every figure, fp32 in black."))
@@ -66,18 +85,24 @@ def build_report(paths, out_dir, title: str | None = None) -> Path:
         for r in of_kind:
             groups[setup_key(r)].append(r)
         for group in groups.values():
-            doc.add(*render[kind](group, ctx))
+            try:
+                doc.add(*render[kind](group, ctx))
+            except (KeyError, TypeError, IndexError, AttributeError) as e:
+                # a file that passed the top-level checks but whose inner layout is not the producer's
+                # (truncated by hand, written by another version): name it instead of a traceback
+                names = ", ".join(str(r.path) for r in group)
+                raise ResultError(f"{names}: a {kind!r} result without the layout this version reads "
+                                  f"({type(e).__name__}: {e}); the file is corrupted or from another version") from e
     doc.add(*_provenance_appendix(results, data_names))
     (out / "index.md").write_text(doc.to_markdown(), encoding="utf-8")
     (out / "index.html").write_text(doc.to_html(), encoding="utf-8")
-    return out / "index.html"
 
 
 def _all_policies(results: list[Result]) -> list[str]:
     names: list[str] = ["fp32"]
     for r in results:
         d = r.data
-        if r.kind in ("sim", "kl") and isinstance(d.get("results"), dict):
+        if r.kind in ("sim", "kl") and isinstance(d.get("results"), dict) and d.get("mode") != "equivalence":
             names += list(d["results"])
         elif r.kind == "lmeval":
             names += list(d.get("policies", []))
@@ -93,6 +118,7 @@ def _copy_inputs(results: list[Result], dest: Path) -> dict[Path, str]:
     names: dict[Path, str] = {}
     for i, r in enumerate(results):
         stem = r.name.replace("/", "-").removesuffix(".json")
+        stem = re.sub(rf"^\d+-{re.escape(r.kind)}-", "", stem)  # a copy from an earlier report's data/
         name = f"{i + 1:02d}-{r.kind}-{stem}.json"
         shutil.copyfile(r.path, dest / name)
         names[r.path] = f"data/{name}"
@@ -114,38 +140,46 @@ def _inputs_table(results: list[Result], data_names) -> Table:
 def _caveats(results: list[Result]) -> list:
     """What the results can and cannot show, stated plainly from their provenance."""
     items = []
+    by_model: dict[str, list[str]] = defaultdict(list)
     for r in results:
-        m = model_name(r)
-        if r.kind in ("kl", "lmeval") or (r.kind == "bench-kl" and m):
-            cls = model_class(m)
-            if cls == "tiny":
-                items.append(f"`{r.name}` ({r.kind}): model `{m}` is a tiny random-init preset (a few layers, "
-                             "byte vocabulary, initialised so its SSM heads have long memory). It shows that the "
-                             "pipeline runs end to end and how the policies rank on a model where state errors "
-                             "accumulate by construction; it does not show the size of the effect on a trained model.")
-            elif cls == "shape":
-                items.append(f"`{r.name}` ({r.kind}): model `{m}` has the layer and state shapes of a published "
-                             "checkpoint but random weights. Its timings transfer to the real model; its KL or "
-                             "accuracy numbers do not (random logits are near uniform and hide state errors).")
-            elif cls == "checkpoint":
-                items.append(f"`{r.name}` ({r.kind}): model `{m}` is a pretrained checkpoint.")
-            else:
-                items.append(f"`{r.name}` ({r.kind}): the file does not name its model; treat it as unverified.")
+        if r.kind in ("kl", "lmeval") or (r.kind == "bench-kl" and model_name(r)):
+            by_model[model_name(r) or ""].append(f"`{r.name}`")
+    for m, files in by_model.items():
+        cls = model_class(m)
+        where = f" ({', '.join(files)})"
+        if cls == "tiny":
+            items.append(f"Model `{m}`{where} is a tiny random-init preset (a few layers, byte vocabulary, initialised "
+                         "so its SSM heads have long memory). It shows that the pipeline runs end to end and how the "
+                         "policies rank on a model where state errors accumulate by construction; it does not show "
+                         "the size of the effect on a trained model.")
+        elif cls == "shape":
+            items.append(f"Model `{m}`{where} has the layer and state shapes of a published checkpoint but random "
+                         "weights. Its timings transfer to the real model; its KL or accuracy numbers do not (random "
+                         "logits are near uniform and hide state errors).")
+        elif cls == "checkpoint":
+            items.append(f"Model `{m}`{where} is a pretrained checkpoint.")
+        else:
+            items.append(f"{where.strip(' ()')}: the file does not name its model; treat it as unverified.")
+    for r in results:
         if r.kind == "lmeval":
             cfg = r.provenance.get("config") or {}
             if cfg.get("synthetic"):
-                items.append(f"`{r.name}`: scored on the shipped SYNTHETIC task rows (a smoke test of the "
+                items.append(f"`{r.name}` is scored on the shipped SYNTHETIC task rows (a smoke test of the "
                              "pipeline); its accuracies say nothing about the real benchmarks.")
             if cfg.get("limit") is not None:
-                items.append(f"`{r.name}`: limited to {cfg['limit']} items per task; CIs are correspondingly wide.")
-        if r.kind == "sim" and r.data.get("mode") != "equivalence":
-            items.append(f"`{r.name}` (sim): one synthetic layer with random inputs and no model. It measures how "
-                         "state storage error propagates through the recurrence at controlled memory lengths; it "
-                         "does not measure its effect on a model's predictions.")
+                items.append(f"`{r.name}` is limited to {cfg['limit']} items per task; CIs are correspondingly wide.")
+    sims = [f"`{r.name}`" for r in results if r.kind == "sim" and r.data.get("mode") != "equivalence"]
+    if sims:
+        items.append(f"Simulation results ({', '.join(sims)}) come from one synthetic layer with random inputs and "
+                     "no model: they measure how state storage error propagates through the recurrence at "
+                     "controlled memory lengths, not its effect on a model's predictions.")
+    benches = defaultdict(list)
+    for r in results:
         if r.kind.startswith("bench"):
-            dev = device_str(r.provenance)
-            items.append(f"`{r.name}` ({r.kind}): timings on {dev} with random inputs (kernel speed does not "
-                         "depend on trained weights); they hold for that device and those shapes only.")
+            benches[device_str(r.provenance)].append(f"`{r.name}`")
+    for dev, files in benches.items():
+        items.append(f"Benchmarks {', '.join(files)} ran on {dev} with random inputs (kernel speed does not depend "
+                     "on trained weights); their timings hold for that device and those shapes only.")
     gits = sorted({str(r.provenance.get("git") or "unknown") for r in results})
     if len(gits) > 1:
         items.append(f"The inputs come from {len(gits)} source versions ({', '.join(gits)}); results of different "

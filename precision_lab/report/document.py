@@ -92,10 +92,17 @@ class Document:
             f"<style>{_CSS}</style></head><body><main>",
             f"<h1>{html.escape(self.title)}</h1>",
         ]
+        # contents: links to the level-2 headings (same-page anchors only)
+        tops = [b for b in self.blocks if isinstance(b, Heading) and b.level <= 2]
+        if len(tops) > 2:
+            parts.append("<nav><ul>" + "".join(f'<li><a href="#s{i}">{html.escape(h.text)}</a></li>'
+                                              for i, h in enumerate(tops)) + "</ul></nav>")
+        ids = {id(h): f"s{i}" for i, h in enumerate(tops)}
         for b in self.blocks:
             if isinstance(b, Heading):
                 lvl = min(max(b.level, 2), 6)
-                parts.append(f"<h{lvl}>{html.escape(b.text)}</h{lvl}>")
+                anchor = f' id="{ids[id(b)]}"' if id(b) in ids else ""
+                parts.append(f"<h{lvl}{anchor}>{html.escape(b.text)}</h{lvl}>")
             elif isinstance(b, Paragraph):
                 parts.append(f"<p>{_inline(b.text)}</p>")
             elif isinstance(b, Table):
@@ -144,4 +151,5 @@ _CSS = (
     "pre{background:#f6f6f6;padding:0.8em;overflow-x:auto;font-size:0.85em}"
     "code{font-family:ui-monospace,monospace}"
     ".note{font-size:0.8em;color:#555;margin-top:-0.5em}"
+    "nav ul{columns:2;font-size:0.9em}"
 )

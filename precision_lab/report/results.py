@@ -107,9 +107,9 @@ def _check_policy_names(r: Result) -> None:
     two spellings of one policy would be drawn as two policies."""
     from precision_lab.policy import StatePolicy
 
+    if r.kind == "sim" and r.data.get("mode") == "equivalence":
+        return  # keyed by architecture, not by policy
     for _, name in policies_of(r):
-        if r.kind == "sim" and r.data.get("mode") == "equivalence":
-            return
         try:
             canon = StatePolicy.parse(name).short_str()
         except (ValueError, TypeError) as e:
@@ -150,7 +150,8 @@ def setup_key(r: Result) -> str:
     d, prov = r.data, r.provenance
     if r.kind == "sim":
         if d.get("mode") == "equivalence":
-            return _canon({"mode": "equivalence", "arch": d.get("arch"), "decode": d.get("decode", {}).get("steps")})
+            return _canon({"mode": "equivalence", "settings": r.provenance.get("settings"),
+                           "seed": r.provenance.get("seed")})
         s = {k: v for k, v in d.get("settings", {}).items() if k not in ("policies",)}
         return _canon(s)
     if r.kind == "kl":
@@ -176,7 +177,7 @@ def policies_of(r: Result) -> list[tuple[str, str]]:
     d = r.data
     if r.kind == "sim":
         if d.get("mode") == "equivalence":
-            return [("equivalence", "shared:fp32")]
+            return [(arch, "equivalence") for arch in equivalence_parts(d)]
         return [("", p) for p in d["results"]]
     if r.kind == "kl":
         return [("", p) for p in d["results"]]
@@ -220,6 +221,14 @@ def check_mixed(results: list[Result]) -> None:
                                   f"setup ({describe_setup(r)}); the report would have to pick one. Give one of them "
                                   "(or rerun both in one study).")
             owner[k] = r
+
+
+def equivalence_parts(d: dict) -> dict[str, dict]:
+    """arch → {"decode", "speculative"} of a ``sim --mode equivalence`` result (one arch per file in
+    the first layout, ``results`` keyed by arch since)."""
+    if isinstance(d.get("results"), dict):
+        return d["results"]
+    return {str(d.get("arch")): {"decode": d.get("decode", {}), "speculative": d.get("speculative", {})}}
 
 
 def describe_setup(r: Result) -> str:

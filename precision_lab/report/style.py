@@ -11,15 +11,26 @@ import matplotlib.pyplot as plt  # noqa: E402
 _PALETTE = list(plt.get_cmap("tab10").colors) + list(plt.get_cmap("Dark2").colors)
 
 
+# Curves of policies that track each other (split:fp32/nvfp4 and split:fp16-sr/nvfp4 often coincide)
+# must stay visible: each policy also keeps one line style, cycled in the same sorted order.
+_STYLES = ("-", "--", "-.", ":")
+
+
 class PolicyColors:
     def __init__(self, names):
         others = sorted({n for n in names if n != "fp32"})
         self._map = {"fp32": (0.0, 0.0, 0.0)}
+        self._style = {"fp32": "-"}
         for i, n in enumerate(others):
             self._map[n] = _PALETTE[i % len(_PALETTE)]
+            self._style[n] = _STYLES[i % len(_STYLES)]
 
     def __call__(self, name: str):
         return self._map.get(name, (0.5, 0.5, 0.5))
+
+    def style(self, name: str) -> str:
+        """The policy's line style (solid for fp32 and for names the report does not know)."""
+        return self._style.get(name, "-")
 
 
 def new_figure(width: float = 7.0, height: float = 4.5):

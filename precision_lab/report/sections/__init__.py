@@ -36,4 +36,4 @@ def renderers():
     from . import bench, kl, lmeval, sim
 
     return {"sim": sim.render, "kl": kl.render, "lmeval": lmeval.render, "bench-kernels": bench.render_kernels,
-            "bench-scan": bench.render_scan, "bench-quant": bench.render_quant, "bench-kl": bench.render_generic}
+            "bench-scan": bench.render_scan, "bench-quant": bench.render_quant, "bench-kl": bench.render_kl}

@@ -6,7 +6,9 @@ the memcpy ceiling measured in the same run drawn in.
   rows of measurements; every sweep axis (B, L, T) that takes two or more values gets a figure, with
   the other axes held at their most common value. Field names are read from a short alias list, so
   a benchmark that adds columns still renders; a field that is absent is not drawn (never guessed).
-- anything else (``bench-kl``): the file's scalar measurements as a table.
+- ``bench-kl`` (``scripts/bench_kl.py``): engine check, teacher-forced vs token-by-token speedup,
+  the long run's time against its target and its throughput along the stream.
+- any layout these renderers do not know: the file's scalar measurements as a table.
 
 Rows whose correctness check failed carry no timing in their files and are listed as not measured.
 """
@@ -466,4 +468,74 @@ def render_generic(results: list[Result], ctx: Context) -> list:
                    Table(["quantity", "value"], [[k, fmt(v) if not isinstance(v, (str, bool)) else str(v)]
                                                  for k, v in items], caption=f"{r.kind} measurements"),
                    Note(provenance_line([r]))]
+    return blocks
+
+
+# ------------------------------------------------------------------------------------------------
+def render_kl(results: list[Result], ctx: Context) -> list:
+    """scripts/bench_kl.py: teacher-forced engine check, speedup over token-by-token decode, long run."""
+    blocks: list = []
+    for r in results:
+        d = r.data
+        if not any(isinstance(d.get(k), dict) for k in ("check", "side_by_side", "long_run")):
+            blocks += render_generic([r], ctx)
+            continue
+        prov = Note(provenance_line([r], list(d.get("policies") or [])))
+        eng = d.get("engine")
+        blocks += [Heading(f"KL engine: {d.get('model')} on {device_str(r.provenance)}", 3),
+                   Paragraph(f"Reference fp32 plus {len(d.get('policies') or [])} policies in one forward per "
+                             f"segment; engine `{eng}`; model parameters {fmt(d.get('model_params'))}.")]
+        chk = d.get("check")
+        if isinstance(chk, dict) and isinstance(chk.get("verdicts"), dict):
+            rows = [[p, "pass" if v.get("ok") else "FAIL", fmt(v.get("disagreement")), fmt(v.get("effect")),
+                     str(v.get("criterion", MISSING))] for p, v in chk["verdicts"].items()]
+            blocks.append(Table(["policy", "teacher-forced = token-by-token", "disagreement", "policy effect",
+                                 "criterion"], rows,
+                                caption=f"Engine check: {chk.get('decode_tokens')} decode tokens after a prefill of "
+                                        f"{chk.get('prefill')}, {chk.get('weights')} weights"))
+        sb = d.get("side_by_side")
+        if isinstance(sb, dict):
+            valid = sb.get("speedup_valid")
+            rows = [["decode tokens", fmt(sb.get("decode_tokens"))],
+                    ["teacher-forced engine (s)", fmt(sb.get("teacher_forced_seconds"))],
+                    ["teacher-forced (tokens/s)", fmt(sb.get("teacher_forced_tok_per_s"))],
+                    ["token-by-token (s per step)", fmt(sb.get("token_by_token_seconds_per_step"))],
+                    ["token-by-token (s for the stream)", fmt(sb.get("token_by_token_seconds_for_stream"))],
+                    ["speedup (×)", "not reported: engine check failed" if valid is False else
+                     fmt(sb.get("speedup")) + (" (engine check not run)" if valid is None else "")]]
+            blocks.append(Table(["quantity", "value"], rows,
+                                caption="Teacher-forced engine vs token-by-token decode on the same stream "
+                                        f"({sb.get('weights')} weights; token-by-token "
+                                        f"{sb.get('token_by_token_note', 'measured')})"))
+        lr = d.get("long_run")
+        if isinstance(lr, dict):
+            # known fields first with readable names, then whatever else the run recorded (a status or
+            # an extrapolation note written instead of a measurement), verbatim
+            labels = {"tokens": "stream tokens", "prefill": "prefill", "segment": "segment (tokens)",
+                      "rows": "rows (fp32 + policies)", "decode_tokens_done": "decode tokens done",
+                      "seconds": "seconds", "tokens_per_s_per_row": "tokens/s",
+                      "estimated_seconds_full": "full run (s)", "estimate_note": "how the full run time was obtained",
+                      "target_seconds": "target (s)", "peak_gpu_mem_gib": "peak GPU memory (GiB)"}
+            keys = [k for k in labels if k in lr] + [k for k in lr if k not in labels]
+            rows = [[labels.get(k, k), v if isinstance(v, str) else fmt(v)] for k in keys
+                    for v in [lr[k]] if isinstance(v, (str, int, float)) and not isinstance(v, bool)]
+            blocks.append(Table(["quantity", "value"], rows, caption="The long run (KL per position included)"))
+            segs = [s for s in lr.get("segments") or [] if finite(s.get("seconds")) and s.get("seconds") > 0
+                    and finite(s.get("tokens"))]
+            if len(segs) >= 2:
+                fig, ax = new_figure()
+                ax.plot([s["start"] + s["tokens"] for s in segs], [s["tokens"] / s["seconds"] for s in segs],
+                        marker="o", ms=3, color="k")
+                ax.set_xscale("log", base=2)
+                ax.set_xlabel("stream position at the end of the segment (tokens)")
+                ax.set_ylabel("stream tokens/s (fp32 + policies together)")
+                ax.set_title(f"{d.get('model')}: long-run throughput along the stream", fontsize=9)
+                blocks += [Figure(ctx.figure(fig, "bench-kl-throughput"),
+                                  "Tokens per second of each segment of the long run (the first one is the prefill); "
+                                  "attention makes later segments slower."), prov]
+            mk = lr.get("mean_kl_by_policy_random_weights")
+            if isinstance(mk, dict) and mk:
+                blocks.append(Paragraph("Mean KL of the long run (random weights: a smoke value, not a result): "
+                                        + ", ".join(f"`{p}` {fmt(v)}" for p, v in mk.items()) + "."))
+        blocks.append(prov)
     return blocks

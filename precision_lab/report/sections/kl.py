@@ -58,7 +58,7 @@ def render(results: list[Result], ctx: Context) -> list:
     # -- the figure: mean per log2 bucket, CI band over documents ---------------------------------
     fig, ax = new_figure()
     dropped = []
-    for p in names:
+    for k, p in enumerate(names):
         rows = runs[p]["buckets"]["log2"]
         x = [math.sqrt(b["lo"] * max(b["hi"], b["lo"])) for b in rows]
         y = [b.get("mean") for b in rows]
@@ -68,7 +68,8 @@ def render(results: list[Result], ctx: Context) -> list:
         if not keep:
             continue
         xs, ys = [x[i] for i in keep], [y[i] for i in keep]
-        ax.plot(xs, ys, marker="o", ms=3, lw=1.5, color=ctx.colors(p), label=p)
+        ax.plot(xs, ys, marker="o", ms=3, lw=1.5, color=ctx.colors(p), ls=ctx.colors.style(p), label=p,
+                zorder=3 + len(names) - k)  # earlier policies on top: coinciding curves stay visible
         band = [(x[i], rows[i]["ci95"]) for i in keep if rows[i].get("ci95")]
         if band:
             # a t interval over few documents can reach below zero; on a log axis its lower end is
@@ -84,8 +85,12 @@ def render(results: list[Result], ctx: Context) -> list:
                  fontsize=9)
     ax.legend(fontsize=8, title="policy", title_fontsize=8)
     path = ctx.figure(fig, f"kl-{model}")
-    cap = ("Mean KL per log2 length bucket (log-log) with 95 % t intervals over documents (shaded; lower ends at "
-           "or below zero drawn at a tenth of the smallest mean).")
+    methods = {b.get("ci_method", "t") for p in names for b in runs[p]["buckets"]["log2"] if b.get("ci95")}
+    how = {"bootstrap-percentile": "percentile-bootstrap intervals", "t": "t intervals"}
+    cap = ("Mean KL per log2 length bucket (log-log) with 95 % "
+           + " / ".join(how.get(m, str(m)) for m in sorted(methods)) + " over documents (shaded"
+           + ("; lower ends at or below zero drawn at a tenth of the smallest mean" if "t" in methods else "")
+           + ")." if methods else "Mean KL per log2 length bucket (log-log); fewer than 2 documents: no intervals.")
     if dropped:
         cap += f" Buckets with zero mean KL are not drawn for: {', '.join(dropped)}."
     blocks.append(Figure(path, cap))
@@ -93,7 +98,7 @@ def render(results: list[Result], ctx: Context) -> list:
     # -- mean KL at fixed lengths ------------------------------------------------------------------
     b0 = runs[names[0]]["buckets"]["log2"]
     idx = table_buckets(b0)
-    head = ["policy"] + [f"L {bucket_label(b0[i])}" for i in idx]
+    head = ["policy"] + [f"length {bucket_label(b0[i])}" for i in idx]
     rows = [[p] + [fmt(runs[p]["buckets"]["log2"][i].get("mean")) for i in idx] for p in names]
     blocks.append(Table(head, rows, caption=f"Mean KL (nats per token) at fixed generated lengths (log2 buckets "
                                             f"of decode steps), {model}"))

@@ -41,6 +41,12 @@ def render(results: list[Result], ctx: Context) -> list:
         f"few-shot {cfg.get('num_fewshot') if cfg.get('num_fewshot') is not None else 'task default'}, "
         f"SR seed {cfg.get('seed', '?')}, limit {cfg.get('limit') if cfg.get('limit') is not None else 'none'}."))
 
+    served = sorted({name for e in tasks.values()
+                     for run in [e["fp32"], *e.get("policies", {}).values()]
+                     for name in (run.get("served") or {})})
+    if served:
+        blocks.append(Paragraph(f"SSM layers served by: {', '.join(served)}."))
+
     # -- Table 2: deltas ---------------------------------------------------------------------------
     head = ["task", "policy", "n", "accuracy (%)", "Δ vs fp32 (pts)", "95% CI (pts)", "McNemar p", "b / c",
             "changed responses"]
@@ -110,7 +116,8 @@ def render(results: list[Result], ctx: Context) -> list:
             # a small horizontal offset per run keeps equal accuracies (common with few items) visible
             dx = 0.05 * (i - (len(acc) - 1) / 2)
             xs = [xi + dx for xi, v in zip(x, ys) if finite(v)]
-            ax.plot(xs, [100 * v for v in ys if finite(v)], marker="o", color=ctx.colors(name), label=name)
+            ax.plot(xs, [100 * v for v in ys if finite(v)], marker="o", color=ctx.colors(name),
+                    ls=ctx.colors.style(name), label=name)
         ax.set_xticks(x, labels, fontsize=8)
         ax.set_xlabel("quartile of the fp32 run's generation length (tokens)")
         ax.set_ylabel("accuracy (%)")
