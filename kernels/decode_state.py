@@ -2,7 +2,7 @@
 
 A decode server keeps one state matrix per (slot, head) in a pool; a batch addresses it through a
 slot index array (``slots[b] = -1`` marks a NULL/padded entry: the kernels then read nothing, write
-no state and write a zero output). ``PackedState`` is one copy of such a pool in its storage format:
+no state and write a zero output; a live slot must not appear twice in one launch). ``PackedState`` is one copy of such a pool in its storage format:
 
 =========  ===========================================  ===========================  ===============
 format     data                                          scale                        gscale

@@ -28,10 +28,10 @@ import os
 from dataclasses import replace
 
 import torch
-
 from precision_lab.kernels.gdn.scan import gdn_recurrent_scan, gdn_replay_scan
 from precision_lab.kernels.mamba2.scan import mamba2_recurrent_scan, mamba2_replay_scan
 from precision_lab.kernels.scan_formats import FMT_FP32, FMT_NVFP4, KERNEL_FORMATS
+
 from precision_lab.policy import StatePolicy
 
 __all__ = ["run_layer_triton", "unsupported_reason"]
@@ -166,7 +166,6 @@ def run_layer_triton(inputs, policy: StatePolicy | str, *, initial_state: torch.
     dims = _dims(inputs)
     Bsz, T, H, R, C = dims
     vt = _value_tensor(inputs)
-    device = vt.device
     kwargs = dict(initial_state=initial_state, prefill_len=prefill_len, state=state, layer_index=layer_index,
                   seq_ids=seq_ids)
 

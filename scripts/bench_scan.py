@@ -7,10 +7,10 @@
 
 One run does, in order:
 1. the memory ceiling: a device-to-device copy of 1 GiB (bytes read + written) with CUDA events;
-2. correctness on the GPU, per architecture and policy: each scan kernel against its torch reference
-   (kernels/<op>/scan_reference.py, relative RMS of outputs and final states) and
-   ``run_layer(engine="triton")`` against ``run_layer(engine="decode")`` over 48 tokens (3 flushes);
-   a configuration whose check fails gets no throughput number;
+2. correctness on the GPU, per architecture and policy: the scan kernel against its torch reference
+   (kernels/<op>/scan_reference.py; relative RMS of outputs and final states) at batch 1 over
+   --check-T tokens of the timed shape (the same compiled kernel; ``run_layer`` against the decode
+   engine is tests/test_engine_triton.py's job); a policy whose check fails gets no throughput number;
 3. timing of one layer's scan over T tokens × batch B, bf16 inputs, fp32 state, for a
    Qwen3.5-4B GDN layer (32 value heads, 16 key heads, K = V = 128) and a Nemotron-3-Super Mamba-2
    layer (128 heads, P = 64, N = 128, 8 groups): median of CUDA-event timings (inputs are GBs, far
@@ -71,6 +71,10 @@ def parse_args(argv=None):
                    help="batches at which the (sequential, per-token) conventional scan is timed")
     p.add_argument("--reps", type=int, default=3, help="timed runs per configuration (median)")
     p.add_argument("--time-budget", type=float, default=200.0, help="seconds; later timings are skipped")
+    p.add_argument("--check-T", type=int, default=1024, help="tokens of the batch-1 correctness check")
+    p.add_argument("--tol", type=float, default=3e-3,
+                   help="max relative RMS vs the torch reference (y in its dtype; a rare flip of a quantized "
+                        "code moves a state by ~1e-3)")
     p.add_argument("--out-dir", default=str(ROOT / "reports" / "bench"))
     p.add_argument("--smoke", action="store_true", help="interpreter on tiny shapes; timings meaningless")
     return p.parse_args(argv)
@@ -219,116 +223,91 @@ def main(argv=None) -> int:
         print(f"copy ceiling: {out['copy_ceiling']['GBps']:.0f} GB/s")
     ceiling = out.get("copy_ceiling", {}).get("GBps")
 
-    # 2. correctness -------------------------------------------------------------------------------
-    if args.smoke:
-        small = {"gdn": (2, 40, 1, 2, 32, 16), "mamba2": (2, 40, 2, 16, 1, 32)}
-    else:
-        small = {"gdn": (2, 200, 2, 4, 128, 128), "mamba2": (2, 200, 4, 64, 2, 128)}
-    checks = []
-    check_pols = policies + [StatePolicy.parse("split:fp16-sr/nvfp4@fold=buffered"),
-                             StatePolicy.parse("split:bf16-sr/fp8e4m3@L8")]
-    tol = {"y": 2e-3, "state": 2e-3}
-    for arch, dims in small.items():
-        mk = gdn_inputs if arch == "gdn" else mamba2_inputs
-        inp = mk(*dims, device, torch.bfloat16, gen)
-        Bsz = dims[0]
-        H, R, C = (dims[3], dims[5], dims[4]) if arch == "gdn" else (dims[2], dims[3], dims[5])
-        s0 = torch.randn(Bsz, H, R, C, device=device, generator=gen) * 0.1
-        for pol in check_pols:
-            fn, which = kernel_call(inp, pol, s0)
-            try:
-                y, u, r = fn() if which == "replay" else (*fn(), None)
-                r = u if r is None else r
-                yr, ur, rr = reference_call(inp, pol, s0)
-                e = {"y": rel_rms(y, yr.to(y.dtype)), "update": rel_rms(u, ur), "read": rel_rms(r, rr)}
-                ok = e["y"] < tol["y"] and e["update"] < tol["state"] and e["read"] < tol["state"]
-                checks.append({"arch": arch, "policy": pol.short_str(), "against": "scan_reference",
-                               "rel_rms": e, "ok": ok})
-            except Exception as ex:  # noqa: BLE001 - record and keep going
-                checks.append({"arch": arch, "policy": pol.short_str(), "against": "scan_reference",
-                               "error": repr(ex)[:500], "ok": False})
-            # the whole engine against the decode engine (ground truth), 48 tokens = 3 flushes at L16
-            try:
-                sl = mk(1, 48, *dims[2:], device, torch.float32, gen)
-                s1 = s0[:1].contiguous()
-                yd, sd = run_layer(sl, pol, engine="decode", initial_state=s1)
-                yt, st = run_layer(sl, pol, engine="triton", initial_state=s1)
-                e = {"y": rel_rms(yt, yd), "update": rel_rms(st.state.update, sd.state.update),
-                     "read": rel_rms(st.state.read, sd.state.read)}
-                ok = (e["y"] < tol["y"] and e["update"] < tol["state"] and e["read"] < tol["state"]
-                      and st.state_writes == sd.state_writes and st.record_writes == sd.record_writes)
-                checks.append({"arch": arch, "policy": pol.short_str(), "against": "decode engine",
-                               "rel_rms": e, "implementation": st.implementation, "ok": ok})
-            except Exception as ex:  # noqa: BLE001
-                checks.append({"arch": arch, "policy": pol.short_str(), "against": "decode engine",
-                               "error": repr(ex)[:500], "ok": False})
-            c = checks[-2:]
-            print(f"check {arch:6s} {pol.short_str():34s} " + "  ".join(
-                f"{x['against']}: " + (f"{x['rel_rms']['y']:.1e}/{x['rel_rms']['update']:.1e}/{x['rel_rms']['read']:.1e}"
-                                       if "rel_rms" in x else x["error"][:120]) + ("" if x["ok"] else " FAIL")
-                for x in c))
-    out["checks"] = checks
-    failed = {(c["arch"], c["policy"]) for c in checks if not c["ok"]}
-
-    # 3. timing -----------------------------------------------------------------------------------
+    # 2 + 3. per architecture: check each policy's kernel on a slice of the timed shape (same
+    # compiled kernel: lengths are not specialised), then time it over the whole batch sweep.
     if args.smoke:
         shapes = {"gdn": dict(HK=1, HV=2, K=32, V=16), "mamba2": dict(H=2, P=16, G=1, N=32)}
-        T = 64
+        T, T_check = 64, 48
     else:
         shapes = {"gdn": dict(HK=16, HV=32, K=128, V=128), "mamba2": dict(H=128, P=64, G=8, N=128)}
-        T = args.T
+        T, T_check = args.T, args.check_T
     out["shapes"] = {"gdn": {"model": "Qwen3.5-4B GDN layer", **shapes["gdn"]},
                      "mamba2": {"model": "Nemotron-3-Super Mamba-2 layer", **shapes["mamba2"]}, "T": T}
-    rows = []
+    stamp = lambda: f"[{time.time() - t_start:6.1f}s]"
+    checks, rows = [], []
+    tol = args.tol
     for arch, shp in shapes.items():
+        dims = ((shp["HK"], shp["HV"], shp["K"], shp["V"]) if arch == "gdn" else (shp["H"], shp["P"], shp["G"], shp["N"]))
+        H, R, C = (shp["HV"], shp["V"], shp["K"]) if arch == "gdn" else (shp["H"], shp["P"], shp["N"])
+        mk = gdn_inputs if arch == "gdn" else mamba2_inputs
+        ok_pols = []
+        sl = mk(1, T_check, *dims, device, torch.bfloat16, gen)
+        s1 = torch.randn(1, H, R, C, device=device, generator=gen) * 0.1
+        for pol in policies:
+            entry = {"arch": arch, "policy": pol.short_str(), "against": "scan_reference", "T": T_check, "B": 1}
+            try:
+                t0 = time.time()
+                fn, which = kernel_call(sl, pol, s1)
+                res = fn()
+                y, u, r = res if which == "replay" else (res[0], res[1], res[1])
+                entry["first_call_s"] = time.time() - t0   # includes the compile
+                yr, ur, rr = reference_call(sl, pol, s1)
+                e = {"y": rel_rms(y, yr.to(y.dtype)), "update": rel_rms(u, ur), "read": rel_rms(r, rr)}
+                entry.update(rel_rms=e, ok=all(v < tol for v in e.values()))
+            except Exception as ex:  # noqa: BLE001 - record and keep going
+                entry.update(error=repr(ex)[:500], ok=False)
+            checks.append(entry)
+            if entry["ok"]:
+                ok_pols.append(pol)
+            msg = (f"{entry['rel_rms']['y']:.1e}/{entry['rel_rms']['update']:.1e}/{entry['rel_rms']['read']:.1e}"
+                   f" (first call {entry['first_call_s']:.1f}s)" if "rel_rms" in entry else entry["error"][:200])
+            print(f"{stamp()} check {arch:6s} {pol.short_str():28s} y/update/read rel RMS {msg}"
+                  + ("" if entry["ok"] else "  FAIL"), flush=True)
+        del sl, s1
         for Bsz in args.batches:
             if time.time() - t_start > args.time_budget:
-                print(f"time budget reached: skipping {arch} B={Bsz}")
+                print(f"{stamp()} time budget reached: skipping {arch} B={Bsz}", flush=True)
                 continue
-            if arch == "gdn":
-                inp = gdn_inputs(Bsz, T, shp["HK"], shp["HV"], shp["K"], shp["V"], device, torch.bfloat16, gen)
-                H, R, C = shp["HV"], shp["V"], shp["K"]
-            else:
-                inp = mamba2_inputs(Bsz, T, shp["H"], shp["P"], shp["G"], shp["N"], device, torch.bfloat16, gen)
-                H, R, C = shp["H"], shp["P"], shp["N"]
+            inp = mk(Bsz, T, *dims, device, torch.bfloat16, gen)
             s0 = torch.randn(Bsz, H, R, C, device=device, generator=gen) * 0.1
-            for pol in policies:
+            for pol in ok_pols:
                 name = pol.short_str()
                 if pol.mode == "conventional" and Bsz not in args.recurrent_batches:
-                    continue
-                if (arch, name) in failed:
-                    rows.append({"arch": arch, "policy": name, "B": Bsz, "T": T, "skipped": "correctness check failed"})
                     continue
                 fn, which = kernel_call(inp, pol, s0)
                 try:
                     ms = cuda_time(fn, args.reps) if device == "cuda" else float("nan")
                 except Exception as ex:  # noqa: BLE001
                     rows.append({"arch": arch, "policy": name, "B": Bsz, "T": T, "error": repr(ex)[:500]})
-                    print(f"time  {arch} {name} B={Bsz}: ERROR {ex!r}"[:300])
+                    print(f"{stamp()} time  {arch} {name} B={Bsz}: ERROR {ex!r}"[:300], flush=True)
                     continue
                 nb = nbytes_model(inp, 2 if pol.mode == "split" else 1)
                 row = {"arch": arch, "policy": name, "kernel": which, "B": Bsz, "T": T, "ms": ms,
                        "tokens_per_s": Bsz * T / ms * 1e3, "bytes": nb, "GBps": nb / ms / 1e6,
                        "pct_of_copy": (nb / ms / 1e6 / ceiling * 100) if ceiling else None}
                 rows.append(row)
-                print(f"time  {arch:6s} {name:28s} B={Bsz} T={T}: {ms:9.2f} ms  {row['tokens_per_s'] / 1e6:7.3f} Mtok/s"
-                      f"  {row['GBps']:7.1f} GB/s" + (f" ({row['pct_of_copy']:.1f}% of copy)" if ceiling else ""))
-            # the whole engine (validation, casts, no edges since T % L == 0) at one policy
-            if Bsz == args.batches[0] and device == "cuda":
-                pol = StatePolicy.parse("split:fp16-sr/nvfp4")
-                ms = cuda_time(lambda: run_layer(inp, pol, engine="triton", initial_state=s0), 1)
+                print(f"{stamp()} time  {arch:6s} {name:28s} B={Bsz} T={T}: {ms:9.2f} ms "
+                      f"{row['tokens_per_s'] / 1e6:7.3f} Mtok/s {row['GBps']:7.1f} GB/s"
+                      + (f" ({row['pct_of_copy']:.1f}% of copy)" if ceiling else ""), flush=True)
+            if Bsz == args.batches[0] and device == "cuda" and ok_pols:
+                # the whole engine (validation, initial casts; no edges since T % L == 0)
+                pol = ok_pols[-1]
+                ms = cuda_time(lambda p=pol, i=inp, s=s0: run_layer(i, p, engine="triton", initial_state=s), 1)
                 rows.append({"arch": arch, "policy": pol.short_str(), "kernel": "run_layer(engine='triton')",
                              "B": Bsz, "T": T, "ms": ms, "tokens_per_s": Bsz * T / ms * 1e3})
-                print(f"time  {arch:6s} run_layer(engine='triton') {pol.short_str()} B={Bsz}: {ms:.2f} ms")
+                print(f"{stamp()} time  {arch:6s} run_layer(engine='triton') {pol.short_str()} B={Bsz}: {ms:.2f} ms",
+                      flush=True)
             del inp, s0
             if device == "cuda":
                 torch.cuda.empty_cache()
+    out["checks"] = checks
+    failed = [c for c in checks if not c["ok"]]
     out["timings"] = rows
     out["elapsed_s"] = time.time() - t_start
     Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     path = Path(args.out_dir) / ("bench_scan_smoke.json" if args.smoke else "bench_scan.json")
     path.write_text(json.dumps(out, indent=1))
-    print(f"wrote {path}; {sum(c['ok'] for c in checks)}/{len(checks)} checks passed; {out['elapsed_s']:.0f} s")
+    print(f"wrote {path}; {len(checks) - len(failed)}/{len(checks)} checks passed; {out['elapsed_s']:.0f} s")
     return 0 if not failed else 1
 
 

@@ -12,7 +12,6 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-
 from precision_lab.kernels.gdn.scan import gdn_recurrent_scan, gdn_replay_scan
 from precision_lab.kernels.gdn.scan_reference import gdn_recurrent_scan_ref, gdn_replay_scan_ref
 from precision_lab.kernels.mamba2.scan import mamba2_recurrent_scan, mamba2_replay_scan

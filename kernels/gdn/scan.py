@@ -30,7 +30,14 @@ import torch
 import triton
 import triton.language as tl
 from precision_lab.kernels.quant import codecs as qc
-from precision_lab.kernels.scan_formats import C_FP32, C_NVFP4, FMT_NVFP4, nvfp4_tile_sr, quantize_tile, tile_amax_bits
+from precision_lab.kernels.scan_formats import (
+    C_FP32,
+    C_NVFP4,
+    FMT_NVFP4,
+    nvfp4_tile_sr,
+    quantize_tile,
+    tile_amax_bits,
+)
 from precision_lab.quant.philox import layer_seed
 
 __all__ = ["gdn_replay_scan", "gdn_recurrent_scan", "L2NORM_EPS"]

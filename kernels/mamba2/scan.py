@@ -29,7 +29,14 @@ import torch
 import triton
 import triton.language as tl
 from precision_lab.kernels.quant import codecs as qc
-from precision_lab.kernels.scan_formats import C_FP32, C_NVFP4, FMT_NVFP4, nvfp4_tile_sr, quantize_tile, tile_amax_bits
+from precision_lab.kernels.scan_formats import (
+    C_FP32,
+    C_NVFP4,
+    FMT_NVFP4,
+    nvfp4_tile_sr,
+    quantize_tile,
+    tile_amax_bits,
+)
 from precision_lab.quant.philox import layer_seed
 
 __all__ = ["mamba2_replay_scan", "mamba2_recurrent_scan"]
