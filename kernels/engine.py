@@ -6,8 +6,8 @@ into segments anywhere and each segment served by any engine.
 
 How a segment is served (``stats.implementation`` lists the parts that ran):
 
-* ``fp32``: the window scan with an identity format and 64-token chunks folded at every chunk
-  (``fold_partial``), which is the plain recurrence in chunked form.
+* ``fp32``: the window scan with an identity format and ``FP32_CHUNK``-token chunks, each folded
+  (``fold_partial``): the plain recurrence in chunked form.
 * ``conventional:F``: the fused recurrent scan (state rounded to F after every token); F = fp32
   uses the chunked scan as above.
 * ``shared`` / ``split``: the window scan over whole windows. A segment that starts inside a window
@@ -183,6 +183,7 @@ def run_layer_triton(inputs, policy: StatePolicy | str, *, initial_state: torch.
         raise ValueError("state= continues a stream: initial_state and prefill_len must be left out")
     if not isinstance(prefill_len, int) or not 0 <= prefill_len <= T:
         raise ValueError(f"prefill_len must be an integer in [0, T = {T}], got {prefill_len!r}")
+    policy.validate()
     # The decode engine's own start: validation of state=, or the initial cast (SR event 0) of a new
     # stream, so that every engine starts from the same bits. Zero tokens keep it cheap.
     p0 = prepare_inputs(_slice(inputs, 0, 0))

@@ -107,3 +107,14 @@ def nvfp4_tile_sr(x, mask, s_enc, s_dec, seed, seq, head, event, elem, COPY: tl.
     else:
         r = 0
     return tl.where(mask, nvfp4_tile(x, s_enc, s_dec, r, SR, BLOCK_R, BLOCK_C), 0.0)
+
+
+@triton.jit
+def to_output(y, out_dtype: tl.constexpr):
+    """y (fp32) rounded to nearest-even in the output dtype, bit for bit on the GPU and in the
+    interpreter (whose own fp32→bf16 cast does not round to nearest)."""
+    if out_dtype == tl.bfloat16:
+        y = qc.round_bf16(y, 0, False)
+    elif out_dtype == tl.float16:
+        y = qc.round_fp16(y, 0, False)
+    return y.to(out_dtype)

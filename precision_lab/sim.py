@@ -18,8 +18,11 @@ Inputs (``make_inputs``; every setting is recorded in the result JSON):
 
 Runs: every policy runs with float32 compute (the float32 inputs) on the ``scan`` engine, which
 applies the exact decode semantics of DESIGN §4 (it equals the token-by-token decode engine; see
-tests/test_scan.py); ``engine="decode"`` runs the token-by-token engine itself. The reference is the same float32 inputs cast to float64 and run through the
-unquantized recurrence in float64 (``recurrences._core.chunked``, no state rounding at all).
+tests/test_scan.py); ``engine="decode"`` runs the token-by-token engine itself. The reference is
+the same float32 inputs cast to float64 and run through the unquantized recurrence in float64
+(``recurrences._core.chunked``, no state rounding at all). The first L-1 steps of a ReplaySSM run
+read the initial (zero) checkpoint plus the buffer, so they carry no quantization error; errors
+appear from the first flush on (visible at step 16 in the plot).
 
 Error metric: per step t and sequence b, e_t = ‖y_t − y_ref,t‖ / ‖y_ref,t‖ over all heads and rows
 (the whole layer output of that token), averaged over the batch. The table reports, for each
@@ -210,6 +213,8 @@ def run_sim(cfg: SimConfig, log=print) -> dict:
     names = [p.short_str() for p in policies]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate policies: {names}")
+    for pol in policies:  # resolve every format now: a typo in the last policy should not cost the run
+        pol.quantizers()
     t0 = time.perf_counter()
     inp = make_inputs(cfg)
     y_ref = reference_outputs(inp)

@@ -252,8 +252,10 @@ def main(argv=None) -> int:
                 y, u, r = res if which == "replay" else (res[0], res[1], res[1])
                 entry["first_call_s"] = time.time() - t0   # includes the compile
                 yr, ur, rr = reference_call(sl, pol, s1)
-                e = {"y": rel_rms(y, yr.to(y.dtype)), "update": rel_rms(u, ur), "read": rel_rms(r, rr)}
-                entry.update(rel_rms=e, ok=all(v < tol for v in e.values()))
+                e = {"y": rel_rms(y, yr), "update": rel_rms(u, ur), "read": rel_rms(r, rr)}
+                # y is stored in the inputs' dtype (bf16): its own rounding is up to 2^-8 relative
+                tol_y = tol + (2.0 ** -8 if y.dtype == torch.bfloat16 else 0.0)
+                entry.update(rel_rms=e, ok=e["y"] < tol_y and e["update"] < tol and e["read"] < tol)
             except Exception as ex:  # noqa: BLE001 - record and keep going
                 entry.update(error=repr(ex)[:500], ok=False)
             checks.append(entry)

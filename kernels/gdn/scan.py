@@ -1,7 +1,11 @@
 """Teacher-forced Triton scans for Gated DeltaNet (the KL engine's fast path; DESIGN §3, §4, §8).
 
-One program per (sequence, value head) keeps that head's state [V, K] in registers across the
-segment. q and k are L2-normalised in the kernel (``k · rsqrt(Σk² + eps)``), q is scaled.
+One program per (sequence, value head) carries that head's state [V, K] across the segment (one
+launch per segment); the checkpoints stay in the output buffers (L2-resident) and are walked in
+blocks of 32 value rows, which the delta rule keeps independent (the (I + A)⁻¹ below depends on k,
+β, g only). NVFP4 copies are written in a second pass once the fold's amax over all rows is known.
+q and k are L2-normalised in the kernel (``k · rsqrt(Σk² + eps)``), q is scaled. In-window
+products run as 3xTF32 ``tl.dot`` (fp32-level error on the tensor cores).
 
 ``gdn_replay_scan_fwd_kernel`` (modes shared / split, and fp32 with an identity format). Inside a
 window of L tokens starting from a checkpoint S₀, with ``c_j = Σ_{s≤j} g_s``, the delta rule
@@ -37,6 +41,7 @@ from precision_lab.kernels.scan_formats import (
     nvfp4_tile_sr,
     quantize_tile,
     tile_amax_bits,
+    to_output,
 )
 from precision_lab.quant.philox import layer_seed
 
@@ -180,7 +185,7 @@ def gdn_replay_scan_fwd_kernel(
                 if SPLIT and not READ_LATE:
                     tl.store(r_ptr + p_st, quantize_tile(b_s, m_rk, seed, seq, i_h, event, elem, 1, READ_FMT,
                                                          READ_SR, BLOCK_R, BLOCK_K), mask=m_rk)
-            tl.store(o_ptr + p_bth[:, None] * V + o_r[None, :], b_o.to(o_ptr.dtype.element_ty), mask=m_tr)
+            tl.store(o_ptr + p_bth[:, None] * V + o_r[None, :], to_output(b_o, o_ptr.dtype.element_ty), mask=m_tr)
 
         if UPD_LATE or READ_LATE:
             if flush:
@@ -238,7 +243,7 @@ def gdn_recurrent_scan_fwd_kernel(
         b_d = b_beta * (b_v - b_alpha * tl.sum(b_s * b_k[None, :], 1))
         b_s = b_alpha * b_s + b_d[:, None] * b_k[None, :]
         b_o = tl.sum(b_s * b_q[None, :], 1)
-        tl.store(o_ptr + p_bth * V + o_r, b_o.to(o_ptr.dtype.element_ty), mask=m_r)
+        tl.store(o_ptr + p_bth * V + o_r, to_output(b_o, o_ptr.dtype.element_ty), mask=m_r)
         if FMT != C_FP32:
             b_s = quantize_tile(b_s, m_rk, seed, seq, i_h, (event0 + t).to(tl.int64), elem, 0, FMT, SR, BLOCK_R, BLOCK_K)
 

@@ -1,7 +1,6 @@
 """Teacher-forced Triton scans for Mamba-2 (the KL engine's fast path; DESIGN §4, §7, §8).
 
-Two kernels, one program per (sequence, head), the head's whole state [P, N] kept in registers
-across the token stream of one segment:
+Two kernels over the token stream of one segment (one launch per segment):
 
 * ``mamba2_replay_scan_fwd_kernel`` — ReplaySSM (modes ``shared`` / ``split``, and ``fp32`` with an
   identity format). Window w holds tokens ``w·L .. w·L+L-1`` (the launch starts on a window
@@ -14,12 +13,21 @@ across the token stream of one segment:
 
   then ``y += D x`` and ``y *= silu(z)``. A final partial window only produces outputs (its
   records stay in the caller's buffer), unless ``fold_partial`` (fp32 mode, where the window is
-  just a chunk size: the last chunk is folded too and the kernel returns the state after T). Each flush is write event ``event0 + w`` of the SR
-  counter layout (quant/philox.py), read copy with copy bit 1.
+  just a chunk size: the last chunk is folded too and the kernel returns the state after T).
+  Each flush is write event ``event0 + w`` of the SR counter layout (quant/philox.py), read copy
+  with copy bit 1.
+
+  One program per (sequence, head) carries the head across all windows. Its two checkpoints stay
+  in the output buffers (L2-resident) and are walked in blocks of 32 head-dim rows, which are
+  independent of each other: a [64, 128] fp32 state, two in split mode, does not fit in registers
+  next to the window's tiles. NVFP4's per-matrix global scale needs the amax of the whole fold, so
+  an NVFP4 copy is written in a second pass over the row blocks (fp32 fold parked in its buffer).
+  The in-window products run as 3xTF32 ``tl.dot`` (fp32-level error on the tensor cores).
 
 * ``mamba2_recurrent_scan_fwd_kernel`` — ``conventional`` mode: per token
   ``S ← e^{A dt} S + u Bᵀ``, ``y = S C`` from the fp32 state, then ``S ← round_F(S)`` (event
-  ``event0 + t``).
+  ``event0 + t``). Programs = (sequence·head, row block) with the block in registers; NVFP4 takes
+  the whole matrix per program (its scale is per matrix).
 
 The torch references in ``scan_reference.py`` follow the same arithmetic order.
 """
@@ -36,6 +44,7 @@ from precision_lab.kernels.scan_formats import (
     nvfp4_tile_sr,
     quantize_tile,
     tile_amax_bits,
+    to_output,
 )
 from precision_lab.quant.philox import layer_seed
 
@@ -156,7 +165,7 @@ def mamba2_replay_scan_fwd_kernel(
             if HAS_Z:
                 b_z = tl.load(z_ptr + p_bth[:, None] * P + o_r[None, :], mask=m_tr, other=0.0).to(tl.float32)
                 b_y = b_y * (b_z * tl.sigmoid(b_z))
-            tl.store(y_ptr + p_bth[:, None] * P + o_r[None, :], b_y.to(y_ptr.dtype.element_ty), mask=m_tr)
+            tl.store(y_ptr + p_bth[:, None] * P + o_r[None, :], to_output(b_y, y_ptr.dtype.element_ty), mask=m_tr)
 
         if UPD_LATE or READ_LATE:
             if flush:
@@ -221,7 +230,7 @@ def mamba2_recurrent_scan_fwd_kernel(
         if HAS_Z:
             b_z = tl.load(z_ptr + p_bth * P + o_r, mask=m_r, other=0.0).to(tl.float32)
             b_y = b_y * (b_z * tl.sigmoid(b_z))
-        tl.store(y_ptr + p_bth * P + o_r, b_y.to(y_ptr.dtype.element_ty), mask=m_r)
+        tl.store(y_ptr + p_bth * P + o_r, to_output(b_y, y_ptr.dtype.element_ty), mask=m_r)
         if FMT != C_FP32:
             b_s = quantize_tile(b_s, m_rn, seed, seq, i_h, (event0 + t).to(tl.int64), elem, 0, FMT, SR, BLOCK_R, BLOCK_N)
 
