@@ -3,7 +3,6 @@ layout of quant/philox.py separates every field."""
 import torch
 import triton
 import triton.language as tl
-
 from precision_lab.quant import philox
 
 
