@@ -84,3 +84,9 @@ def test_validate_rejects_a_custom_quantizer_that_fails_its_own_fake():
 
 def test_validate_accepts_a_fake_only_custom_quantizer():
     StatePolicy.parse("split:fp32/tests.custom_quantizers:HalfQuantizer").validate()
+
+
+def test_validate_accepts_stochastic_formats():
+    # SR quantizers refuse to run without random bits; validate() must supply them
+    StatePolicy.parse("split:fp16-sr/nvfp4-sr").validate()
+    StatePolicy.parse("conventional:bf16-sr").validate()
