@@ -34,10 +34,12 @@ curve averaged in log-spaced bins (for the log-log plot).
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 
 import torch
+from tqdm.auto import tqdm
 
 DEFAULT_POLICIES = ("fp32", "conventional:nvfp4-sr", "shared:nvfp4-sr", "split:fp32/nvfp4", "split:fp16-sr/nvfp4")
 ARCHS = ("mamba2", "gdn", "kda")
@@ -220,9 +222,14 @@ def run_sim(cfg: SimConfig, log=print) -> dict:
     y_ref = reference_outputs(inp)
     ends = window_ends(cfg.steps)
     results = {}
+    # A progress bar over policies (stderr, interactive terminals only): at 32K steps the every-step
+    # conventional policies take minutes, and the user should see which one is running.
+    bar = tqdm(total=len(policies), desc="policies", unit="policy", leave=False, disable=not sys.stderr.isatty())
     for pol, name in zip(policies, names):
+        bar.set_postfix_str(name)
         t = time.perf_counter()
         y, stats = run_layer(inp, pol, engine=cfg.engine)
+        bar.update()
         err = step_errors(y, y_ref)
         if not torch.isfinite(err).all():
             raise FloatingPointError(f"policy {name}: non-finite outputs")
@@ -232,7 +239,9 @@ def run_sim(cfg: SimConfig, log=print) -> dict:
                    seconds=round(time.perf_counter() - t, 3), policy=pol.short_str(), mode=pol.mode,
                    update=pol.update, read=pol.read, buffer_len=pol.buffer_len, gdn_fold=pol.gdn_fold)
         results[name] = res
-        log(f"  {name:<28s} {res['seconds']:7.2f} s   {stats.state_writes} state writes")
+        with bar.external_write_mode():  # keep the log line and the bar from overwriting each other
+            log(f"  {name:<28s} {res['seconds']:7.2f} s   {stats.state_writes} state writes")
+    bar.close()
     settings = asdict(cfg)
     settings["decay"] = list(cfg.decay)
     settings["policies"] = names
