@@ -24,12 +24,12 @@ float64) but computed in fp32, so agreement with a float64 decode run is to fp32
 from __future__ import annotations
 
 import importlib
-import os
 from dataclasses import replace
 
 import torch
 from precision_lab.kernels.gdn.scan import gdn_recurrent_scan, gdn_replay_scan
 from precision_lab.kernels.mamba2.scan import mamba2_recurrent_scan, mamba2_replay_scan
+from precision_lab.kernels.runtime import triton_unavailable_reason
 from precision_lab.kernels.scan_formats import FMT_FP32, FMT_NVFP4, KERNEL_FORMATS
 
 from precision_lab.policy import StatePolicy
@@ -104,10 +104,7 @@ def unsupported_reason(inputs, policy: StatePolicy) -> str | None:
         return f"state {R}x{C} larger than the {MAX_STATE}-element register tile"
     if FMT_NVFP4 in (KERNEL_FORMATS[policy.update][0], KERNEL_FORMATS[policy.read][0]) and C % 16:
         return f"NVFP4 needs the last state axis to be a multiple of 16, got {C}"
-    dev = _value_tensor(inputs).device
-    if dev.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        return "CPU tensors and TRITON_INTERPRET is not 1"
-    return None
+    return triton_unavailable_reason(_value_tensor(inputs).device)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -299,3 +299,20 @@ def test_bench_script_smoke(tmp_path, device):
     assert all(r["check"] == "pass" for r in out["kernels"].values()), out["kernels"]
     assert out["kernels"]["nvfp4 quantize"]["bytes"] == 4 * 3072 + 3072 // 2 + 3072 // 16 + 4 * 6
     assert (tmp_path / "bench_quant.png").stat().st_size > 0
+
+
+def test_without_gpu_or_interpreter_the_api_says_what_to_do(monkeypatch):
+    """On CPU without TRITON_INTERPRET=1 a launch would die in triton ("0 active drivers"); the API
+    must refuse with a message that says how to proceed, and fallback=True must still serve."""
+    from precision_lab.kernels import runtime
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    x = torch.randn(2, 4, 32)
+    assert runtime.triton_unavailable_reason(x.device) is not None
+    assert runtime.triton_unavailable_reason("cuda") is None
+    with pytest.raises(NotImplementedError, match="TRITON_INTERPRET is not 1"):
+        tq.quantize(x, "nvfp4")
+    qt = tq.quantize(x, "nvfp4", fallback=True)
+    assert qt.meta["implementation"] == "torch-reference"
+    with pytest.raises(RuntimeError, match="set TRITON_INTERPRET=1"):
+        runtime.require_triton(x.device, "test")

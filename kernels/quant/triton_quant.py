@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 from precision_lab.quant import QTensor, Quantizer, get_quantizer
 
+from ..runtime import require_triton, triton_unavailable_reason
 from . import codecs as qc
 
 RB_NONE, RB_TENSOR, RB_PHILOX = 0, 1, 2
@@ -161,6 +162,7 @@ def _check_input(x: torch.Tensor, what: str) -> None:
                         "(float64 is rounded once by the torch reference: use precision_lab.quant.get_quantizer)")
     if x.dim() < 1 or x.numel() == 0:
         raise ValueError(f"{what}: expected a non-empty tensor, got shape {tuple(x.shape)}")
+    require_triton(x.device, what)
 
 
 def _rbits_args(x: torch.Tensor, rbits: torch.Tensor | None, seed: int | None, sr: bool, what: str):
@@ -243,6 +245,7 @@ def nvfp4_quantize(x: torch.Tensor, *, sr: bool = False, granularity: str = "mat
 def nvfp4_dequantize(qt: QTensor) -> torch.Tensor:
     """NVFP4 QTensor (matrix or row global scales; from ``nvfp4_quantize`` or the torch reference)
     → float32 tensor of qt.shape: value(code) · (f32(s) · S_dec)."""
+    require_triton(qt.data.device, "NVFP4 dequantize")
     shape = tuple(qt.shape)
     C = shape[-1]
     n = qt.data.numel() * 2 // max(1, qt.global_scale.numel())  # elements per global scale
@@ -283,6 +286,7 @@ def cast_quantize(x: torch.Tensor, fmt: str, *, sr: bool = False, rbits: torch.T
 
 def cast_dequantize(codes: torch.Tensor) -> torch.Tensor:
     """bfloat16/float16/float8_e4m3fn/float8_e5m2 tensor → float32 (decoded with the codecs)."""
+    require_triton(codes.device, "Triton dequantize")
     for fmt_id, dtype, view in _CAST_FORMATS.values():  # noqa: B007 (the match is used after the loop)
         if codes.dtype == dtype:
             break
@@ -320,11 +324,14 @@ def quantize(x: torch.Tensor, fmt: str | Quantizer, *, rbits: torch.Tensor | Non
     reference (``meta["implementation"] = "torch-reference"``).
     """
     name = _format_name(fmt)
-    triton_ok = name in TRITON_FORMATS and isinstance(x, torch.Tensor) and x.dtype in (
-        torch.float32, torch.float16, torch.bfloat16)
-    if not triton_ok:
+    if name not in TRITON_FORMATS:
+        why = f"format {name!r} has no Triton kernel"
+    elif not isinstance(x, torch.Tensor) or x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        why = f"input dtype {getattr(x, 'dtype', type(x).__name__)}"
+    else:
+        why = triton_unavailable_reason(x.device)
+    if why is not None:
         if not fallback:
-            why = f"format {name!r} has no Triton kernel" if name not in TRITON_FORMATS else f"input dtype {x.dtype}"
             raise NotImplementedError(f"Triton quantize: {why} (Triton formats: {', '.join(TRITON_FORMATS)}); "
                                       "pass fallback=True to use the torch reference")
         qt = get_quantizer(fmt).quantize(x, rbits=rbits, seed=seed)
