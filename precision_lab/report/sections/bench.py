@@ -166,6 +166,20 @@ def _int_keys(d: dict) -> list:
     return sorted(d, key=lambda k: int(k))
 
 
+def _sweep_points(sweep: dict, key: str) -> list:
+    """[(x, value)] of a summary sweep keyed by integer strings, finite values only, x ascending."""
+    return [(int(x), sweep[x][key]) for x in _int_keys(sweep) if finite(sweep[x].get(key))]
+
+
+def _finish_axes(axes, xlabel: str, ylabels) -> None:
+    """Shared look of the sweep panels: log2 x axis, labels, legend (or 'not measured')."""
+    for ax, yl in zip(axes, ylabels):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(yl)
+        _legend(ax)
+
+
 def _kernels_summary(r: Result, ctx: Context) -> list:
     d = r.data
     ceiling = _ceiling(d)
@@ -201,24 +215,20 @@ def _kernels_summary(r: Result, ctx: Context) -> list:
                 bw = [(p[0], p[2]) for p in pts if finite(p[2])]
                 if bw:
                     axes[1].plot(*zip(*bw), marker="o", ms=3, ls=ls, label=label, color=ctx.colors(pol))
-            am = [(int(b), sb[b]["replay_amortised_us"]) for b in _int_keys(sb) if finite(sb[b].get("replay_amortised_us"))]
+            am = _sweep_points(sb, "replay_amortised_us")
             if am:
                 label, pol, ls = _KSERIES["replay_amortised_us"]
                 axes[0].plot(*zip(*am), marker="s", ms=3, lw=2, ls=ls, label=label, color=ctx.colors(pol))
             if ceiling:
                 axes[1].axhline(ceiling, color="k", ls="--", lw=1, label=f"memcpy ceiling {ceiling:.0f} GB/s")
             for key, label in (("speedup_vs_conventional", "vs conventional fp32"), ("speedup_vs_fla", "vs fla")):
-                sp = [(int(b), sb[b][key]) for b in _int_keys(sb) if finite(sb[b].get(key))]
+                sp = _sweep_points(sb, key)
                 if sp:
                     axes[2].plot(*zip(*sp), marker="o", ms=3, label=f"ReplaySSM {label}",
                                  color=ctx.colors("shared:fp32"), ls="-" if "conv" in key else "-.")
             axes[2].axhline(1.0, color="0.5", lw=0.8)
-            for ax, yl in zip(axes, ("latency per step (µs)", "bandwidth (GB/s, bytes model)",
-                                     "speedup (×, ReplaySSM amortised)")):
-                ax.set_xscale("log", base=2)
-                ax.set_xlabel("batch B (sequences)")
-                ax.set_ylabel(yl)
-                _legend(ax)
+            _finish_axes(axes, "batch B (sequences)", ("latency per step (µs)", "bandwidth (GB/s, bytes model)",
+                                                       "speedup (×, ReplaySSM amortised)"))
             axes[0].set_yscale("log")
             axes[1].set_ylim(bottom=0)
             axes[2].set_ylim(bottom=0)
@@ -241,22 +251,18 @@ def _kernels_summary(r: Result, ctx: Context) -> list:
             Ls = [int(k) for k in _int_keys(sl)]
             for key, kern in (("nonflush_us", "nonflush"), ("flush_us", "flush"),
                               ("replay_amortised_us", "replay_amortised_us")):
-                pts = [(L, sl[str(L)][key]) for L in Ls if finite(sl[str(L)].get(key))]
+                pts = _sweep_points(sl, key)
                 if pts:
                     label, pol, ls = _KSERIES[kern]
                     axes[0].plot(*zip(*pts), marker="o", ms=3, ls=ls, label=label, color=ctx.colors(pol))
-            sp = [(L, sl[str(L)]["speedup_vs_conventional"]) for L in Ls if finite(sl[str(L)].get("speedup_vs_conventional"))]
+            sp = _sweep_points(sl, "speedup_vs_conventional")
             if sp:
                 axes[1].plot(*zip(*sp), marker="o", ms=3, label="ReplaySSM vs conventional fp32",
                              color=ctx.colors("shared:fp32"))
-            bd = [(L, sl[str(L)]["bound"]) for L in Ls if finite(sl[str(L)].get("bound"))]
+            bd = _sweep_points(sl, "bound")
             if bd:
                 axes[1].plot(*zip(*bd), color="k", ls="--", lw=1, label="bytes bound 2L/(L+1)")
-            for ax, yl in zip(axes, ("latency (µs)", "speedup (×)")):
-                ax.set_xscale("log", base=2)
-                ax.set_xlabel("window L (tokens)")
-                ax.set_ylabel(yl)
-                _legend(ax)
+            _finish_axes(axes, "window L (tokens)", ("latency (µs)", "speedup (×)"))
             axes[1].set_ylim(bottom=0)
             fig.suptitle(f"{op}: window length sweep (B = 256)", fontsize=9)
             blocks += [Figure(ctx.figure(fig, f"bench-kernels-{op}-L"),
@@ -277,21 +283,16 @@ def _kernels_summary(r: Result, ctx: Context) -> list:
                                    ("spec_flush_us", "shared:fp32: speculative flush", ":"),
                                    ("per_round_amortised_us", "shared:fp32: per round, amortised", "-"),
                                    ("snapshot_baseline_estimate_us", "fp32: T conventional steps (estimate)", "-.")):
-                pts = [(T, sd[str(T)][key]) for T in Ts if finite(sd[str(T)].get(key))]
+                pts = _sweep_points(sd, key)
                 if pts:
                     axes[0].plot(*zip(*pts), marker="o", ms=3, ls=ls, label=label,
                                  color=ctx.colors("fp32" if key.startswith("snapshot") else "shared:fp32"))
-            rt = [(T, sd[str(T)]["ratio_to_one_conventional_step"]) for T in Ts
-                  if finite(sd[str(T)].get("ratio_to_one_conventional_step"))]
+            rt = _sweep_points(sd, "ratio_to_one_conventional_step")
             if rt:
                 axes[1].plot(*zip(*rt), marker="o", ms=3, color=ctx.colors("shared:fp32"),
                              label="verify round / one conventional step")
                 axes[1].axhline(1.2, color="tab:red", ls=":", label="target ≤ 1.2")
-            for ax, yl in zip(axes, ("latency (µs)", "ratio (×)")):
-                ax.set_xscale("log", base=2)
-                ax.set_xlabel("drafts T (tokens per verify)")
-                ax.set_ylabel(yl)
-                _legend(ax)
+            _finish_axes(axes, "drafts T (tokens per verify)", ("latency (µs)", "ratio (×)"))
             axes[1].set_ylim(bottom=0)
             fig.suptitle(f"{op}: speculative verify (B = 256)", fontsize=9)
             blocks += [Figure(ctx.figure(fig, f"bench-kernels-{op}-T"),
