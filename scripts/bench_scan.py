@@ -115,6 +115,17 @@ def nbytes_model(inp, copies: int) -> int:
     return io + 2 * copies * state
 
 
+def _call_parts(inp, policy, s0):
+    """What the kernel and its reference are both called with: (is Mamba-2, positional inputs,
+    GDN-only keywords, keywords common to every scan)."""
+    m2 = inp.kind == "mamba2"
+    args = ((inp.x, inp.dt, inp.A, inp.B, inp.C, inp.D, inp.dt_bias, inp.z) if m2
+            else (inp.q, inp.k, inp.v, inp.g, inp.beta))
+    gkw = {} if m2 else dict(scale=inp.scale, qk_l2norm=inp.qk_l2norm)
+    common = dict(seq_ids=torch.arange(s0.shape[0]), seed=policy.seed, layer=0, event0=1)
+    return m2, args, gkw, common
+
+
 def kernel_call(inp, policy, s0):
     """A closure running the scan kernel that run_layer(engine='triton') would pick (no edges)."""
     from precision_lab.kernels.engine import FP32_CHUNK
@@ -124,12 +135,7 @@ def kernel_call(inp, policy, s0):
 
     uf, us = KERNEL_FORMATS[policy.update]
     rf, rs = KERNEL_FORMATS[policy.read]
-    Bsz = s0.shape[0]
-    common = dict(seq_ids=torch.arange(Bsz), seed=policy.seed, layer=0, event0=1)
-    m2 = inp.kind == "mamba2"
-    args = ((inp.x, inp.dt, inp.A, inp.B, inp.C, inp.D, inp.dt_bias, inp.z) if m2
-            else (inp.q, inp.k, inp.v, inp.g, inp.beta))
-    gkw = {} if m2 else dict(scale=inp.scale, qk_l2norm=inp.qk_l2norm)
+    m2, args, gkw, common = _call_parts(inp, policy, s0)
     if policy.mode == "conventional" and uf != FMT_FP32:
         fn = mamba2_recurrent_scan if m2 else gdn_recurrent_scan
         return lambda: fn(*args, s0, fmt=uf, sr=us, **gkw, **common), "recurrent"
@@ -147,12 +153,7 @@ def reference_call(inp, policy, s0):
     from precision_lab.kernels.gdn.scan_reference import gdn_recurrent_scan_ref, gdn_replay_scan_ref
     from precision_lab.kernels.mamba2.scan_reference import mamba2_recurrent_scan_ref, mamba2_replay_scan_ref
 
-    Bsz = s0.shape[0]
-    common = dict(seq_ids=torch.arange(Bsz), seed=policy.seed, layer=0, event0=1)
-    m2 = inp.kind == "mamba2"
-    args = ((inp.x, inp.dt, inp.A, inp.B, inp.C, inp.D, inp.dt_bias, inp.z) if m2
-            else (inp.q, inp.k, inp.v, inp.g, inp.beta))
-    gkw = {} if m2 else dict(scale=inp.scale, qk_l2norm=inp.qk_l2norm)
+    m2, args, gkw, common = _call_parts(inp, policy, s0)
     if policy.mode == "conventional" and policy.update != "fp32":
         fn = mamba2_recurrent_scan_ref if m2 else gdn_recurrent_scan_ref
         y, s = fn(*args, s0, fmt=policy.update, **gkw, **common)
