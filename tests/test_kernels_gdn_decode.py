@@ -23,16 +23,12 @@ from precision_lab.kernels.gdn.decode_reference import (
 from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
 
 from precision_lab.policy import StatePolicy
+from tests._decode_kernel_checks import assert_same_codes, gather, rel
+from tests._decode_kernel_checks import state_cols as k_for
 
 HK, HV, V = 2, 4, 12
 
 
-def rel(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
-
-
-def k_for(fmts):
-    return 32 if any(f.startswith("nvfp4") for f in fmts) else 20
 
 
 def inputs(B, T, K, device, exact=False, seed=0, Hk=HK, Hv=HV):
@@ -66,23 +62,7 @@ def pool_of(S0, fmt, slots, n_slots, seed, layer, seq_ids, copy):
     return pool, ref.dequantize()
 
 
-def gather(pool, slots):
-    live = slots >= 0
-    sel = lambda t: None if t is None else t[slots[live]].cpu()  # noqa: E731
-    return PackedState(pool.fmt, sel(pool.data), sel(pool.scale), sel(pool.gscale), pool.R, pool.C)
 
-
-def assert_same_codes(a: PackedState, b: PackedState):
-    for name in ("data", "scale", "gscale"):
-        x, y = getattr(a, name), getattr(b, name)
-        if x is None:
-            assert y is None
-            continue
-        if x.dtype in (torch.bfloat16, torch.float16):
-            x, y = x.view(torch.int16), y.view(torch.int16)
-        elif x.dtype == torch.float32:
-            x, y = x.view(torch.int32), y.view(torch.int32)
-        assert torch.equal(x, y.to(x.dtype)), f"{name} codes differ in {(x != y).sum().item()} places"
 
 
 @pytest.mark.parametrize("fmt", ["fp32", "fp16-sr", "bf16-sr", "fp8e4m3-sr", "nvfp4-sr"])

@@ -26,16 +26,12 @@ from precision_lab.kernels.mamba2.decode_reference import (
 from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
 
 from precision_lab.policy import StatePolicy
+from tests._decode_kernel_checks import assert_same_codes, gather, rel
+from tests._decode_kernel_checks import state_cols as n_for
 
 H, G, P = 4, 2, 12          # awkward head dim; N is 20 (or 32 where NVFP4 needs C % 16 == 0)
 
 
-def rel(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
-
-
-def n_for(fmts):
-    return 32 if any(f.startswith("nvfp4") for f in fmts) else 20
 
 
 def inputs(B, T, N, device, exact=False, seed=0, H=H, G=G):
@@ -75,24 +71,7 @@ def pool_of(S0, fmt, slots, n_slots, seed, layer, seq_ids, copy, strided=True):
     return pool, ref.dequantize()
 
 
-def gather(pool, slots):
-    """PackedState of the batch's live slots (bytes, for exact comparisons)."""
-    live = slots >= 0
-    sel = lambda t: None if t is None else t[slots[live]].cpu()  # noqa: E731
-    return PackedState(pool.fmt, sel(pool.data), sel(pool.scale), sel(pool.gscale), pool.R, pool.C)
 
-
-def assert_same_codes(a: PackedState, b: PackedState):
-    for name in ("data", "scale", "gscale"):
-        x, y = getattr(a, name), getattr(b, name)
-        if x is None:
-            assert y is None
-            continue
-        if x.dtype.is_floating_point and x.dtype != torch.float32:
-            x, y = x.view(torch.int16), y.view(torch.int16)
-        elif x.dtype == torch.float32:
-            x, y = x.view(torch.int32), y.view(torch.int32)
-        assert torch.equal(x, y.to(x.dtype)), f"{name} codes differ in {(x != y).sum().item()} places"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,34 @@
+"""Checks shared by the Mamba-2 and GDN decode-kernel tests (pools are the same PackedState)."""
+import torch
+from precision_lab.kernels.decode_state import PackedState
+
+
+def rel(a, b):
+    """Per-tensor relative RMS error of a against b."""
+    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
+
+
+def state_cols(fmts):
+    """Last state axis for a test: awkward (20) unless NVFP4 needs a multiple of 16."""
+    return 32 if any(f.startswith("nvfp4") for f in fmts) else 20
+
+
+def gather(pool, slots):
+    """PackedState of the batch's live slots (bytes, for exact comparisons)."""
+    live = slots >= 0
+    sel = lambda t: None if t is None else t[slots[live]].cpu()  # noqa: E731
+    return PackedState(pool.fmt, sel(pool.data), sel(pool.scale), sel(pool.gscale), pool.R, pool.C)
+
+
+def assert_same_codes(a: PackedState, b: PackedState):
+    """Stored codes equal bit for bit (floats compared as their integer patterns, so -0 and NaN count)."""
+    for name in ("data", "scale", "gscale"):
+        x, y = getattr(a, name), getattr(b, name)
+        if x is None:
+            assert y is None
+            continue
+        if x.dtype in (torch.bfloat16, torch.float16):
+            x, y = x.view(torch.int16), y.view(torch.int16)
+        elif x.dtype == torch.float32:
+            x, y = x.view(torch.int32), y.view(torch.int32)
+        assert torch.equal(x, y.to(x.dtype)), f"{name} codes differ in {(x != y).sum().item()} places"
