@@ -183,6 +183,143 @@ def load_state(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, 
 
 
 @triton.jit
+def _e2m1_pairs_hw(packed):
+    """GPU only (inline PTX; the interpreter cannot run it): NVFP4 bytes → (even, odd) element values
+    × 2^-6 as fp32. Each nibble (sign s, exponent e, mantissa m) becomes the E4M3 byte
+    ``s<<7 | (nibble & 7)<<2``: exponent field e, mantissa m00, so its value is the E2M1 value ·
+    2^-6 exactly (E2M1's subnormal 0.5 lands on E4M3's subnormal 2^-7). The hardware then converts
+    E4M3 pairs to f16 pairs (cvt.rn.f16x2.e4m3x2, sm_89+) — about 2 instructions per element
+    instead of the ~10 of the integer decode. Bytes go 4 per call (pack=4)."""
+    return tl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b32 t, lo, hi, f0, f1, f2, f3;
+        .reg .b16 l0, l1, h0, h1, a0, a1, a2, a3, b0, b1, b2, b3;
+        shl.b32 t, $8, 4;
+        and.b32 t, t, 0x80808080;
+        shl.b32 lo, $8, 2;
+        and.b32 lo, lo, 0x1C1C1C1C;
+        or.b32 lo, lo, t;
+        shr.b32 t, $8, 2;
+        and.b32 t, t, 0x1C1C1C1C;
+        and.b32 hi, $8, 0x80808080;
+        or.b32 hi, hi, t;
+        mov.b32 {l0, l1}, lo;
+        mov.b32 {h0, h1}, hi;
+        cvt.rn.f16x2.e4m3x2 f0, l0;
+        cvt.rn.f16x2.e4m3x2 f1, l1;
+        cvt.rn.f16x2.e4m3x2 f2, h0;
+        cvt.rn.f16x2.e4m3x2 f3, h1;
+        mov.b32 {a0, a1}, f0;
+        mov.b32 {a2, a3}, f1;
+        mov.b32 {b0, b1}, f2;
+        mov.b32 {b2, b3}, f3;
+        cvt.f32.f16 $0, a0;
+        cvt.f32.f16 $1, a1;
+        cvt.f32.f16 $2, a2;
+        cvt.f32.f16 $3, a3;
+        cvt.f32.f16 $4, b0;
+        cvt.f32.f16 $5, b1;
+        cvt.f32.f16 $6, b2;
+        cvt.f32.f16 $7, b3;
+        }
+        """,
+        constraints="=r,=r,=r,=r,=r,=r,=r,=r,r",
+        args=[packed], dtype=(tl.float32, tl.float32), is_pure=True, pack=4)
+
+
+@triton.jit
+def read_state_dots(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, v1_ptr, v2_ptr,
+                    FMT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr,
+                    TWO: tl.constexpr, ROWS2D: tl.constexpr = False):
+    """``(S v1, S v2)`` for the tile's rows (fp32 [BR] each; TWO=False: v2 is ignored and the first
+    result is returned twice), v = C values at ``v*_ptr`` (any float dtype), read straight from the
+    stored codes: a read-only step needs only these products, so NVFP4 never builds the fp32 tile —
+    it multiplies each 16-element block's E2M1 values with v, then scales the block's partial sum
+    once (E4M3 scale · per-head s_dec). Arguments as ``load_state``; HW (compiled GPU kernels only)
+    decodes FP8/FP4 with the hardware E4M3→f16 conversion instead of the integer codecs (same
+    values; the integer path is what the interpreter runs). ROWS2D picks the NVFP4 tile shape
+    ([BR, NB, 8] blocks, or [BR, BC/2] bytes with the scale per byte; a tuning choice). The sums run
+    in another order than ``load_state`` + ``tl.sum`` (same value up to fp32 rounding)."""
+    row64 = (h * R + rows).to(tl.int64)
+    if FMT == C_NVFP4 and ROWS2D:
+        # the same products on [BR, BC/2] byte tiles: each byte's block scale is gathered (8 bytes
+        # share an address, which the compiler loads once) and applied per byte instead of per block
+        cb = tl.arange(0, BC // 2)
+        m_b = cb < C // 2
+        m2 = rmask[:, None] & m_b[None, :]
+        packed = tl.load(d_ptr + slot * s_d + row64[:, None] * (C // 2) + cb[None, :], mask=m2, other=0)
+        scb = tl.load(sc_ptr + slot * s_sc + row64[:, None] * (C // 16) + (cb // 8)[None, :], mask=m2, other=0)
+        if HW:
+            e_even, e_odd = _e2m1_pairs_hw(packed)
+            unit = 64.0
+            block_scale = scb.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        else:
+            p32 = packed.to(tl.int32)
+            e_even = qc.decode_e2m1(p32 & 0xF)
+            e_odd = qc.decode_e2m1(p32 >> 4)
+            unit = 1.0
+            block_scale = qc.decode_e4m3(scb.to(tl.int32))
+        s_dec = tl.load(gs_ptr + slot * s_gs + h) * unit
+        v_even = tl.load(v1_ptr + 2 * cb, mask=m_b, other=0).to(tl.float32)
+        v_odd = tl.load(v1_ptr + 2 * cb + 1, mask=m_b, other=0).to(tl.float32)
+        d1 = tl.sum((e_even * v_even[None, :] + e_odd * v_odd[None, :]) * block_scale, 1) * s_dec
+        if TWO:
+            v_even = tl.load(v2_ptr + 2 * cb, mask=m_b, other=0).to(tl.float32)
+            v_odd = tl.load(v2_ptr + 2 * cb + 1, mask=m_b, other=0).to(tl.float32)
+            d2 = tl.sum((e_even * v_even[None, :] + e_odd * v_odd[None, :]) * block_scale, 1) * s_dec
+        else:
+            d2 = d1
+    elif FMT == C_NVFP4:
+        NB: tl.constexpr = BC // 16
+        blk = tl.arange(0, NB)
+        byte = blk[:, None] * 8 + tl.arange(0, 8)[None, :]               # [NB, 8] byte column
+        m_b = byte < C // 2
+        packed = tl.load(d_ptr + slot * s_d + row64[:, None, None] * (C // 2) + byte[None, :, :],
+                         mask=rmask[:, None, None] & m_b[None, :, :], other=0)
+        if HW:
+            e_even, e_odd = _e2m1_pairs_hw(packed)
+            unit = 64.0  # the pairs come out as value · 2^-6
+        else:
+            p32 = packed.to(tl.int32)
+            e_even = qc.decode_e2m1(p32 & 0xF)
+            e_odd = qc.decode_e2m1(p32 >> 4)
+            unit = 1.0
+        scb = tl.load(sc_ptr + slot * s_sc + row64[:, None] * (C // 16) + blk[None, :],
+                      mask=rmask[:, None] & (blk < C // 16)[None, :], other=0)
+        if HW:
+            block_scale = scb.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        else:
+            block_scale = qc.decode_e4m3(scb.to(tl.int32))
+        s_dec = tl.load(gs_ptr + slot * s_gs + h) * unit
+        v_even = tl.load(v1_ptr + 2 * byte, mask=m_b, other=0).to(tl.float32)
+        v_odd = tl.load(v1_ptr + 2 * byte + 1, mask=m_b, other=0).to(tl.float32)
+        part = tl.sum(e_even * v_even[None, :, :] + e_odd * v_odd[None, :, :], 2)   # [BR, NB]
+        d1 = tl.sum(part * block_scale, 1) * s_dec
+        if TWO:
+            v_even = tl.load(v2_ptr + 2 * byte, mask=m_b, other=0).to(tl.float32)
+            v_odd = tl.load(v2_ptr + 2 * byte + 1, mask=m_b, other=0).to(tl.float32)
+            part = tl.sum(e_even * v_even[None, :, :] + e_odd * v_odd[None, :, :], 2)
+            d2 = tl.sum(part * block_scale, 1) * s_dec
+        else:
+            d2 = d1
+    else:
+        cols = tl.arange(0, BC)
+        if HW and FMT == C_E4M3:
+            m = rmask[:, None] & (cols < C)[None, :]
+            codes = tl.load(d_ptr + slot * s_d + row64[:, None] * C + cols[None, :], mask=m, other=0)
+            tile = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        else:
+            tile = load_state(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, FMT, BR, BC)
+        d1 = tl.sum(tile * tl.load(v1_ptr + cols, mask=cols < C, other=0).to(tl.float32)[None, :], 1)
+        if TWO:
+            d2 = tl.sum(tile * tl.load(v2_ptr + cols, mask=cols < C, other=0).to(tl.float32)[None, :], 1)
+        else:
+            d2 = d1
+    return d1, d2
+
+
+@triton.jit
 def store_state(x, d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C,
                 seed, seq, event, COPY: tl.constexpr, FMT: tl.constexpr, SR: tl.constexpr,
                 BR: tl.constexpr, BC: tl.constexpr):

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 
 import torch
+import triton
+import triton.language as tl
 from precision_lab.kernels.decode_state import PackedState, format_code
 from precision_lab.kernels.gdn.decode import GDNRecords, gdn_conventional_step, gdn_replay_step
 from precision_lab.kernels.mamba2.decode import Mamba2Records, mamba2_conventional_step, mamba2_replay_step
@@ -208,15 +210,15 @@ class Mamba2Problem:
         self.y = torch.empty_like(self.x)
         _seed_pools(self)
 
-    def conventional(self, block_r=None):
+    def conventional(self, **cfg):
         return mamba2_conventional_step(self.upd, self.slots, self.x[:, 0], self.dt[:, 0], self.A, self.B[:, 0],
                                         self.C[:, 0], self.D, self.dtb, seq_ids=self.seq, events=self.ev,
-                                        block_r=block_r, out=self.y[:, 0])
+                                        out=self.y[:, 0], **cfg)
 
-    def replay(self, flush, fold_new, block_r=None):
+    def replay(self, flush, fold_new, **cfg):
         return mamba2_replay_step(self.upd, self.read, self.rec, self.slots, self.start, self.wlen, self.x, self.dt,
                                   self.A, self.B, self.C, self.D, self.dtb, flush=flush, fold_new=fold_new,
-                                  seq_ids=self.seq, events=self.ev, block_r=block_r, out=self.y)
+                                  seq_ids=self.seq, events=self.ev, out=self.y, **cfg)
 
 
 class GDNProblem:
@@ -243,38 +245,91 @@ class GDNProblem:
         self.o = torch.empty_like(self.v)
         _seed_pools(self)
 
-    def conventional(self, block_r=None):
+    def conventional(self, **cfg):
         return gdn_conventional_step(self.upd, self.slots, self.q[:, 0], self.k[:, 0], self.v[:, 0], self.g[:, 0],
-                                     self.beta[:, 0], seq_ids=self.seq, events=self.ev, block_r=block_r,
-                                     out=self.o[:, 0])
+                                     self.beta[:, 0], seq_ids=self.seq, events=self.ev, out=self.o[:, 0], **cfg)
 
-    def replay(self, flush, fold_new, block_r=None):
+    def replay(self, flush, fold_new, **cfg):
         return gdn_replay_step(self.upd, self.read, self.rec, self.slots, self.start, self.wlen, self.q, self.k,
                                self.v, self.g, self.beta, flush=flush, fold_new=fold_new, seq_ids=self.seq,
-                               events=self.ev, block_r=block_r, out=self.o)
+                               events=self.ev, out=self.o, **cfg)
 
 
 PROBLEMS = {"mamba2": Mamba2Problem, "gdn": GDNProblem}
 
 
-def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, block_r=None,
+def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None,
             nbytes: float):
-    """Time one kernel configuration over cold buffer sets; returns a result row."""
+    """Time one kernel configuration over cold buffer sets; returns a result row. ``cfg``: launch-shape
+    keywords of the kernel wrapper (block_r, heads_per_program, num_warps); None = its defaults."""
+    cfg = {k: v for k, v in (cfg or {}).items() if v is not None}
     nsets = n_sets(nbytes)
     sets = [PROBLEMS[op](B, dev, upd=upd, read=read, ring=ring, W=W, T=T) for _ in range(nsets)]
     if kind == "conventional":
-        launch = (lambda i: sets[i].conventional(block_r))
+        launch = (lambda i: sets[i].conventional(**cfg))
     elif kind == "nonflush":
-        launch = (lambda i: sets[i].replay(False, False, block_r))
+        launch = (lambda i: sets[i].replay(False, False, **cfg))
     else:
         fn = T == 1 if fold_new is None else fold_new
-        launch = (lambda i: sets[i].replay(True, fn, block_r))
+        launch = (lambda i: sets[i].replay(True, fn, **cfg))
     us, how = time_launches(launch, nsets)
     sets.clear()
     torch.cuda.empty_cache()
     return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
-            "block_r": block_r, "us": us, "bytes": nbytes, "GBps": nbytes / us / 1e3, "timing": how,
+            "cfg": cfg, "us": us, "bytes": nbytes, "GBps": nbytes / us / 1e3, "timing": how,
             "buffer_sets": nsets}
+
+
+# Launch-shape candidates per kernel kind (keywords of the wrappers; a wrapper that lacks a keyword
+# is tuned over the ones it has). "verify" is the non-flush kernel with T > 1 drafts.
+TUNE_SPACE = {
+    "conventional": dict(block_r=[16, 32, 64], num_warps=[4, 8]),
+    "flush": dict(block_r=[16, 32, 64], num_warps=[4, 8], fold_precision=["ieee", "tf32x3"]),
+    "nonflush": dict(block_r=[None, 32], num_warps=[4, 8], nvfp4_rows=[False, True]),
+    "verify": dict(block_r=[16, 32, 64], num_warps=[4, 8]),
+}
+
+
+def tune_candidates(op, kind, read=None) -> list[dict]:
+    import inspect
+    import itertools
+
+    prob = PROBLEMS[op]
+    wrapper = {"mamba2": (mamba2_conventional_step, mamba2_replay_step),
+               "gdn": (gdn_conventional_step, gdn_replay_step)}[op][0 if kind == "conventional" else 1]
+    have = inspect.signature(wrapper).parameters
+    space = {k: v for k, v in TUNE_SPACE[kind].items() if k in have}
+    if read != "nvfp4":
+        space.pop("nvfp4_rows", None)
+    if op == "gdn" and "block_r" in space:  # V = 128 rows per head
+        space["block_r"] = [b for b in space["block_r"] if b is None or b <= 128]
+    out = []
+    for combo in itertools.product(*space.values()):
+        c = dict(zip(space, combo))
+        if c.get("heads_per_program", 1) > 1 and c.get("block_r") is not None:
+            continue  # several heads per program read whole heads
+        if c not in out:
+            out.append(c)
+    del prob
+    return out or [{}]
+
+
+def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, nbytes) -> dict:
+    """Fastest launch shape of one kernel kind at batch 256 (every candidate recorded, failures too)."""
+    best = None
+    mkind = "nonflush" if kind == "verify" else kind
+    for cfg in tune_candidates(op, kind, read):
+        try:
+            r = measure(op, mkind, 256, dev, upd="fp32", read=read, W=W, T=T, ring=ring, cfg=cfg, nbytes=nbytes)
+        except Exception as e:  # noqa: BLE001 - a shape may not compile (registers / shared memory)
+            torch.cuda.empty_cache()
+            rec({"op": op, "kernel": mkind, "batch": 256, "read": read, "T": T, "cfg": cfg,
+                 "error": f"{type(e).__name__}: {str(e)[:200]}"}, "tune")
+            continue
+        rec(r, "tune")
+        if best is None or r["us"] < best[0]:
+            best = (r["us"], cfg)
+    return best[1] if best else {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,7 +391,7 @@ def rel(a, b):
     return ((a.float().cpu() - b.float().cpu()).norm() / b.float().cpu().norm().clamp_min(1e-30)).item()
 
 
-def check_correctness(dev, steps=20) -> dict:
+def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
     """Every kernel family at the real shapes (batch 2) against the torch references on the CPU."""
     from precision_lab.kernels.gdn.decode import gdn_decode_stream
     from precision_lab.kernels.gdn.decode_reference import gdn_replay_step_ref, gdn_stream_reference
@@ -362,7 +417,7 @@ def check_correctness(dev, steps=20) -> dict:
     gargs = [gi[k] for k in ("q", "k", "v", "g", "beta")]
     for pol_s in policies:
         pol = StatePolicy.parse(pol_s, seed=3)
-        for op in ("mamba2", "gdn"):
+        for op in ops:
             if op == "mamba2":
                 y, upd, rd, w = mamba2_decode_stream(*(a.to(dev) for a in margs), policy=pol, S0=S0.to(dev))
                 yr, ur, rr, wr = mamba2_stream_reference(*margs, policy=pol, S0=S0)
@@ -375,7 +430,7 @@ def check_correctness(dev, steps=20) -> dict:
                                               "ok": bool(all(v < tol for v in errs.values()) and w == wr
                                                          and not torch.isnan(y).any())}
     # speculative verify (T = 4 drafts over a window of 5) and the speculative flush, vs the step refs
-    for op in ("mamba2", "gdn"):
+    for op in ops:
         for flush in (False, True):
             prob = PROBLEMS[op](2, dev, upd="fp32", read="nvfp4", ring=16, W=5, T=4)
             # decoded copies and window in logical order for the reference
@@ -405,23 +460,48 @@ def check_correctness(dev, steps=20) -> dict:
 # ---------------------------------------------------------------------------------------------
 # main
 # ---------------------------------------------------------------------------------------------
+@triton.jit
+def _copy_kernel(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(dst + offs, tl.load(src + offs, mask=m), mask=m)
+
+
 def memcpy_ceiling(dev) -> dict:
-    """Device-to-device copy of 2 GiB (bytes read + written), best of two sizes of graph."""
+    """Copy bandwidth of 2 GiB (bytes read + written), the best of: a Triton SM copy kernel (the kind
+    of traffic the decode kernels make) at a few block sizes, and torch's copy_ timed with events
+    outside a CUDA graph (inside one, copy_ becomes a copy-engine memcpy node that ran at 2.7 TB/s)."""
     n = 1 << 29
     src = torch.randn(n, device=dev)
     dst = torch.empty_like(src)
-    best = None
-    for _ in range(2):
-        us, how = time_launches(lambda i: dst.copy_(src), 1, min_launches=20)
-        r = {"bytes": 8 * n, "us": us, "GBps": 8 * n / us / 1e3, "timing": how}
-        best = r if best is None or r["GBps"] > best["GBps"] else best
+    tries = []
+    for block in (2048, 4096, 8192):
+        grid = (triton.cdiv(n, block),)
+        us, how = time_launches(lambda i, g=grid, b=block: _copy_kernel[g](src, dst, n, BLOCK=b, num_warps=8), 1,
+                                min_launches=20)
+        tries.append({"method": f"triton copy BLOCK={block}", "bytes": 8 * n, "us": us, "GBps": 8 * n / us / 1e3,
+                      "timing": how})
+    assert torch.equal(src, dst), "copy kernel is wrong"
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(10):
+        e0.record()
+        dst.copy_(src)
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1) * 1e3)
+    us = statistics.median(times)
+    tries.append({"method": "torch copy_ (events)", "bytes": 8 * n, "us": us, "GBps": 8 * n / us / 1e3,
+                  "timing": "events"})
+    best = dict(max(tries, key=lambda r: r["GBps"]))
+    best["tries"] = tries
     return best
 
 
 def run(args) -> dict:
     dev = "cuda"
     t_start = time.time()
-    checks = check_correctness(dev)  # (also warms the GPU up before the ceiling is measured)
+    checks = check_correctness(dev, ops=args.ops)  # (also warms the GPU up before the ceiling is measured)
     ceiling = memcpy_ceiling(dev)
     print(f"memcpy ceiling: {ceiling['GBps']:.0f} GB/s", flush=True)
     bad = [k for k, v in checks.items() if not v["ok"]]
@@ -448,56 +528,56 @@ def run(args) -> dict:
 
     batches = [1, 16, 256] if args.quick else BATCHES
     Ls = [16] if args.quick else LS
-    for op in ("mamba2", "gdn"):
-        # hand tuning of the row block at batch 256 (no autotune for in-place kernels)
-        best = {}
-        for kind in ("conventional", "nonflush"):
-            cands = []
-            for br in ([32, 64] if op == "mamba2" else [16, 32]):
-                if kind == "conventional":
-                    r = measure(op, kind, 256, dev, block_r=br, nbytes=bytes_conventional(op, 256, "fp32"))
-                else:
-                    r = measure(op, kind, 256, dev, read="fp32", upd="fp32", W=7, block_r=br,
-                                nbytes=bytes_nonflush(op, 256, "fp32", 7))
-                rec(r, "tune")
-                cands.append((r["us"], br))
-            best[kind] = min(cands)[1]
-        print(f"{op}: best row blocks {best}", flush=True)
+    for op in args.ops:
         Lmid = lambda L: (L - 2) // 2  # noqa: E731
+        # Hand tuning of the launch shapes at batch 256 (no autotune: the kernels update state in
+        # place). Every candidate is recorded (tag "tune"); the sweeps below use the fastest.
+        best = {"conventional": tune(op, "conventional", dev, rec, nbytes=bytes_conventional(op, 256, "fp32")),
+                "flush": tune(op, "flush", dev, rec, W=15, nbytes=bytes_flush(op, 256, "fp32", "fp32", 15, split=False))}
+        for rf in READ_FMTS:
+            best["nonflush", rf] = tune(op, "nonflush", dev, rec, read=rf, W=Lmid(16),
+                                        nbytes=bytes_nonflush(op, 256, rf, Lmid(16)))
+        for T in ([1, 8] if args.quick else DRAFT_T):
+            if T > 1:
+                ring = 1 << (16 + T - 1).bit_length()
+                best["verify", T] = tune(op, "verify", dev, rec, W=8, T=T, ring=ring,
+                                         nbytes=bytes_nonflush(op, 256, "fp32", 8, T))
+        print(f"{op}: best launch shapes {best}", flush=True)
         # batch sweep: conventional fp32, ReplaySSM shared:fp32 at L = 16, fla
         for B in batches:
-            rec(measure(op, "conventional", B, dev, block_r=best["conventional"],
+            rec(measure(op, "conventional", B, dev, cfg=best["conventional"],
                         nbytes=bytes_conventional(op, B, "fp32")), "batch")
-            rec(measure(op, "nonflush", B, dev, W=Lmid(16), block_r=best["nonflush"],
+            rec(measure(op, "nonflush", B, dev, W=Lmid(16), cfg=best["nonflush", "fp32"],
                         nbytes=bytes_nonflush(op, B, "fp32", Lmid(16))), "batch")
-            rec(measure(op, "flush", B, dev, W=15, block_r=best["conventional"],
+            rec(measure(op, "flush", B, dev, W=15, cfg=best["flush"],
                         nbytes=bytes_flush(op, B, "fp32", "fp32", 15, split=False)), "batch")
             rec(fla_peer(op, B, dev), "batch")
         # L sweep (batch 256, shared:fp32)
         for L in Ls:
             ring = 1 << (L - 1).bit_length()
-            rec(measure(op, "nonflush", 256, dev, W=Lmid(L), ring=ring, block_r=best["nonflush"],
+            rec(measure(op, "nonflush", 256, dev, W=Lmid(L), ring=ring, cfg=best["nonflush", "fp32"],
                         nbytes=bytes_nonflush(op, 256, "fp32", Lmid(L))), f"L{L}")
-            rec(measure(op, "flush", 256, dev, W=L - 1, ring=ring, block_r=best["conventional"],
+            rec(measure(op, "flush", 256, dev, W=L - 1, ring=ring, cfg=best["flush"],
                         nbytes=bytes_flush(op, 256, "fp32", "fp32", L - 1, split=False)), f"L{L}")
         # draft sweep: history block 16, L = 16 + T; verify at W = 8, speculative flush folds 16
         for T in ([1, 8] if args.quick else DRAFT_T):
             ring = 1 << (16 + T - 1).bit_length()
-            rec(measure(op, "nonflush", 256, dev, W=8, T=T, ring=ring, block_r=best["nonflush"],
+            rec(measure(op, "nonflush", 256, dev, W=8, T=T, ring=ring,
+                        cfg=best["nonflush", "fp32"] if T == 1 else best["verify", T],
                         nbytes=bytes_nonflush(op, 256, "fp32", 8, T)), f"T{T}")
-            rec(measure(op, "flush", 256, dev, W=16, T=T, ring=ring, fold_new=False, block_r=best["conventional"],
+            rec(measure(op, "flush", 256, dev, W=16, T=T, ring=ring, fold_new=False, cfg=best["flush"],
                         nbytes=bytes_flush(op, 256, "fp32", "fp32", 16, T, split=False)), f"T{T}")
         # read formats (split, fp32 update) and update formats (NVFP4 read), batch 256, L = 16
         for rf in READ_FMTS:
-            rec(measure(op, "nonflush", 256, dev, upd="fp32", read=rf, W=Lmid(16), block_r=best["nonflush"],
+            rec(measure(op, "nonflush", 256, dev, upd="fp32", read=rf, W=Lmid(16), cfg=best["nonflush", rf],
                         nbytes=bytes_nonflush(op, 256, rf, Lmid(16))), "read")
-            rec(measure(op, "flush", 256, dev, upd="fp32", read=rf, W=15, block_r=best["conventional"],
+            rec(measure(op, "flush", 256, dev, upd="fp32", read=rf, W=15, cfg=best["flush"],
                         nbytes=bytes_flush(op, 256, "fp32", rf, 15)), "read")
         for uf in UPDATE_FMTS:
-            rec(measure(op, "flush", 256, dev, upd=uf, read="nvfp4", W=15, block_r=best["conventional"],
+            rec(measure(op, "flush", 256, dev, upd=uf, read="nvfp4", W=15, cfg=best["flush"],
                         nbytes=bytes_flush(op, 256, uf, "nvfp4", 15)), "update")
         for cf in CONV_FMTS:
-            rec(measure(op, "conventional", 256, dev, upd=cf, block_r=best["conventional"],
+            rec(measure(op, "conventional", 256, dev, upd=cf, cfg=best["conventional"],
                         nbytes=bytes_conventional(op, 256, cf)), "convfmt")
     again = memcpy_ceiling(dev)
     print(f"memcpy ceiling (end of run): {again['GBps']:.0f} GB/s", flush=True)
@@ -702,14 +782,24 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-o", "--output", default="reports/bench/bench_kernels.json")
     ap.add_argument("--quick", action="store_true", help="fewer batches/L/T (a smoke run)")
+    ap.add_argument("--ops", nargs="+", default=["mamba2", "gdn"], choices=["mamba2", "gdn"],
+                    help="which operators to check and time (default both)")
     ap.add_argument("--plots-from", help="only draw the PNGs from an existing JSON")
     ap.add_argument("--log", help="append every measured row to this JSON-lines file as it is measured")
-    ap.add_argument("--resummarise", help="recompute the summary of an existing JSON from its measured rows, "
-                    "write it to --output with the plots and print the Markdown tables")
+    ap.add_argument("--resummarise", nargs="+", metavar="JSON",
+                    help="recompute the summary from the measured rows of one or more result JSONs (several: "
+                    "runs split by --ops, merged: rows and checks joined, the highest ceiling kept), write it "
+                    "to --output with the plots and print the Markdown tables")
     args = ap.parse_args(argv)
     out = Path(args.output)
     if args.resummarise:
-        res = json.loads(Path(args.resummarise).read_text())
+        parts = [json.loads(Path(f).read_text()) for f in args.resummarise]
+        res = parts[0]
+        if len(parts) > 1:
+            res = dict(res, rows=[r for p in parts for r in p["rows"]],
+                       correctness={k: v for p in parts for k, v in p["correctness"].items()},
+                       ceiling=max((p["ceiling"] for p in parts), key=lambda c: c["GBps"]),
+                       provenance={"merged_from": [p["provenance"] for p in parts]})
         res["summary"] = summarise(res["rows"], res["correctness"], res["ceiling"])
         res["summary_recomputed_by"] = " ".join(sys.argv)
         out.parent.mkdir(parents=True, exist_ok=True)

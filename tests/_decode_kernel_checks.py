@@ -5,7 +5,8 @@ from precision_lab.kernels.decode_state import PackedState
 
 def rel(a, b):
     """Per-tensor relative RMS error of a against b."""
-    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
+    a, b = a.float().cpu(), b.float().cpu()  # (the kernels' tensors may be on the GPU)
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
 def state_cols(fmts):

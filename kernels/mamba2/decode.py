@@ -12,8 +12,9 @@ holding everything before lo, the output of the token at position p is the outpu
 * non-flush step / verify (``flush=False``): S_b = the READ copy, lo = 0; the T new tokens' records
   are written at positions W..W+T-1 and their outputs are the only other writes.
 * flush (``flush=True``): the W buffered records are folded into the UPDATE checkpoint in fp32
-  in closed form, S ← e^{c_W} S + Σ_j e^{c_W − c_j} u_j B_jᵀ (c: cumulative log decay; one fp32
-  matrix product); with ``fold_new`` (autoregressive flush, T = 1) the
+  in closed form, S ← e^{c_W} S + Σ_j e^{c_W − c_j} u_j B_jᵀ (c: cumulative log decay; one matrix
+  product, on tensor cores with the 3-pass TF32 split by default — see ``mamba2_replay_step``'s
+  ``fold_precision``); with ``fold_new`` (autoregressive flush, T = 1) the
   new token is folded too and y = S C comes from that fp32 result; otherwise (speculative flush) the
   T drafts are verified against S_b = the fp32 S with lo = W. Then round_H(S) is stored as the
   update checkpoint and round_F(S) as the read copy (split mode), both from the same fp32 S.
@@ -22,6 +23,12 @@ holding everything before lo, the output of the token at position p is the outpu
 Launch: one program per (row block of P, head, batch entry); a program streams its rows of the
 head's state (contiguous) once. ``slots[b] = -1`` skips the entry (zero output, nothing stored).
 ``decode_reference.py`` computes the same things in torch, in the same order.
+
+What makes it fast (H200 measurements in ``reports/bench``): the autoregressive non-flush step
+needs only S_b C, so it reads it straight from the stored codes (``read_state_dots``: FP8/NVFP4
+decoded by the hardware E4M3 conversion, NVFP4 block scales applied once per 16-element partial
+sum); verifying T > 1 drafts computes all T outputs as one [T, rows] tile from three small matrix
+products instead of T passes over the state; the flush's fold is one tensor-core product.
 """
 from __future__ import annotations
 
@@ -32,6 +39,7 @@ from precision_lab.kernels.decode_state import (
     FMT_NVFP4,
     PackedState,
     load_state,
+    read_state_dots,
     softplus,
     sr_seed,
     store_state,
@@ -171,7 +179,8 @@ def mamba2_replay_step_kernel(
     T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, SPLIT: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
-    BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
+    FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, NVFP4_ROWS: tl.constexpr,
 ):
     i_r, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_g = i_h // (H // G)
@@ -186,6 +195,8 @@ def mamba2_replay_step_kernel(
     m_r = (rows < R) & ((rows * 0 + slot) >= 0)
     m_c = cols < C
     slot_ok = (jj * 0 + slot) >= 0
+    tt = tl.arange(0, TP)  # draft index (T > 1)
+    m_t = (tt < T) & ((tt * 0 + slot) >= 0)
     slot = tl.maximum(slot, 0)
 
     A = tl.load(A_ptr + i_h).to(tl.float32)
@@ -202,7 +213,7 @@ def mamba2_replay_step_kernel(
     else:
         t_a = h_a
         t_u = h_u
-    for t in tl.static_range(T):
+    for t in tl.static_range(T if T == 1 else 0):  # (T > 1: the verify block below)
         bth = (i_b.to(tl.int64) * T + t) * H + i_h
         btg = (i_b.to(tl.int64) * T + t) * G + i_g
         dt = tl.load(dt_ptr + bth).to(tl.float32)
@@ -225,13 +236,12 @@ def mamba2_replay_step_kernel(
         h_b = tl.load(rb_ptr + slot * s_rb + (pos * G + i_g)[:, None] * C + cols[None, :],
                       mask=m_win[:, None] & m_c[None, :], other=0)
         # closed-form fold of the W buffered records: S = e^{c_W} S + Σ_j e^{c_W - c_j} u_j B_jᵀ
-        # (one fp32 matrix product; "ieee" keeps it in true fp32, not tf32)
+        # (one matrix product; FOLD_PREC "ieee" = fp32 FMAs, "tf32x3" = tensor cores with the
+        # 3-pass split, fp32-level accuracy)
         tot = tl.sum(h_a, 0)
         w = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
-        b_s = tl.exp(tot) * b_s + tl.dot(tl.trans(w[:, None] * h_u), h_b, input_precision="ieee")
-        if FOLD_NEW:
-            n_a = tl.sum(tl.where(jj == W, t_a, 0.0), 0)
-            n_u = tl.sum(tl.where((jj == W)[:, None], t_u, 0.0), 0)
+        b_s = tl.exp(tot) * b_s + tl.dot(tl.trans(w[:, None] * h_u), h_b, input_precision=FOLD_PREC)
+        if FOLD_NEW:  # T = 1: n_u, n_a still hold the new token's record (the loop above ran once)
             n_b = tl.load(B_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
             b_s = tl.exp(n_a) * b_s + n_u[:, None] * n_b[None, :]
         seq = tl.load(seq_ptr + i_b)
@@ -245,21 +255,72 @@ def mamba2_replay_step_kernel(
             lo = W + 1
         else:
             lo = W
-    else:
+    elif T > 1:
         b_s = load_state(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC)
+    else:  # autoregressive non-flush: S_b C is all it needs, read straight from the codes
+        c_ptr = C_ptr + (i_b.to(tl.int64) * G + i_g) * C
+        s_c, _ = read_state_dots(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
+                                 c_ptr, c_ptr, RFMT, BR, BC, HW, False, NVFP4_ROWS)
         lo = W * 0
 
-    for t in tl.static_range(T):
+    if T > 1:
+        # Speculative verify (and the drafts of a speculative flush): the T outputs as one [TP, BR]
+        # tile from three small matrix products instead of T passes over the state tile:
+        #   Y = e^{c_p} ⊙ (C_T S_bᵀ) + Wn N_u + Wh U_hist,
+        # c: cumulative log decay over the output window (from lo), N_u [TP, BR] the drafts' u rows,
+        # U_hist [BJ, BR] the history's, Wn/Wh = decay · score (score_tj = B_j·C_t from the
+        # pre-kernel; Wn is causal: a draft sees only the drafts before it and itself).
+        bt = i_b.to(tl.int64) * T + tt                                   # [TP]
+        m_tr = m_t[:, None] & m_r[None, :]
+        dtv = tl.load(dt_ptr + bt * H + i_h, mask=m_t, other=0).to(tl.float32)
+        if HAS_DTB:
+            dtv += tl.load(dtb_ptr + i_h).to(tl.float32)
+        dtv = softplus(dtv)
+        x_t = tl.load(x_ptr + (bt * H + i_h)[:, None] * R + rows[None, :], mask=m_tr, other=0).to(tl.float32)
+        n_u = tl.where(m_tr, dtv[:, None] * x_t, 0.0)
+        n_a = tl.where(m_t, A * dtv, 0.0)
+        q = ((start + W + tt) & (RING - 1)).to(tl.int64)
+        tl.store(ru_ptr + slot * s_ru + (q * H + i_h)[:, None] * R + rows[None, :], n_u, mask=m_tr)
+        tl.store(ra_ptr + slot * s_ra + q * H + i_h, n_a, mask=m_t & ((tt * 0 + i_r) == 0))
+        if FLUSH:
+            c_hist = 0.0  # the history is in the folded S
+        else:
+            c_hist = tl.sum(h_a, 0)
+        c_new = c_hist + tl.cumsum(n_a, 0)                                # [TP] c at p_t = W + t
+        sc_rows = sc_ptr + (bt * G + i_g)[:, None] * BJ
+        causal = m_t[:, None] & m_t[None, :] & (tt[None, :] <= tt[:, None])
+        w_new = tl.load(sc_rows + (W + tt)[None, :], mask=causal, other=0)
+        w_new = tl.where(causal, w_new * tl.exp(c_new[:, None] - c_new[None, :]), 0.0)
+        c_t = tl.load(C_ptr + (bt * G + i_g)[:, None] * C + cols[None, :], mask=m_t[:, None] & m_c[None, :],
+                      other=0).to(tl.float32)
+        b_y = tl.exp(c_new)[:, None] * tl.dot(c_t, tl.trans(b_s), input_precision=VERIFY_PREC) + \
+            tl.dot(w_new, n_u, input_precision=VERIFY_PREC)
+        if not FLUSH:
+            m_h = m_t[:, None] & m_win[None, :]
+            w_hist = tl.load(sc_rows + jj[None, :], mask=m_h, other=0)
+            w_hist = tl.where(m_h, w_hist * tl.exp(c_new[:, None] - tl.cumsum(h_a, 0)[None, :]), 0.0)
+            b_y += tl.dot(w_hist, h_u, input_precision=VERIFY_PREC)
+        if HAS_D:
+            b_y += tl.load(D_ptr + i_h).to(tl.float32) * x_t
+        if HAS_Z:
+            b_z = tl.load(z_ptr + (bt * H + i_h)[:, None] * R + rows[None, :], mask=m_tr, other=0).to(tl.float32)
+            b_y = b_y * (b_z / (1.0 + tl.exp(-b_z)))
+        tl.store(y_ptr + (bt * H + i_h)[:, None] * R + rows[None, :],
+                 tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=(tt < T)[:, None] & (rows < R)[None, :])
+
+    for t in tl.static_range(T if T == 1 else 0):
         bth = (i_b.to(tl.int64) * T + t) * H + i_h
         btg = (i_b.to(tl.int64) * T + t) * G + i_g
         p = W + t
-        b_c = tl.load(C_ptr + btg * C + cols, mask=m_c, other=0).to(tl.float32)
+        if FLUSH:
+            b_c = tl.load(C_ptr + btg * C + cols, mask=m_c, other=0).to(tl.float32)
+            s_c = tl.sum(b_s * b_c[None, :], 1)
         m_w = (jj >= lo) & (jj <= p)
         w_a = tl.where(m_w, t_a, 0.0)
         tot = tl.sum(w_a, 0)
         decay = tl.where(m_w, tl.exp(tot - tl.cumsum(w_a, 0)), 0.0)
         score = tl.load(sc_ptr + btg * BJ + jj)
-        b_y = tl.exp(tot) * tl.sum(b_s * b_c[None, :], 1) + tl.sum((decay * score)[:, None] * t_u, 0)
+        b_y = tl.exp(tot) * s_c + tl.sum((decay * score)[:, None] * t_u, 0)
         b_x = tl.load(x_ptr + bth * R + rows, mask=m_r, other=0).to(tl.float32)
         if HAS_D:
             b_y += tl.load(D_ptr + i_h).to(tl.float32) * b_x
@@ -286,6 +347,14 @@ def _block_rows(R: int, C: int, stored: tuple[int, ...], block_r: int | None) ->
     return min(_pow2(R), 64)
 
 
+# Launch shapes measured fastest on the H200 (scripts/bench_kernels.py "tune" rows, batch 256,
+# Nemotron-3-Super shape, reports/bench/bench_kernels.json): the conventional step at 16 rows × 8
+# warps (547 µs vs 564 at 64 × 8); the flush at 32 rows × 4 warps with the tf32x3 fold (1025 µs vs
+# 1306 for the fp32-FMA fold at 64 × 8); non-flush and verify steps at 64 rows × 4 warps.
+CONVENTIONAL_BLOCK_R = 16
+FLUSH_BLOCK_R = 32
+
+
 def _num_warps(br: int, bc: int) -> int:
     return 8 if br * bc >= 8192 else 4
 
@@ -303,7 +372,7 @@ def mamba2_conventional_step(state: PackedState, slots: torch.Tensor, x: torch.T
                              dt_bias: torch.Tensor | None = None, z: torch.Tensor | None = None, *,
                              seq_ids: torch.Tensor | None = None, events: torch.Tensor | int = 1,
                              seed: int = 0, layer: int = 0, block_r: int | None = None,
-                             out: torch.Tensor | None = None) -> torch.Tensor:
+                             num_warps: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """One conventional decode step, state updated in place in ``state``'s format.
 
     state: PackedState pool [S, H, P, N]; slots: [B] int (-1 = skip); x [B, H, P]; dt [B, H] (raw);
@@ -320,7 +389,7 @@ def mamba2_conventional_step(state: PackedState, slots: torch.Tensor, x: torch.T
     x = x.contiguous()
     y = torch.empty_like(x) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
-    br = _block_rows(P, N, (state.code,), block_r)
+    br = _block_rows(P, N, (state.code,), CONVENTIONAL_BLOCK_R if block_r is None else block_r)
     bc = max(_pow2(N), 16)
     grid = (triton.cdiv(P, br), H, Bsz)
     mamba2_conventional_step_kernel[grid](
@@ -329,7 +398,7 @@ def mamba2_conventional_step(state: PackedState, slots: torch.Tensor, x: torch.T
         x, dt.contiguous(), A.contiguous(), B.contiguous(), C.contiguous(), _opt(D, A), _opt(dt_bias, A),
         _opt(z, x), y, H, G, P, N,
         FMT=state.code, SR=state.sr, HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
-        BR=br, BC=bc, num_warps=_num_warps(br, bc), enable_fp_fusion=False)
+        BR=br, BC=bc, num_warps=num_warps or _num_warps(br, bc), enable_fp_fusion=False)
     return y
 
 
@@ -340,7 +409,8 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
                        z: torch.Tensor | None = None, *, flush: bool = False, fold_new: bool = False,
                        seq_ids: torch.Tensor | None = None, events: torch.Tensor | int = 1,
                        seed: int = 0, layer: int = 0, block_r: int | None = None,
-                       out: torch.Tensor | None = None) -> torch.Tensor:
+                       num_warps: int | None = None, fold_precision: str = "tf32x3",
+                       verify_precision: str = "tf32x3", nvfp4_rows: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM step for T = x.shape[1] tokens (T = 1: autoregressive; T > 1: speculative verify).
 
     update / read: PackedState pools [S, H, P, N] (read=None: shared mode, one copy, ``update``);
@@ -349,6 +419,12 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     flush: fold the window into the update checkpoint and write both copies (SR event ``events``);
     fold_new: also fold the new token (autoregressive flush; needs T = 1).
     Returns y [B, T, H, P]. The non-flush step writes only y and the T records.
+    block_r / num_warps override the launch shape. fold_precision / verify_precision: the matrix
+    products of the flush's fold and of the T > 1 verify block run on tensor cores with the 3-pass
+    TF32 split by default ("tf32x3": each product's relative error ≤ ~2^-21 against 2^-24 for fp32
+    FMAs, far below any state format's rounding; inputs with ≤ 11 significant bits are exact);
+    "ieee" runs them as fp32 FMAs (the flush is then ~25% slower on the H200). nvfp4_rows: the
+    NVFP4 read tile shape of the non-flush step (``read_state_dots``' ROWS2D; a tuning choice).
     """
     Bsz, T, H, P = x.shape
     G, N = B.shape[-2:]
@@ -366,7 +442,9 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     y = torch.empty_like(x) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     fmts = (update.code, read.code) if flush else ()
-    br = _block_rows(P, N, fmts, block_r)
+    br = _block_rows(P, N, fmts, FLUSH_BLOCK_R if flush and block_r is None else block_r)
+    if T > 1:
+        br = max(br, 16)  # the verify block's matrix products need 16 rows
     bc = max(_pow2(N), 16)
     bj = max(records.ring, 16)
     scores = torch.empty(Bsz, T, G, bj, dtype=torch.float32, device=dev)
@@ -386,8 +464,14 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
-        BR=br, BC=bc, BJ=bj, num_warps=_num_warps(br, bc), enable_fp_fusion=False)
+        BR=br, BC=bc, BJ=bj, TP=max(_pow2(T), 16), HW=x.is_cuda, FOLD_PREC=fold_precision,
+        VERIFY_PREC=verify_precision, NVFP4_ROWS=nvfp4_rows,
+        num_warps=num_warps or 4,
+        # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance
+        # and the records are single products); a flush rounds state and must not
+        enable_fp_fusion=not flush)
     return y
+
 
 def mamba2_decode_stream(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
                          D: torch.Tensor | None = None, dt_bias: torch.Tensor | None = None,
