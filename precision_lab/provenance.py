@@ -13,17 +13,19 @@ _PACKAGES = ("precision-lab", "torch", "triton", "transformers", "datasets", "lm
 
 
 def git_hash() -> str | None:
-    """Commit of the source tree (with '-dirty' when it has uncommitted changes), or None."""
+    """Commit of the source tree (with '-dirty' when it has uncommitted changes), or None. A copy of
+    the tree without its .git (e.g. shipped to a GPU machine) can name its commit in the environment
+    variable PRECISION_LAB_GIT."""
     root = Path(__file__).resolve().parent.parent
     try:
         h = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
         if h.returncode != 0:
-            return None
+            return os.environ.get("PRECISION_LAB_GIT")
         d = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                            capture_output=True, text=True, timeout=5)
         return h.stdout.strip() + ("-dirty" if d.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
-        return None
+        return os.environ.get("PRECISION_LAB_GIT")
 
 
 def versions() -> dict[str, str | None]:

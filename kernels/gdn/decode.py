@@ -9,19 +9,30 @@ state before position p applied to a vector x is
 
     S_{p-1} x = e^{Σ_{i=lo..p-1} a_i} (S_b x) + Σ_{j=lo..p-1} e^{Σ_{i=j+1..p-1} a_i} (k_j·x) d_j
 
-so the output-only step reads S_b once for both ``S_b q̃`` and ``S_b k`` and computes
-``d_p = β (v − α S_{p-1} k)``, ``o_p = α S_{p-1} q̃ + (k_p·q̃) d_p`` (drafts in order, each seeing the
-d's of the earlier ones).
-
-* non-flush / verify (``flush=False``): S_b = READ copy, lo = 0; writes only o and the T records.
-* flush: fold the W buffered records into the UPDATE checkpoint in fp32 in closed form,
-  S ← e^{c_W} S + Σ_j e^{c_W − c_j} d_j k_jᵀ (one fp32 matrix product) — ``recompute=True`` (DESIGN
-  gdn_fold="recompute") first recomputes the window's d's from the update checkpoint, oldest first,
-  d_j = β_j (v_j − α_j S_{j-1} k_j) with S_{j-1} k_j in the output-only form above (S_b = update
-  checkpoint); ``recompute=False`` ("buffered") folds the stored d's. ``fold_new``
+* non-flush, T = 1: the output-only form above with S_b = READ copy, lo = 0: S_b is read once for
+  both ``S_b q̃`` and ``S_b k`` and ``d = β (v − α S_{W-1} k)``, ``o = α S_{W-1} q̃ + (k·q̃) d``; the
+  scores k_j·q̃, k_j·k come from a pre-kernel run once per key head. Writes only o and the record.
+* flush: the W buffered records are folded into the UPDATE checkpoint in fp32, in registers, one
+  record at a time (oldest first): ``recompute=True`` (DESIGN gdn_fold="recompute") runs the
+  recurrence itself, d'_j = β_j (v_j − α_j S k_j), S ← α_j S + d'_j k_jᵀ — the reference's d'_j
+  (output-only form from the update checkpoint) and closed-form fold, in another fp32 order;
+  ``recompute=False`` ("buffered") folds the stored d's in closed form,
+  S ← e^{c_W} S + Σ_j e^{c_W − c_j} d_j k_jᵀ, one FMA per element and record. ``fold_new``
   (autoregressive flush, T = 1) then runs the new token as a conventional step on the fp32 S and
-  o = S q̃ comes from that result; otherwise the drafts are verified against S_b = fp32 S, lo = W.
-  round_H(S) → update checkpoint, round_F(S) → read copy (split), from the same fp32 S.
+  o = S q̃ comes from that result. round_H(S) → update checkpoint, round_F(S) → read copy (split),
+  from the same fp32 S.
+* drafts (verify, T > 1, S_b = READ copy; speculative flush, S_b = the folded fp32 S): S_{W-1} is
+  formed in registers (non-flush: the buffered closed form of the window on S_b) and each draft is
+  a step on it, never stored: d_t = β (v − α S k), o_t = α S q̃ + (k·q̃) d_t, S ← α S + d_t kᵀ — the
+  same values as the output-only form (each draft sees the d's of the earlier ones), another fp32
+  order. Writes o and the T records.
+
+Why no ``tl.dot`` and no window tiles: a fold is W rank-1 updates, each needing S k_j first, and a
+fp32 dot over [W, rows] record tiles (plus picking rows out of tiles with where/sum) kept whole
+tiles live and spilled; here S stays in registers as four column quarters (each thread holds more
+columns of fewer rows, so S·x is an FMA chain plus three shuffle levels), records are read one at
+a time through the software pipeliner (``tl.range(num_stages=4)`` stages the next records in shared
+memory), and the folds use ``tl.fma`` (kernels run with enable_fp_fusion=False).
 
 One program per (row block of V, value head, batch entry). ``slots[b] = -1`` skips an entry.
 """
@@ -37,6 +48,7 @@ from precision_lab.kernels.decode_state import (
     sr_seed,
     store_state,
 )
+from precision_lab.kernels.scan_formats import C_FP32, FMT_FP32
 
 __all__ = ["GDNRecords", "gdn_conventional_step", "gdn_decode_stream", "gdn_replay_step"]
 
@@ -106,12 +118,13 @@ def gdn_conventional_step_kernel(
 def gdn_replay_scores_kernel(
     rk_ptr, s_rk, slot_ptr, start_ptr, wlen_ptr, q_ptr, k_ptr, qn_ptr, kn_ptr, kq_ptr, kk_ptr, scale,
     Hk, C, RING,
-    T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, NORM: tl.constexpr,
+    T: tl.constexpr, SCORES: tl.constexpr, FOLD_NEW: tl.constexpr, NORM: tl.constexpr,
     BC: tl.constexpr, BJ: tl.constexpr,
 ):
-    """Per (key head, batch entry): normalise the T new q/k (q̃ = scale·q) into qn, kn [B, T, Hk, K],
-    write the new k records, and the scores k_j·q̃_t, k_j·k_t of every window position j into
-    kq, kk [B, T, Hk, BJ] — once per key head instead of once per value head and row block."""
+    """Per (key head, batch entry): normalise the T new q/k (q̃ = scale·q) into qn, kn [B, T, Hk, K]
+    and write the new k records. With SCORES (the output-only step, T = 1) also the scores k_j·q̃,
+    k_j·k of every window position j (the new token at j = W) into kq, kk [B, T, Hk, BJ]; otherwise
+    only k_t·q̃_t into kq [B, T, Hk]. Once per key head instead of once per value head and row block."""
     i_kh, i_b = tl.program_id(0), tl.program_id(1)
     slot = tl.load(slot_ptr + i_b).to(tl.int64)
     start = tl.load(start_ptr + i_b)
@@ -120,26 +133,171 @@ def gdn_replay_scores_kernel(
     jj = tl.arange(0, BJ)
     m_c = cols < C
     m_cv = m_c & ((cols * 0 + slot) >= 0)
-    if FLUSH:  # the history is folded: only the new tokens are scored
-        m_hist = (jj < 0) & ((jj * 0 + slot) >= 0)
-    else:
-        m_hist = (jj < W) & ((jj * 0 + slot) >= 0)
+    m_hist = (jj < W) & ((jj * 0 + slot) >= 0)
     slot = tl.maximum(slot, 0)
-    pos = ((start + jj) & (RING - 1)).to(tl.int64)
-    t_k = tl.load(rk_ptr + slot * s_rk + (pos * Hk + i_kh)[:, None] * C + cols[None, :],
-                  mask=m_hist[:, None] & m_c[None, :], other=0)
+    if SCORES:
+        pos = ((start + jj) & (RING - 1)).to(tl.int64)
+        t_k = tl.load(rk_ptr + slot * s_rk + (pos * Hk + i_kh)[:, None] * C + cols[None, :],
+                      mask=m_hist[:, None] & m_c[None, :], other=0)
     for t in tl.static_range(T):
         bk = (i_b.to(tl.int64) * T + t) * Hk + i_kh
         b_q = scale * _l2norm(tl.load(q_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32), NORM)
         b_k = _l2norm(tl.load(k_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32), NORM)
         tl.store(qn_ptr + bk * C + cols, b_q, mask=m_c)
         tl.store(kn_ptr + bk * C + cols, b_k, mask=m_c)
-        t_k = tl.where((jj == W + t)[:, None], b_k[None, :], t_k)
         if not FOLD_NEW:
             q = ((start + W + t) & (RING - 1)).to(tl.int64)
             tl.store(rk_ptr + slot * s_rk + (q * Hk + i_kh) * C + cols, b_k, mask=m_cv)
-        tl.store(kq_ptr + bk * BJ + jj, tl.sum(t_k * b_q[None, :], 1))
-        tl.store(kk_ptr + bk * BJ + jj, tl.sum(t_k * b_k[None, :], 1))
+        if SCORES:
+            t_k = tl.where((jj == W + t)[:, None], b_k[None, :], t_k)
+            tl.store(kq_ptr + bk * BJ + jj, tl.sum(t_k * b_q[None, :], 1))
+            tl.store(kk_ptr + bk * BJ + jj, tl.sum(t_k * b_k[None, :], 1))
+        else:
+            tl.store(kq_ptr + bk, tl.sum(b_k * b_q, 0))
+
+
+# The state tile lives in registers as four column quarters [BR, BC/4]. Quarter c holds columns
+# c·BC/4 + w ("chunks") or, with ILV, columns 4w + c (interleaved). Chunks of an fp32 pool are loaded
+# directly, one [BR, BC/4] load each, which gives every thread more columns of fewer rows than one
+# [BR, BC] load: a row dot product is then an in-thread FMA chain plus three shuffle levels instead of
+# five. Decoded formats come as one [BR, BC] tile: interleaved quarters split it without moving data
+# (the step that uses S twice), chunks cost one layout conversion (the folds, which use it 2W times).
+@triton.jit
+def _cols4(c: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr):
+    w = tl.arange(0, BC // 4)
+    if ILV:
+        return 4 * w + c
+    else:
+        return c * (BC // 4) + w
+
+
+@triton.jit
+def _split4(x, BR: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr):
+    """[BR, BC] → its four column quarters [BR, BC/4]."""
+    if ILV:
+        y = tl.reshape(x, (BR, BC // 4, 2, 2))
+    else:
+        y = tl.reshape(tl.permute(tl.reshape(x, (BR, 4, BC // 4)), (0, 2, 1)), (BR, BC // 4, 2, 2))
+    e, o = tl.split(y)
+    x0, x2 = tl.split(e)
+    x1, x3 = tl.split(o)
+    return x0, x1, x2, x3
+
+
+@triton.jit
+def _join4(x0, x1, x2, x3, BR: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr):
+    """Inverse of ``_split4``."""
+    y = tl.reshape(tl.join(tl.join(x0, x2), tl.join(x1, x3)), (BR, BC // 4, 4))
+    if ILV:
+        return tl.reshape(y, (BR, BC))
+    else:
+        return tl.reshape(tl.permute(y, (0, 2, 1)), (BR, BC))
+
+
+@triton.jit
+def _load4(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C,
+           FMT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr):
+    """``load_state``'s fp32 tile as column quarters."""
+    if FMT == C_FP32:
+        p = d_ptr + slot * s_d + (h * R + rows).to(tl.int64)[:, None] * C
+        c0, c1, c2, c3 = _cols4(0, BC, ILV), _cols4(1, BC, ILV), _cols4(2, BC, ILV), _cols4(3, BC, ILV)
+        return (tl.load(p + c0[None, :], mask=m_r[:, None] & (c0 < C)[None, :], other=0),
+                tl.load(p + c1[None, :], mask=m_r[:, None] & (c1 < C)[None, :], other=0),
+                tl.load(p + c2[None, :], mask=m_r[:, None] & (c2 < C)[None, :], other=0),
+                tl.load(p + c3[None, :], mask=m_r[:, None] & (c3 < C)[None, :], other=0))
+    else:
+        return _split4(load_state(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C, FMT, BR, BC),
+                       BR, BC, ILV)
+
+
+@triton.jit
+def _store4(x0, x1, x2, x3, d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C,
+            seed, seq, ev, COPY: tl.constexpr, FMT: tl.constexpr, SR: tl.constexpr,
+            BR: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr):
+    """``store_state`` of a tile held as column quarters."""
+    if FMT == C_FP32:
+        p = d_ptr + slot * s_d + (h * R + rows).to(tl.int64)[:, None] * C
+        c0, c1, c2, c3 = _cols4(0, BC, ILV), _cols4(1, BC, ILV), _cols4(2, BC, ILV), _cols4(3, BC, ILV)
+        tl.store(p + c0[None, :], x0, mask=m_r[:, None] & (c0 < C)[None, :])
+        tl.store(p + c1[None, :], x1, mask=m_r[:, None] & (c1 < C)[None, :])
+        tl.store(p + c2[None, :], x2, mask=m_r[:, None] & (c2 < C)[None, :])
+        tl.store(p + c3[None, :], x3, mask=m_r[:, None] & (c3 < C)[None, :])
+    else:
+        store_state(_join4(x0, x1, x2, x3, BR, BC, ILV), d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows,
+                    m_r, R, C, seed, seq, ev, COPY, FMT, SR, BR, BC)
+
+
+@triton.jit
+def _vec4(p, C, BC: tl.constexpr, ILV: tl.constexpr):
+    """A K-vector at p as column quarters [1, BC/4] (0 past C)."""
+    c0, c1, c2, c3 = _cols4(0, BC, ILV), _cols4(1, BC, ILV), _cols4(2, BC, ILV), _cols4(3, BC, ILV)
+    return (tl.load(p + c0, mask=c0 < C, other=0)[None, :], tl.load(p + c1, mask=c1 < C, other=0)[None, :],
+            tl.load(p + c2, mask=c2 < C, other=0)[None, :], tl.load(p + c3, mask=c3 < C, other=0)[None, :])
+
+
+@triton.jit
+def _matvec(s0, s1, s2, s3, x0, x1, x2, x3):
+    """S x for S, x in column quarters: an FMA chain over the quarters, then the row sum."""
+    return tl.sum(tl.fma(s3, x3, tl.fma(s2, x2, tl.fma(s1, x1, s0 * x0))), 1)
+
+
+@triton.jit
+def _rank1(s0, s1, s2, s3, alpha, d, k0, k1, k2, k3):
+    """α S + d kᵀ (one multiply and one FMA per element)."""
+    dc = d[:, None]
+    return (tl.fma(dc, k0, alpha * s0), tl.fma(dc, k1, alpha * s1),
+            tl.fma(dc, k2, alpha * s2), tl.fma(dc, k3, alpha * s3))
+
+
+# The folds walk the window oldest record first. A record's loads would sit on the loop's critical
+# path (a few hundred cycles, more under load, per record); the software pipeliner stages the next
+# records in shared memory while the current one is applied (num_stages=4: three records ahead).
+@triton.jit
+def _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R, C, RING,
+                    BC: tl.constexpr):
+    """The recurrence itself over the n_w window records (the "recompute" fold):
+    d'_j = β_j (v_j − α_j S k_j),  S ← α_j S + d'_j k_jᵀ."""
+    for j in tl.range(0, n_w, num_stages=4):
+        p = ((start + j) & (RING - 1)).to(tl.int64)
+        k0, k1, k2, k3 = _vec4(rk + p * Hk * C, C, BC, False)
+        alpha = tl.exp(tl.load(ra + p * Hv))
+        d = tl.load(rbeta + p * Hv) * (tl.load(rv + p * Hv * R, mask=m_r, other=0) -
+                                       alpha * _matvec(s0, s1, s2, s3, k0, k1, k2, k3))
+        s0, s1, s2, s3 = _rank1(s0, s1, s2, s3, alpha, d, k0, k1, k2, k3)
+    return s0, s1, s2, s3
+
+
+@triton.jit
+def _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RING,
+                   BC: tl.constexpr, BJ: tl.constexpr):
+    """Closed form over the n_w window records with their stored d's (the "buffered" fold, and the
+    history of a verify step): S ← e^{c_W} S + Σ_j e^{c_W − c_j} d_j k_jᵀ, one FMA per element and
+    record."""
+    jj = tl.arange(0, BJ)
+    h_a = tl.load(ra + ((start + jj) & (RING - 1)).to(tl.int64) * Hv, mask=jj < n_w, other=0)
+    tot = tl.sum(h_a, 0)
+    e_tot = tl.exp(tot)
+    s0, s1, s2, s3 = e_tot * s0, e_tot * s1, e_tot * s2, e_tot * s3
+    c = tot * 0
+    for j in tl.range(0, n_w, num_stages=4):
+        p = ((start + j) & (RING - 1)).to(tl.int64)
+        k0, k1, k2, k3 = _vec4(rk + p * Hk * C, C, BC, False)
+        c = c + tl.load(ra + p * Hv)
+        wd = (tl.exp(tot - c) * tl.load(rd + p * Hv * R, mask=m_r, other=0))[:, None]
+        s0, s1, s2, s3 = tl.fma(wd, k0, s0), tl.fma(wd, k1, s1), tl.fma(wd, k2, s2), tl.fma(wd, k3, s3)
+    return s0, s1, s2, s3
+
+
+@triton.jit
+def _token(qn_ptr, kn_ptr, kq_ptr, v_ptr, g_ptr, beta_ptr, i_b, t, i_h, i_kh, rows, m_r, Hk, Hv, R, C,
+           T: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr):
+    """New token t's inputs: q̃, k (quarters), v, g, β and k·q̃."""
+    bh = (i_b.to(tl.int64) * T + t) * Hv + i_h
+    bk = (i_b.to(tl.int64) * T + t) * Hk + i_kh
+    q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
+    k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
+    return (q0, q1, q2, q3, k0, k1, k2, k3, tl.load(v_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32),
+            tl.load(g_ptr + bh).to(tl.float32), tl.load(beta_ptr + bh).to(tl.float32), tl.load(kq_ptr + bk))
 
 
 @triton.jit
@@ -160,119 +318,112 @@ def gdn_replay_step_kernel(
     slot = tl.load(slot_ptr + i_b).to(tl.int64)
     valid = slot >= 0
     start = tl.load(start_ptr + i_b)
-    W = tl.load(wlen_ptr + i_b)
+    n_w = tl.where(valid, tl.load(wlen_ptr + i_b), 0)  # a skipped entry has an empty window
     rows = i_r * BR + tl.arange(0, BR)
-    cols = tl.arange(0, BC)
-    jj = tl.arange(0, BJ)
     # (block & scalar masks trip the interpreter: broadcast the slot test explicitly)
     m_r = (rows < R) & ((rows * 0 + slot) >= 0)
-    m_c = cols < C
-    slot_ok = (jj * 0 + slot) >= 0
     slot = tl.maximum(slot, 0)
-
-    m_win = (jj < W) & slot_ok
-    pos = ((start + jj) & (RING - 1)).to(tl.int64)
-    h_a = tl.load(ra_ptr + slot * s_ra + pos * Hv + i_h, mask=m_win, other=0)
-    if FLUSH:  # keys of the history, for the fold (outputs use the scores of the pre-kernel)
-        h_k = tl.load(rk_ptr + slot * s_rk + (pos * Hk + i_kh)[:, None] * C + cols[None, :],
-                      mask=m_win[:, None] & m_c[None, :], other=0)
-    if FLUSH and RECOMPUTE:
-        h_d = tl.zeros([BJ, BR], dtype=tl.float32)  # recomputed below from the update checkpoint
-    else:
-        h_d = tl.load(rd_ptr + slot * s_rd + (pos * Hv + i_h)[:, None] * R + rows[None, :],
-                      mask=m_win[:, None] & m_r[None, :], other=0)
-    if FLUSH:  # the history is folded; outputs see only the new tokens
-        t_a = tl.zeros_like(h_a)
-        t_d = tl.zeros([BJ, BR], dtype=tl.float32)
-    else:
-        t_a = h_a
-        t_d = h_d
-
     seq = tl.load(seq_ptr + i_b)
     ev = tl.load(ev_ptr + i_b)
-    if FLUSH:
-        b_s = load_state(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC)
-        c = tl.cumsum(h_a, 0)  # c_j = Σ_{i<=j} a_i (0 past the window: h_a is 0 there)
-        if RECOMPUTE:
-            # d'_j = β_j (v_j − α_j S_{j-1} k_j) with S_{j-1} k_j in output-only form from the update
-            # checkpoint: e^{c_{j-1}} (S k_j) + Σ_{i<j} e^{c_{j-1}-c_i} (k_i·k_j) d'_i
-            h_v = tl.load(rv_ptr + slot * s_rd + (pos * Hv + i_h)[:, None] * R + rows[None, :],
-                          mask=m_win[:, None] & m_r[None, :], other=0)
-            h_beta = tl.load(rbeta_ptr + slot * s_ra + pos * Hv + i_h, mask=m_win, other=0)
-            sk0 = tl.dot(b_s, tl.trans(h_k), input_precision="ieee")            # [BR, BJ]: S k_j
-            gram = tl.dot(h_k, tl.trans(h_k), input_precision="ieee")           # [BJ, BJ]: k_i·k_j
-            for j in range(0, W):
-                at = jj == j
-                c_prev = tl.sum(tl.where(jj < j, h_a, 0.0), 0)
-                wi = tl.where(jj < j, tl.exp(c_prev - c), 0.0)
-                g_j = tl.sum(tl.where(at[None, :], gram, 0.0), 1)               # k_i·k_j over i
-                s_k = tl.exp(c_prev) * tl.sum(tl.where(at[None, :], sk0, 0.0), 1) + \
-                    tl.sum((wi * g_j)[:, None] * h_d, 0)
-                a_j = tl.sum(tl.where(at, h_a, 0.0), 0)
-                beta_j = tl.sum(tl.where(at, h_beta, 0.0), 0)
-                v_j = tl.sum(tl.where(at[:, None], h_v, 0.0), 0)
-                d_j = beta_j * (v_j - tl.exp(a_j) * s_k)
-                h_d = tl.where(at[:, None], d_j[None, :], h_d)
-        # closed-form fold: S = e^{c_W} S + Σ_j e^{c_W - c_j} d_j k_jᵀ (one fp32 matrix product)
-        tot = tl.sum(h_a, 0)
-        w = tl.where(m_win, tl.exp(tot - c), 0.0)
-        b_s = tl.exp(tot) * b_s + tl.dot(tl.trans(w[:, None] * h_d), h_k, input_precision="ieee")
-        lo = W
-    else:
-        b_s = load_state(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC)
-        lo = W * 0
+    rk = rk_ptr + slot * s_rk + i_kh * C  # record j of this head: rk + p·Hk·C, rd + p·Hv·R, ra + p·Hv
+    rd = rd_ptr + slot * s_rd + i_h * R + rows
+    rv = rv_ptr + slot * s_rd + i_h * R + rows
+    ra = ra_ptr + slot * s_ra + i_h
+    rbeta = rbeta_ptr + slot * s_ra + i_h
+    ILV: tl.constexpr = (not FLUSH) and T == 1 and RFMT != C_FP32
 
-    if FOLD_NEW:
-        # autoregressive flush: the new token is a conventional step on the fp32 state
+    if FLUSH:
+        s0, s1, s2, s3 = _load4(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, ILV)
+        if RECOMPUTE:
+            s0, s1, s2, s3 = _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R, C,
+                                             RING, BC)
+        else:
+            s0, s1, s2, s3 = _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RING,
+                                            BC, BJ)
+        # + 0: the reference adds the window's record sum (+0 where no term is nonzero) to e^{c_W} S, so a
+        # −0 element comes out +0; the in-register fold keeps −0 where every term is −0. Same zeros, same codes.
+        s0, s1, s2, s3 = s0 + 0.0, s1 + 0.0, s2 + 0.0, s3 + 0.0
+        if FOLD_NEW:
+            # autoregressive flush: the new token is a conventional step on the fp32 state
+            bh = i_b.to(tl.int64) * Hv + i_h
+            bk = i_b.to(tl.int64) * Hk + i_kh
+            q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
+            k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
+            b_v = tl.load(v_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
+            alpha = tl.exp(tl.load(g_ptr + bh).to(tl.float32))
+            beta = tl.load(beta_ptr + bh).to(tl.float32)
+            b_d = beta * (b_v - alpha * _matvec(s0, s1, s2, s3, k0, k1, k2, k3))
+            s0, s1, s2, s3 = _rank1(s0, s1, s2, s3, alpha, b_d, k0, k1, k2, k3)
+            b_o = _matvec(s0, s1, s2, s3, q0, q1, q2, q3)
+            tl.store(o_ptr + bh * R + rows, tl.where(valid, b_o, 0.0).to(o_ptr.dtype.element_ty), mask=rows < R)
+        _store4(s0, s1, s2, s3, u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C,
+                seed, seq, ev, False, UFMT, USR, BR, BC, ILV)
+        if SPLIT:
+            _store4(s0, s1, s2, s3, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
+                    seed, seq, ev, True, RFMT, RSR, BR, BC, ILV)
+    else:
+        s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV)
+
+    if (not FLUSH) and T == 1:
+        # output-only step: S_{W-1} x = e^{c_W} (S_b x) + Σ_j e^{c_W − c_j} (k_j·x) d_j with S_b the read
+        # copy; scores k_j·q̃, k_j·k from the pre-kernel (position W: the new token's k·q̃).
+        jj = tl.arange(0, BJ)
+        m_win = jj < n_w
+        pos = ((start + jj) & (RING - 1)).to(tl.int64)
+        h_a = tl.load(ra + pos * Hv, mask=m_win, other=0)
+        h_d = tl.load(rd[None, :] + (pos * Hv * R)[:, None], mask=m_win[:, None] & m_r[None, :], other=0)
         bh = i_b.to(tl.int64) * Hv + i_h
         bk = i_b.to(tl.int64) * Hk + i_kh
-        b_q = tl.load(qn_ptr + bk * C + cols, mask=m_c, other=0)
-        b_k = tl.load(kn_ptr + bk * C + cols, mask=m_c, other=0)
+        q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
+        k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
+        sc_q = tl.load(kq_ptr + bk * BJ + jj)
+        sc_k = tl.load(kk_ptr + bk * BJ + jj)
         b_v = tl.load(v_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
-        alpha = tl.exp(tl.load(g_ptr + bh).to(tl.float32))
+        g = tl.load(g_ptr + bh).to(tl.float32)
         beta = tl.load(beta_ptr + bh).to(tl.float32)
-        b_d = beta * (b_v - alpha * tl.sum(b_s * b_k[None, :], 1))
-        b_s = alpha * b_s + b_d[:, None] * b_k[None, :]
-        b_o = tl.sum(b_s * b_q[None, :], 1)
+        tot = tl.sum(h_a, 0)
+        decay = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
+        e_tot = tl.exp(tot)
+        s_q = e_tot * _matvec(s0, s1, s2, s3, q0, q1, q2, q3) + tl.sum((decay * sc_q)[:, None] * h_d, 0)
+        s_k = e_tot * _matvec(s0, s1, s2, s3, k0, k1, k2, k3) + tl.sum((decay * sc_k)[:, None] * h_d, 0)
+        alpha = tl.exp(g)
+        b_d = beta * (b_v - alpha * s_k)
+        b_o = alpha * s_q + tl.sum(tl.where(jj == n_w, sc_q, 0.0), 0) * b_d
         tl.store(o_ptr + bh * R + rows, tl.where(valid, b_o, 0.0).to(o_ptr.dtype.element_ty), mask=rows < R)
-    if FLUSH:
-        store_state(b_s, u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C,
-                    seed, seq, ev, False, UFMT, USR, BR, BC)
-        if SPLIT:
-            store_state(b_s, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
-                        seed, seq, ev, True, RFMT, RSR, BR, BC)
-    if not FOLD_NEW:
+        qp = ((start + n_w) & (RING - 1)).to(tl.int64)
+        tl.store(rd + qp * Hv * R, b_d, mask=m_r)
+        tl.store(ra + qp * Hv, g, mask=valid & (i_r == 0))
+        if RECOMPUTE:
+            tl.store(rv + qp * Hv * R, b_v, mask=m_r)
+            tl.store(rbeta + qp * Hv, beta, mask=valid & (i_r == 0))
+    elif not FOLD_NEW:
+        # drafts (verify, T > 1; speculative flush): S_{W-1} formed in registers — the history's closed
+        # form on the read copy (a flush has folded it already) — then each draft a step on it, never
+        # stored: d_t = β (v − α S k),  o_t = α S q̃ + (k·q̃) d_t,  S ← α S + d_t kᵀ
+        if not FLUSH:
+            s0, s1, s2, s3 = _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RING,
+                                            BC, BJ)
+        # (token t + 1's inputs are loaded before token t's stores, which they cannot pass)
+        q0, q1, q2, q3, k0, k1, k2, k3, b_v, g, beta, kq = _token(qn_ptr, kn_ptr, kq_ptr, v_ptr, g_ptr, beta_ptr,
+                                                                  i_b, 0, i_h, i_kh, rows, m_r, Hk, Hv, R, C,
+                                                                  T, BC, ILV)
         for t in tl.static_range(T):
             bh = (i_b.to(tl.int64) * T + t) * Hv + i_h
-            bk = (i_b.to(tl.int64) * T + t) * Hk + i_kh
-            b_q = tl.load(qn_ptr + bk * C + cols, mask=m_c, other=0)
-            b_k = tl.load(kn_ptr + bk * C + cols, mask=m_c, other=0)
-            sc_q = tl.load(kq_ptr + bk * BJ + jj)
-            sc_k = tl.load(kk_ptr + bk * BJ + jj)
-            b_v = tl.load(v_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
-            g = tl.load(g_ptr + bh).to(tl.float32)
-            beta = tl.load(beta_ptr + bh).to(tl.float32)
-            p = W + t
-            m_w = (jj >= lo) & (jj < p)
-            w_a = tl.where(m_w, t_a, 0.0)
-            tot = tl.sum(w_a, 0)
-            decay = tl.where(m_w, tl.exp(tot - tl.cumsum(w_a, 0)), 0.0)
-            e_tot = tl.exp(tot)
-            s_q = e_tot * tl.sum(b_s * b_q[None, :], 1) + tl.sum((decay * sc_q)[:, None] * t_d, 0)
-            s_k = e_tot * tl.sum(b_s * b_k[None, :], 1) + tl.sum((decay * sc_k)[:, None] * t_d, 0)
             alpha = tl.exp(g)
-            b_d = beta * (b_v - alpha * s_k)
-            b_o = alpha * s_q + tl.sum(tl.where(jj == p, sc_q, 0.0), 0) * b_d
+            b_d = beta * (b_v - alpha * _matvec(s0, s1, s2, s3, k0, k1, k2, k3))
+            b_o = alpha * _matvec(s0, s1, s2, s3, q0, q1, q2, q3) + kq * b_d
+            n_in = _token(qn_ptr, kn_ptr, kq_ptr, v_ptr, g_ptr, beta_ptr, i_b, t + 1 - (t + 1) // T, i_h, i_kh,
+                          rows, m_r, Hk, Hv, R, C, T, BC, ILV)
             tl.store(o_ptr + bh * R + rows, tl.where(valid, b_o, 0.0).to(o_ptr.dtype.element_ty), mask=rows < R)
-            at = jj == p
-            t_a = tl.where(at, g, t_a)
-            t_d = tl.where(at[:, None], b_d[None, :], t_d)
-            qp = ((start + p) & (RING - 1)).to(tl.int64)
-            tl.store(rd_ptr + slot * s_rd + (qp * Hv + i_h) * R + rows, b_d, mask=m_r)
-            tl.store(ra_ptr + slot * s_ra + qp * Hv + i_h, g, mask=valid & (i_r == 0))
+            if t + 1 < T:
+                s0, s1, s2, s3 = _rank1(s0, s1, s2, s3, alpha, b_d, k0, k1, k2, k3)
+            qp = ((start + n_w + t) & (RING - 1)).to(tl.int64)
+            tl.store(rd + qp * Hv * R, b_d, mask=m_r)
+            tl.store(ra + qp * Hv, g, mask=valid & (i_r == 0))
             if RECOMPUTE:
-                tl.store(rv_ptr + slot * s_rd + (qp * Hv + i_h) * R + rows, b_v, mask=m_r)
-                tl.store(rbeta_ptr + slot * s_ra + qp * Hv + i_h, beta, mask=valid & (i_r == 0))
+                tl.store(rv + qp * Hv * R, b_v, mask=m_r)
+                tl.store(rbeta + qp * Hv, beta, mask=valid & (i_r == 0))
+            q0, q1, q2, q3, k0, k1, k2, k3, b_v, g, beta, kq = n_in
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,6 +442,18 @@ def _block_rows(R: int, stored: tuple[int, ...], block_r: int | None) -> int:
 
 def _num_warps(br: int, bc: int) -> int:
     return 8 if br * bc >= 8192 else 4
+
+
+def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None, serial: bool,
+                   read_fp32: bool) -> tuple[int, int]:
+    """(rows, warps) of a replay program; the whole head when the launch stores NVFP4. ``serial``
+    (a flush's fold, drafts): 64 rows and 128 state elements per thread — the work is a chain over
+    records and tokens, and fewer threads with more independent work each ran it fastest (H200). The
+    T = 1 output-only step: 32 rows, 32 elements per thread from an fp32 read copy, 64 from a decoded
+    format (measured likewise)."""
+    br = _block_rows(R, stored, min(_pow2(R), 64 if serial else 32) if block_r is None else block_r)
+    per_thread = 128 if serial else (32 if read_fp32 else 64)
+    return br, max(1, min(8, br * C // (32 * per_thread)))
 
 
 def _as_i64(v, B: int, device) -> torch.Tensor:
@@ -360,18 +523,20 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     v = v.contiguous()
     o = torch.empty_like(v) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
-    br = _block_rows(V, (update.code, read.code) if flush else (), block_r)
     bc = max(_pow2(K), 16)
+    br, nw = _replay_launch(V, bc, (update.code, read.code) if flush else (), block_r, flush or T > 1,
+                            read.code == FMT_FP32)
     bj = max(records.ring, 16)
     slots32, start32, wlen32 = (t.to(torch.int32).contiguous() for t in (slots, start, wlen))
     qn = torch.empty(Bsz, T, Hk, K, dtype=torch.float32, device=dev)
     kn = torch.empty_like(qn)
-    kq = torch.empty(Bsz, T, Hk, bj, dtype=torch.float32, device=dev)
-    kk = torch.empty_like(kq)
+    scores = not flush and T == 1  # only the output-only step reads them
+    kq = torch.empty((Bsz, T, Hk) + ((bj,) if scores else ()), dtype=torch.float32, device=dev)
+    kk = torch.empty_like(kq) if scores else kq
     gdn_replay_scores_kernel[(Hk, Bsz)](
         records.k, records.k.stride(0), slots32, start32, wlen32, q.contiguous(), k.contiguous(), qn, kn, kq, kk,
         float(K ** -0.5 if scale is None else scale), Hk, K, records.ring,
-        T=T, FLUSH=flush, FOLD_NEW=fold_new, NORM=qk_l2norm, BC=bc, BJ=bj, num_warps=4)
+        T=T, SCORES=scores, FOLD_NEW=fold_new, NORM=qk_l2norm, BC=bc, BJ=bj, num_warps=4)
     gdn_replay_step_kernel[(triton.cdiv(V, br), Hv, Bsz)](
         *update.kernel_args(), *read.kernel_args(),
         records.k, records.d, records.v, records.a, records.beta,
@@ -380,7 +545,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         qn, kn, kq, kk, v, g.contiguous(), beta.contiguous(), o, Hk, Hv, V, K, records.ring,
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
-        BR=br, BC=bc, BJ=bj, num_warps=_num_warps(br, bc), enable_fp_fusion=False)
+        BR=br, BC=bc, BJ=bj, num_warps=nw, enable_fp_fusion=False)
     return o
 
 
