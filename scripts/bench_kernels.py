@@ -342,6 +342,11 @@ def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, nbytes) -> dict:
 # ---------------------------------------------------------------------------------------------
 def fla_peer(op, B, dev):
     try:
+        # fla imports transformers, whose probe for the 'kernels' package must not see this
+        # repository's kernels/ folder: run the probe with the root hidden first
+        from precision_lab.models._hf import import_transformers
+
+        import_transformers()
         if op == "gdn":
             from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fn
         else:

@@ -591,6 +591,11 @@ def test_bench_kernels_summary(tmp_path):
         assert num(tg["replay_vs_conventional"]["measured"]) == pytest.approx(v["value"], rel=1e-3)
         assert tg["replay_vs_conventional"]["met"] == ("yes" if v["met"] else "NO")
     assert "| mamba2:verify-T4 | FAIL |" in md
+    assert "Incomplete run" not in md
+    bk["incomplete"] = "stopped at its time limit before the GDN storage formats"
+    build_report([write(tmp_path / "cut.json", bk)], tmp_path / "r2")
+    assert "**Incomplete run**: stopped at its time limit before the GDN storage formats" in \
+        (tmp_path / "r2" / "index.md").read_text()
 
 
 def test_sim_equivalence_mode(tmp_path):

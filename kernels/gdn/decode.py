@@ -484,7 +484,9 @@ def gdn_conventional_step(state: PackedState, slots: torch.Tensor, q: torch.Tens
     v = v.contiguous()
     o = torch.empty_like(v) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
-    br = _block_rows(V, (state.code,), block_r)
+    # 16 rows: 285.7 µs against 299.4 at 32 (H200, batch 256, Qwen3.5-4B shape, "tune" rows of
+    # reports/bench/bench_kernels.json)
+    br = _block_rows(V, (state.code,), 16 if block_r is None else block_r)
     bc = max(_pow2(K), 16)
     gdn_conventional_step_kernel[(triton.cdiv(V, br), Hv, Bsz)](
         *state.kernel_args(), slots.to(torch.int32).contiguous(), _as_i64(seq_ids, Bsz, dev),

@@ -188,6 +188,10 @@ def _kernels_summary(r: Result, ctx: Context) -> list:
     timing = (d.get("ceiling") or {}).get("timing")
     if timing:
         blocks.append(Paragraph(f"Timing: {timing}."))
+    # a run cut short (or a per-operator checkpoint) says so in the file: say it here too
+    if d.get("incomplete") or d.get("partial"):
+        blocks.append(Paragraph("**Incomplete run**: " + str(d.get("incomplete") or
+                                "a per-operator checkpoint of a run that did not finish")))
     checks = d.get("correctness")
     if isinstance(checks, dict) and checks:
         rows = [[k, "pass" if v.get("ok") else "FAIL",
