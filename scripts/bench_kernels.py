@@ -289,7 +289,7 @@ TUNE_SPACE = {
     "mamba2": {
         "conventional": dict(block_r=[16, 32], num_warps=[8]),
         "flush": dict(block_r=[16, 32], num_warps=[4], fold_precision=["tf32x3"]),
-        "nonflush": dict(block_r=[None], num_warps=[4], nvfp4_rows=[False, True]),
+        "nonflush": dict(block_r=[None], num_warps=[4]),
         "verify": dict(block_r=[64], num_warps=[4]),
     },
     "gdn": {
@@ -301,7 +301,7 @@ TUNE_SPACE = {
 }
 
 
-def tune_candidates(op, kind, read=None) -> list[dict]:
+def tune_candidates(op, kind) -> list[dict]:
     import inspect
     import itertools
 
@@ -309,8 +309,6 @@ def tune_candidates(op, kind, read=None) -> list[dict]:
                "gdn": (gdn_conventional_step, gdn_replay_step)}[op][0 if kind == "conventional" else 1]
     have = inspect.signature(wrapper).parameters
     space = {k: v for k, v in TUNE_SPACE[op][kind].items() if k in have}
-    if read != "nvfp4":
-        space.pop("nvfp4_rows", None)
     out = []
     for combo in itertools.product(*space.values()):
         c = dict(zip(space, combo))
@@ -323,7 +321,7 @@ def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, nbytes) -> dict:
     """Fastest launch shape of one kernel kind at batch 256 (every candidate recorded, failures too)."""
     best = None
     mkind = "nonflush" if kind == "verify" else kind
-    for cfg in tune_candidates(op, kind, read):
+    for cfg in tune_candidates(op, kind):
         try:
             r = measure(op, mkind, 256, dev, upd="fp32", read=read, W=W, T=T, ring=ring, cfg=cfg, nbytes=nbytes)
         except Exception as e:  # noqa: BLE001 - a shape may not compile (registers / shared memory)

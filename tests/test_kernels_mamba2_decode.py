@@ -157,18 +157,17 @@ def _replay_setup(device, upd_fmt, read_fmt, W, T, exact, start=5):
                 start=starts.to(device), wlen=torch.full((Bsz,), W, dtype=torch.int32, device=device))
 
 
-@pytest.mark.parametrize("read_fmt,T,rows2d", [("fp32", 1, False), ("bf16", 3, False), ("fp8e4m3", 1, False),
-                                               ("nvfp4", 4, False), ("nvfp4", 1, False), ("nvfp4", 1, True)])
-def test_replay_nonflush_and_verify(read_fmt, T, rows2d, device):
-    """Output-only step (T = 1) and speculative verify (T > 1): only y and the T records are written.
-    rows2d: the other NVFP4 read tile shape of the T = 1 step (read_state_dots' ROWS2D)."""
+@pytest.mark.parametrize("read_fmt,T", [("fp32", 1), ("bf16", 3), ("fp8e4m3", 1), ("nvfp4", 4), ("nvfp4", 1)])
+def test_replay_nonflush_and_verify(read_fmt, T, device):
+    """Output-only step (T = 1, read straight from the codes) and speculative verify (T > 1): only y
+    and the T records are written."""
     s = _replay_setup(device, "fp32", read_fmt, W=5, T=T, exact=False)
     n = s["new"]
     before = [t.clone() for t in (s["upd"].data, s["rd"].data)]
     out = torch.full((3, T, H, P), float("nan"), device=device)
     y = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
                            n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"].to(device), out=out,
-                           block_r=8, nvfp4_rows=rows2d)  # two row blocks per head: NVFP4 reads work from any block
+                           block_r=8)  # two row blocks per head: NVFP4 reads work from any block
     y_ref, new, _ = mamba2_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() if n[k] is not None else None
                                            for k in ("x", "dt", "A", "B", "C", "D", "dt_bias", "z")))
     live = (s["slots"] >= 0).cpu()

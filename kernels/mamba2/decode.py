@@ -179,7 +179,7 @@ def mamba2_replay_step_kernel(
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
-    FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, NVFP4_ROWS: tl.constexpr,
+    FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr,
 ):
     i_r, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_g = i_h // (H // G)
@@ -199,34 +199,32 @@ def mamba2_replay_step_kernel(
     slot = tl.maximum(slot, 0)
 
     A = tl.load(A_ptr + i_h).to(tl.float32)
-    # Records of the window as register tiles over logical positions jj: history (non-flush only:
-    # a flush folds it) from the ring, then the T new tokens inserted at W..W+T-1.
+    # The window's history records as register tiles over logical positions jj (ring position
+    # (start + j) & (RING-1)): the flush folds them, the non-flush step's outputs read them.
     m_win = (jj < W) & slot_ok
     pos = ((start + jj) & (RING - 1)).to(tl.int64)
     h_a = tl.load(ra_ptr + slot * s_ra + pos * H + i_h, mask=m_win, other=0)
     h_u = tl.load(ru_ptr + slot * s_ru + (pos * H + i_h)[:, None] * R + rows[None, :],
                   mask=m_win[:, None] & m_r[None, :], other=0)
-    if FLUSH:  # the history is folded; outputs see only the new tokens
-        t_a = tl.zeros_like(h_a)
-        t_u = tl.zeros_like(h_u)
-    else:
-        t_a = h_a
-        t_u = h_u
-    for t in tl.static_range(T if T == 1 else 0):  # (T > 1: the verify block below)
-        bth = (i_b.to(tl.int64) * T + t) * H + i_h
-        btg = (i_b.to(tl.int64) * T + t) * G + i_g
-        dt = tl.load(dt_ptr + bth).to(tl.float32)
+    if T == 1:
+        # the new token's record (T > 1: the verify block below); t_a/t_u: the output window, the
+        # history (none after a flush) with the new token at position W
+        bh = i_b.to(tl.int64) * H + i_h
+        dt = tl.load(dt_ptr + bh).to(tl.float32)
         if HAS_DTB:
             dt += tl.load(dtb_ptr + i_h).to(tl.float32)
         dt = softplus(dt)
-        n_u = dt * tl.load(x_ptr + bth * R + rows, mask=m_r, other=0).to(tl.float32)
+        n_u = dt * tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
         n_a = A * dt
-        p = W + t
-        at = jj == p
-        t_a = tl.where(at, n_a, t_a)
-        t_u = tl.where(at[:, None], n_u[None, :], t_u)
+        at = jj == W
+        if FLUSH:
+            t_a = tl.where(at, n_a, 0.0)
+            t_u = tl.where(at[:, None], n_u[None, :], 0.0)
+        else:
+            t_a = tl.where(at, n_a, h_a)
+            t_u = tl.where(at[:, None], n_u[None, :], h_u)
         if not FOLD_NEW:  # an autoregressive flush folds its own token: no record is kept
-            q = ((start + p) & (RING - 1)).to(tl.int64)
+            q = ((start + W) & (RING - 1)).to(tl.int64)
             tl.store(ru_ptr + slot * s_ru + (q * H + i_h) * R + rows, n_u, mask=m_r)
             tl.store(ra_ptr + slot * s_ra + q * H + i_h, n_a, mask=valid & (i_r == 0))
 
@@ -259,7 +257,7 @@ def mamba2_replay_step_kernel(
     else:  # autoregressive non-flush: S_b C is all it needs, read straight from the codes
         c_ptr = C_ptr + (i_b.to(tl.int64) * G + i_g) * C
         s_c, _ = read_state_dots(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
-                                 c_ptr, c_ptr, RFMT, BR, BC, HW, False, NVFP4_ROWS)
+                                 c_ptr, c_ptr, RFMT, BR, BC, HW, False)
         lo = W * 0
 
     if T > 1:
@@ -307,26 +305,24 @@ def mamba2_replay_step_kernel(
         tl.store(y_ptr + (bt * H + i_h)[:, None] * R + rows[None, :],
                  tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=(tt < T)[:, None] & (rows < R)[None, :])
 
-    for t in tl.static_range(T if T == 1 else 0):
-        bth = (i_b.to(tl.int64) * T + t) * H + i_h
-        btg = (i_b.to(tl.int64) * T + t) * G + i_g
-        p = W + t
+    if T == 1:  # the output-only form over positions lo..W
+        bg = i_b.to(tl.int64) * G + i_g
         if FLUSH:
-            b_c = tl.load(C_ptr + btg * C + cols, mask=m_c, other=0).to(tl.float32)
+            b_c = tl.load(C_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
             s_c = tl.sum(b_s * b_c[None, :], 1)
-        m_w = (jj >= lo) & (jj <= p)
+        m_w = (jj >= lo) & (jj <= W)
         w_a = tl.where(m_w, t_a, 0.0)
         tot = tl.sum(w_a, 0)
         decay = tl.where(m_w, tl.exp(tot - tl.cumsum(w_a, 0)), 0.0)
-        score = tl.load(sc_ptr + btg * BJ + jj)
+        score = tl.load(sc_ptr + bg * BJ + jj)
         b_y = tl.exp(tot) * s_c + tl.sum((decay * score)[:, None] * t_u, 0)
-        b_x = tl.load(x_ptr + bth * R + rows, mask=m_r, other=0).to(tl.float32)
+        b_x = tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
         if HAS_D:
             b_y += tl.load(D_ptr + i_h).to(tl.float32) * b_x
         if HAS_Z:
-            b_z = tl.load(z_ptr + bth * R + rows, mask=m_r, other=0).to(tl.float32)
+            b_z = tl.load(z_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
             b_y = b_y * (b_z / (1.0 + tl.exp(-b_z)))
-        tl.store(y_ptr + bth * R + rows, tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=rows < R)
+        tl.store(y_ptr + bh * R + rows, tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=rows < R)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -409,7 +405,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
                        seq_ids: torch.Tensor | None = None, events: torch.Tensor | int = 1,
                        seed: int = 0, layer: int = 0, block_r: int | None = None,
                        num_warps: int | None = None, fold_precision: str = "tf32x3",
-                       verify_precision: str = "tf32x3", nvfp4_rows: bool = True, out: torch.Tensor | None = None) -> torch.Tensor:
+                       verify_precision: str = "tf32x3", out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM step for T = x.shape[1] tokens (T = 1: autoregressive; T > 1: speculative verify).
 
     update / read: PackedState pools [S, H, P, N] (read=None: shared mode, one copy, ``update``);
@@ -422,9 +418,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     products of the flush's fold and of the T > 1 verify block run on tensor cores with the 3-pass
     TF32 split by default ("tf32x3": each product's relative error ≤ ~2^-21 against 2^-24 for fp32
     FMAs, far below any state format's rounding; inputs with ≤ 11 significant bits are exact);
-    "ieee" runs them as fp32 FMAs (the flush is then ~25% slower on the H200). nvfp4_rows: the
-    NVFP4 read tile shape of the non-flush step (``read_state_dots``' ROWS2D; [rows, bytes] with a
-    per-byte scale measured 163 µs against 199 µs for [rows, blocks, 8] on the H200, batch 256).
+    "ieee" runs them as fp32 FMAs (the flush is then ~25% slower on the H200).
     """
     Bsz, T, H, P = x.shape
     G, N = B.shape[-2:]
@@ -465,7 +459,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
         BR=br, BC=bc, BJ=bj, TP=max(_pow2(T), 16), HW=x.is_cuda, FOLD_PREC=fold_precision,
-        VERIFY_PREC=verify_precision, NVFP4_ROWS=nvfp4_rows,
+        VERIFY_PREC=verify_precision,
         num_warps=num_warps or 4,
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance
         # and the records are single products); a flush rounds state and must not
