@@ -26,8 +26,9 @@ head's state (contiguous) once. ``slots[b] = -1`` skips the entry (zero output, 
 
 What makes it fast (H200 measurements in ``reports/bench``): the autoregressive non-flush step
 needs only S_b C, so it reads it straight from the stored codes (``read_state_dots``: FP8/NVFP4
-decoded by the hardware E4M3 conversion, never an fp32 tile of the whole state); verifying T > 1 drafts computes all T outputs as one [T, rows] tile from three small matrix
-products instead of T passes over the state; the flush's fold is one tensor-core product.
+decoded by the hardware E4M3 conversion, never an fp32 tile of the whole state); verifying T > 1
+drafts computes all T outputs as one [T, rows] tile from three small matrix products instead of
+T passes over the state; the flush's fold is one tensor-core product.
 """
 from __future__ import annotations
 
@@ -238,7 +239,7 @@ def mamba2_replay_step_kernel(
         tot = tl.sum(h_a, 0)
         w = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
         b_s = tl.exp(tot) * b_s + tl.dot(tl.trans(w[:, None] * h_u), h_b, input_precision=FOLD_PREC)
-        if FOLD_NEW:  # T = 1: n_u, n_a still hold the new token's record (the loop above ran once)
+        if FOLD_NEW:  # T = 1: n_u, n_a hold the new token's record (the T = 1 block above)
             n_b = tl.load(B_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
             b_s = tl.exp(n_a) * b_s + n_u[:, None] * n_b[None, :]
         seq = tl.load(seq_ptr + i_b)
