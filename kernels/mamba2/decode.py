@@ -348,6 +348,7 @@ def _block_rows(R: int, C: int, stored: tuple[int, ...], block_r: int | None) ->
 # warps (547 µs vs 564 at 64 × 8); the flush at 32 rows × 4 warps with the tf32x3 fold (1025 µs vs
 # 1306 for the fp32-FMA fold at 64 × 8); non-flush and verify steps at 64 rows × 4 warps.
 CONVENTIONAL_BLOCK_R = 16
+CONVENTIONAL_NUM_WARPS = 8  # (575.6 µs at 16 rows × 4 warps)
 FLUSH_BLOCK_R = 32
 
 
@@ -394,7 +395,8 @@ def mamba2_conventional_step(state: PackedState, slots: torch.Tensor, x: torch.T
         x, dt.contiguous(), A.contiguous(), B.contiguous(), C.contiguous(), _opt(D, A), _opt(dt_bias, A),
         _opt(z, x), y, H, G, P, N,
         FMT=state.code, SR=state.sr, HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
-        BR=br, BC=bc, num_warps=num_warps or _num_warps(br, bc), enable_fp_fusion=False)
+        BR=br, BC=bc, num_warps=num_warps or (CONVENTIONAL_NUM_WARPS if block_r is None else _num_warps(br, bc)),
+        enable_fp_fusion=False)
     return y
 
 

@@ -1,0 +1,168 @@
+"""Compile the decode-step kernels for the H200 (sm_90) on any machine and print what each launch
+costs in registers, spills and shared memory — no GPU and no device time needed.
+
+    python scripts/kernel_resources.py            # Mamba-2 and GDN decode kernels at their real shapes
+    python scripts/kernel_resources.py --hw       # the GPU code path (hardware FP8/NVFP4 decode)
+
+For every launch the wrappers would make, the kernel launch is replaced by ``triton.compile`` for
+``cuda:90`` with the same arguments (pointer alignment and divisibility-by-16 of integer arguments
+specialised as the runtime would), and the cubin is read with the ``cuobjdump`` that ships with
+Triton. Columns: REG registers per thread, STACK bytes of spill stack per thread, smem bytes,
+convert_layout ops in the TTGIR, SASS instructions. Use it before spending device time: a flush at
+255 registers with a stack had spilled on the GPU too. The local Triton may be newer than the
+GPU machine's, so the numbers are indicative.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import tempfile
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+_BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+_PTR = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.uint8: "*u8",
+        torch.int16: "*i16", torch.int32: "*i32", torch.int64: "*i64"}
+
+
+def _signature(fn, args, kwargs):
+    """(signature, constexprs, attrs) for ASTSource from example launch arguments."""
+    vals = dict(zip(fn.arg_names, args))
+    vals.update(kwargs)
+    sig, const, attrs = {}, {}, {}
+    for i, (name, p) in enumerate(zip(fn.arg_names, fn.params)):
+        v = vals[name]
+        if p.is_constexpr:
+            sig[name], const[(i,)] = "constexpr", v
+        elif isinstance(v, torch.Tensor):
+            sig[name], attrs[(i,)] = _PTR[v.dtype], [["tt.divisibility", 16]]
+        elif isinstance(v, bool):
+            sig[name] = "i1"
+        elif isinstance(v, int):
+            sig[name] = "i64" if abs(v) >= 2 ** 31 else "i32"
+            if v == 1:  # the runtime specialises 1 to a constant
+                sig[name], const[(i,)] = "constexpr", 1
+            elif v % 16 == 0 and v:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(v, float):
+            sig[name] = "fp32"
+        else:
+            raise TypeError(f"{name}: {type(v)}")
+    return sig, const, attrs
+
+
+def resources(fn, args, kwargs, num_warps: int) -> dict:
+    sig, const, attrs = _signature(fn, args, kwargs)
+    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, enable_fp_fusion=False))
+    with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
+        f.write(k.asm["cubin"])
+    usage = subprocess.run([os.path.join(_BIN, "cuobjdump"), "--dump-resource-usage", f.name],
+                           capture_output=True, text=True).stdout
+    sass = subprocess.run([os.path.join(_BIN, "cuobjdump"), "-sass", f.name], capture_output=True, text=True).stdout
+    os.unlink(f.name)
+    grab = (lambda pat: int(m.group(1)) if (m := re.search(pat, usage)) else None)  # noqa: E731
+    return {"regs": grab(r"REG:(\d+)"), "stack": grab(r"STACK:(\d+)"), "smem": k.metadata.shared,
+            "convert_layout": k.asm["ttgir"].count("convert_layout"),
+            "sass": len(re.findall(r"/\*[0-9a-f]{4,5}\*/", sass))}
+
+
+class _Compile:
+    """Stands in for ``kernel[grid]``: compiles instead of launching and prints the resources."""
+
+    def __init__(self, fn, label):
+        self.fn, self.label = fn, label
+
+    def __getitem__(self, grid):
+        def call(*args, num_warps=4, enable_fp_fusion=False, **kw):
+            r = resources(self.fn, args, kw, num_warps)
+            keys = ("T", "FLUSH", "FOLD_NEW", "UFMT", "RFMT", "FMT", "BR", "BJ", "RECOMPUTE")
+            shape = " ".join(f"{k}={kw[k]}" for k in keys if k in kw)
+            print(f"{self.label:16s} warps={num_warps:<2d} {shape:60s} REG={r['regs']:<4} STACK={r['stack']:<5} "
+                  f"smem={r['smem']:<6} convert_layout={r['convert_layout']:<3} sass={r['sass']}")
+        return call
+
+
+class _Skip:
+    def __getitem__(self, grid):
+        return lambda *a, **k: None
+
+
+def _patched(module, names_labels, skip=()):
+    saved = {n: getattr(module, n) for n, _ in names_labels}
+    saved.update({n: getattr(module, n) for n in skip})
+    for n, label in names_labels:
+        setattr(module, n, _Compile(saved[n], label))
+    for n in skip:
+        setattr(module, n, _Skip())
+    return saved
+
+
+def mamba2_configs(B=2):
+    import precision_lab.kernels.mamba2.decode as m2
+    from precision_lab.kernels.decode_state import PackedState
+
+    H, G, P, N = 128, 8, 64, 128
+    saved = _patched(m2, [("mamba2_replay_step_kernel", "mamba2 replay"),
+                          ("mamba2_conventional_step_kernel", "mamba2 conv")], skip=["mamba2_replay_scores_kernel"])
+    z = (lambda *s: torch.zeros(*s, dtype=torch.bfloat16))  # noqa: E731
+    try:
+        m2.mamba2_conventional_step(PackedState.empty("fp32", B, H, P, N), torch.arange(B), z(B, H, P), z(B, H),
+                                    torch.zeros(H), z(B, G, N), z(B, G, N), torch.zeros(H), torch.zeros(H), z(B, H, P))
+        for T, flush, read, L in [(1, False, "fp32", 16), (1, False, "nvfp4", 16), (1, True, "fp32", 16),
+                                  (1, True, "nvfp4", 16), (8, False, "fp32", 24), (8, True, "fp32", 24)]:
+            rec = m2.Mamba2Records(B, triton.next_power_of_2(L), H, G, P, N)
+            ints = [torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.zeros(B, dtype=torch.int32)]
+            m2.mamba2_replay_step(PackedState.empty("fp32", B, H, P, N), PackedState.empty(read, B, H, P, N), rec,
+                                  *ints, z(B, T, H, P), z(B, T, H), torch.zeros(H), z(B, T, G, N), z(B, T, G, N),
+                                  torch.zeros(H), torch.zeros(H), z(B, T, H, P), flush=flush, fold_new=flush and T == 1)
+    finally:
+        for n, f in saved.items():
+            setattr(m2, n, f)
+
+
+def gdn_configs(B=2):
+    import precision_lab.kernels.gdn.decode as gd
+    from precision_lab.kernels.decode_state import PackedState
+
+    Hk, Hv, V, K = 16, 32, 128, 128
+    saved = _patched(gd, [("gdn_replay_step_kernel", "gdn replay"), ("gdn_conventional_step_kernel", "gdn conv")],
+                     skip=["gdn_replay_scores_kernel"])
+    z = (lambda *s: torch.zeros(*s, dtype=torch.bfloat16))  # noqa: E731
+    try:
+        gd.gdn_conventional_step(PackedState.empty("fp32", B, Hv, V, K), torch.arange(B), z(B, Hk, K), z(B, Hk, K),
+                                 z(B, Hv, V), z(B, Hv), z(B, Hv))
+        for T, flush, read, L, rc in [(1, False, "fp32", 16, True), (1, False, "nvfp4", 16, True),
+                                      (1, True, "fp32", 16, True), (1, True, "fp32", 16, False),
+                                      (8, False, "fp32", 24, True), (8, True, "fp32", 24, True)]:
+            rec = gd.GDNRecords(B, triton.next_power_of_2(L), Hk, Hv, V, K)
+            ints = [torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.zeros(B, dtype=torch.int32)]
+            gd.gdn_replay_step(PackedState.empty("fp32", B, Hv, V, K), PackedState.empty(read, B, Hv, V, K), rec,
+                               *ints, z(B, T, Hk, K), z(B, T, Hk, K), z(B, T, Hv, V), z(B, T, Hv), z(B, T, Hv),
+                               flush=flush, fold_new=flush and T == 1, recompute=rc)
+    finally:
+        for n, f in saved.items():
+            setattr(gd, n, f)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hw", action="store_true", help="compile the GPU code path (the wrappers pick it for CUDA tensors)")
+    ap.add_argument("--ops", nargs="+", default=["mamba2", "gdn"], choices=["mamba2", "gdn"])
+    args = ap.parse_args(argv)
+    if args.hw:  # the wrappers choose the hardware decode path from x.is_cuda
+        torch.Tensor.is_cuda = property(lambda self: True)
+    if "mamba2" in args.ops:
+        mamba2_configs()
+    if "gdn" in args.ops:
+        gdn_configs()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
