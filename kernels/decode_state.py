@@ -229,13 +229,11 @@ def _e2m1_pairs_hw(packed):
 
 
 @triton.jit
-def read_state_dots(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, v1_ptr, v2_ptr,
-                    FMT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr,
-                    TWO: tl.constexpr):
-    """``(S v1, S v2)`` for the tile's rows (fp32 [BR] each; TWO=False: v2 is ignored and the first
-    result is returned twice), v = C values at ``v*_ptr`` (any float dtype), read straight from the
-    stored codes: a read-only step needs only these products, so NVFP4 never builds the fp32 tile
-    of scaled values — it multiplies each byte's two E2M1 values with v's even and odd entries and
+def read_state_dot(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, v_ptr,
+                   FMT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr):
+    """``S v`` for the tile's rows (fp32 [BR]), v = C values at ``v_ptr`` (any float dtype), read
+    straight from the stored codes: a read-only step needs only this product, so NVFP4 never builds
+    the fp32 tile of scaled values — it multiplies each byte's two E2M1 values with v's even and odd entries and
     scales that by the byte's block scale (E4M3; the per-head s_dec once per row). Arguments as
     ``load_state``; HW (compiled GPU kernels only) decodes FP8/FP4 with the hardware E4M3→f16
     conversion instead of the integer codecs (same values; the integer path is what the
@@ -262,15 +260,9 @@ def read_state_dots(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask
             unit = 1.0
             block_scale = qc.decode_e4m3(scb.to(tl.int32))
         s_dec = tl.load(gs_ptr + slot * s_gs + h) * unit
-        v_even = tl.load(v1_ptr + 2 * cb, mask=m_b, other=0).to(tl.float32)
-        v_odd = tl.load(v1_ptr + 2 * cb + 1, mask=m_b, other=0).to(tl.float32)
-        d1 = tl.sum((e_even * v_even[None, :] + e_odd * v_odd[None, :]) * block_scale, 1) * s_dec
-        if TWO:
-            v_even = tl.load(v2_ptr + 2 * cb, mask=m_b, other=0).to(tl.float32)
-            v_odd = tl.load(v2_ptr + 2 * cb + 1, mask=m_b, other=0).to(tl.float32)
-            d2 = tl.sum((e_even * v_even[None, :] + e_odd * v_odd[None, :]) * block_scale, 1) * s_dec
-        else:
-            d2 = d1
+        v_even = tl.load(v_ptr + 2 * cb, mask=m_b, other=0).to(tl.float32)
+        v_odd = tl.load(v_ptr + 2 * cb + 1, mask=m_b, other=0).to(tl.float32)
+        return tl.sum((e_even * v_even[None, :] + e_odd * v_odd[None, :]) * block_scale, 1) * s_dec
     else:
         cols = tl.arange(0, BC)
         if HW and FMT == C_E4M3:
@@ -279,12 +271,7 @@ def read_state_dots(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask
             tile = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
         else:
             tile = load_state(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, FMT, BR, BC)
-        d1 = tl.sum(tile * tl.load(v1_ptr + cols, mask=cols < C, other=0).to(tl.float32)[None, :], 1)
-        if TWO:
-            d2 = tl.sum(tile * tl.load(v2_ptr + cols, mask=cols < C, other=0).to(tl.float32)[None, :], 1)
-        else:
-            d2 = d1
-    return d1, d2
+        return tl.sum(tile * tl.load(v_ptr + cols, mask=cols < C, other=0).to(tl.float32)[None, :], 1)
 
 
 @triton.jit

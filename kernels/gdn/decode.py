@@ -433,6 +433,11 @@ def _pow2(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
 
 
+# The conventional step's rows per program, measured fastest on the H200 (batch 256, Qwen3.5-4B
+# shape, "tune" rows of reports/bench/bench_kernels.json): 285.7 µs at 16 against 299.4 at 32.
+CONVENTIONAL_BLOCK_R = 16
+
+
 def _block_rows(R: int, stored: tuple[int, ...], block_r: int | None) -> int:
     """Rows per program; ``stored``: formats the launch writes (writing NVFP4 needs the head's amax)."""
     if any(f == FMT_NVFP4 for f in stored):
@@ -484,9 +489,7 @@ def gdn_conventional_step(state: PackedState, slots: torch.Tensor, q: torch.Tens
     v = v.contiguous()
     o = torch.empty_like(v) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
-    # 16 rows: 285.7 µs against 299.4 at 32 (H200, batch 256, Qwen3.5-4B shape, "tune" rows of
-    # reports/bench/bench_kernels.json)
-    br = _block_rows(V, (state.code,), 16 if block_r is None else block_r)
+    br = _block_rows(V, (state.code,), CONVENTIONAL_BLOCK_R if block_r is None else block_r)
     bc = max(_pow2(K), 16)
     gdn_conventional_step_kernel[(triton.cdiv(V, br), Hv, Bsz)](
         *state.kernel_args(), slots.to(torch.int32).contiguous(), _as_i64(seq_ids, Bsz, dev),

@@ -25,7 +25,7 @@ head's state (contiguous) once. ``slots[b] = -1`` skips the entry (zero output, 
 ``decode_reference.py`` computes the same things in torch, in the same order.
 
 What makes it fast (H200 measurements in ``reports/bench``): the autoregressive non-flush step
-needs only S_b C, so it reads it straight from the stored codes (``read_state_dots``: FP8/NVFP4
+needs only S_b C, so it reads it straight from the stored codes (``read_state_dot``: FP8/NVFP4
 decoded by the hardware E4M3 conversion, never an fp32 tile of the whole state); verifying T > 1
 drafts computes all T outputs as one [T, rows] tile from three small matrix products instead of
 T passes over the state; the flush's fold is one tensor-core product.
@@ -39,7 +39,7 @@ from precision_lab.kernels.decode_state import (
     FMT_NVFP4,
     PackedState,
     load_state,
-    read_state_dots,
+    read_state_dot,
     softplus,
     sr_seed,
     store_state,
@@ -256,9 +256,8 @@ def mamba2_replay_step_kernel(
     elif T > 1:
         b_s = load_state(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC)
     else:  # autoregressive non-flush: S_b C is all it needs, read straight from the codes
-        c_ptr = C_ptr + (i_b.to(tl.int64) * G + i_g) * C
-        s_c, _ = read_state_dots(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
-                                 c_ptr, c_ptr, RFMT, BR, BC, HW, False)
+        s_c = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
+                             C_ptr + (i_b.to(tl.int64) * G + i_g) * C, RFMT, BR, BC, HW)
         lo = W * 0
 
     if T > 1:
