@@ -229,16 +229,17 @@ def _e2m1_pairs_hw(packed):
 
 
 @triton.jit
-def read_state_dot(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, v_ptr,
-                   FMT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr):
-    """``S v`` for the tile's rows (fp32 [BR]), v = C values at ``v_ptr`` (any float dtype), read
-    straight from the stored codes: a read-only step needs only this product, so NVFP4 never builds
-    the fp32 tile of scaled values — it multiplies each byte's two E2M1 values with v's even and odd entries and
-    scales that by the byte's block scale (E4M3; the per-head s_dec once per row). Arguments as
-    ``load_state``; HW (compiled GPU kernels only) decodes FP8/FP4 with the hardware E4M3→f16
-    conversion instead of the integer codecs (same values; the integer path is what the
-    interpreter runs). The sums run in another order than ``load_state`` + ``tl.sum`` (same value
-    up to fp32 rounding)."""
+def read_state_dot(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, v_ptr, w_ptr,
+                   FMT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, TWO: tl.constexpr):
+    """``(S v, S w)`` for the tile's rows (fp32 [BR] each; S w only with TWO, else 0), v and w = C
+    values at ``v_ptr`` / ``w_ptr`` (any float dtype), read straight from the stored codes: a
+    read-only step needs only these products (Mamba-2: S C; GDN: S q̃ and S k from one read), so
+    NVFP4 never builds the fp32 tile of scaled values — it multiplies each byte's two E2M1 values
+    with the vector's even and odd entries and scales that by the byte's block scale (E4M3; the
+    per-head s_dec once per row). Arguments as ``load_state``; HW (compiled GPU kernels only)
+    decodes FP8/FP4 with the hardware E4M3→f16 conversion instead of the integer codecs (same
+    values; the integer path is what the interpreter runs). The sums run in another order than
+    ``load_state`` + ``tl.sum`` (same value up to fp32 rounding)."""
     row64 = (h * R + rows).to(tl.int64)
     if FMT == C_NVFP4:
         # [BR, BC/2] byte tiles: each byte's block scale is gathered (8 bytes share an address, which
@@ -262,7 +263,14 @@ def read_state_dot(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask,
         s_dec = tl.load(gs_ptr + slot * s_gs + h) * unit
         v_even = tl.load(v_ptr + 2 * cb, mask=m_b, other=0).to(tl.float32)
         v_odd = tl.load(v_ptr + 2 * cb + 1, mask=m_b, other=0).to(tl.float32)
-        return tl.sum((e_even * v_even[None, :] + e_odd * v_odd[None, :]) * block_scale, 1) * s_dec
+        sv = tl.sum((e_even * v_even[None, :] + e_odd * v_odd[None, :]) * block_scale, 1) * s_dec
+        if TWO:
+            w_even = tl.load(w_ptr + 2 * cb, mask=m_b, other=0).to(tl.float32)
+            w_odd = tl.load(w_ptr + 2 * cb + 1, mask=m_b, other=0).to(tl.float32)
+            sw = tl.sum((e_even * w_even[None, :] + e_odd * w_odd[None, :]) * block_scale, 1) * s_dec
+        else:
+            sw = 0.0
+        return sv, sw
     else:
         cols = tl.arange(0, BC)
         if HW and FMT == C_E4M3:
@@ -271,7 +279,12 @@ def read_state_dot(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask,
             tile = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
         else:
             tile = load_state(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, FMT, BR, BC)
-        return tl.sum(tile * tl.load(v_ptr + cols, mask=cols < C, other=0).to(tl.float32)[None, :], 1)
+        sv = tl.sum(tile * tl.load(v_ptr + cols, mask=cols < C, other=0).to(tl.float32)[None, :], 1)
+        if TWO:
+            sw = tl.sum(tile * tl.load(w_ptr + cols, mask=cols < C, other=0).to(tl.float32)[None, :], 1)
+        else:
+            sw = 0.0
+        return sv, sw
 
 
 @triton.jit

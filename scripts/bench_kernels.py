@@ -287,7 +287,7 @@ TUNE_SPACE = {
     # ``_replay_launch``, tuned on the H200): None = that default.
     "mamba2": {
         "conventional": dict(block_r=[16, 32], num_warps=[8]),
-        "flush": dict(block_r=[16, 32], num_warps=[4], fold_precision=["tf32x3"]),
+        "flush": dict(block_r=[16, 32], num_warps=[4], fold=["dot"]),
         "nonflush": dict(block_r=[None], num_warps=[4]),
         "verify": dict(block_r=[64], num_warps=[4]),
     },
@@ -300,27 +300,48 @@ TUNE_SPACE = {
 }
 
 
-def tune_candidates(op, kind) -> list[dict]:
+# The wider space of ``--tune-only`` (an exploration run; each entry a list of spaces whose products
+# are joined), from which TUNE_SPACE keeps the winners.
+TUNE_SPACE_WIDE = {
+    "mamba2": {
+        "conventional": [dict(block_r=[16, 32], num_warps=[4, 8])],
+        "flush": [dict(fold=["dot"], block_r=[16, 32], num_warps=[4]),
+                  dict(fold=["rank1"], block_r=[16, 32, 64], num_warps=[4, 8], fold_stages=[2, 3, 4])],
+        "nonflush": [dict(block_r=[None], num_warps=[2, 4, 8])],
+        "verify": [dict(block_r=[64], num_warps=[4])],
+    },
+    "gdn": {
+        "conventional": [dict(block_r=[8, 16, 32], num_warps=[2, 4, 8])],
+        "flush": [dict(block_r=[None, 32], num_warps=[None, 4])],
+        "nonflush": [dict(block_r=[None, 64], num_warps=[None, 2, 4])],
+        "verify": [dict(block_r=[None])],
+    },
+}
+
+
+def tune_candidates(op, kind, wide: bool = False) -> list[dict]:
     import inspect
     import itertools
 
     wrapper = {"mamba2": (mamba2_conventional_step, mamba2_replay_step),
                "gdn": (gdn_conventional_step, gdn_replay_step)}[op][0 if kind == "conventional" else 1]
     have = inspect.signature(wrapper).parameters
-    space = {k: v for k, v in TUNE_SPACE[op][kind].items() if k in have}
+    spaces = TUNE_SPACE_WIDE[op][kind] if wide else [TUNE_SPACE[op][kind]]
     out = []
-    for combo in itertools.product(*space.values()):
-        c = dict(zip(space, combo))
-        if c not in out:
-            out.append(c)
+    for space in spaces:
+        space = {k: v for k, v in space.items() if k in have}
+        for combo in itertools.product(*space.values()):
+            c = dict(zip(space, combo))
+            if c not in out:
+                out.append(c)
     return out or [{}]
 
 
-def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, nbytes) -> dict:
+def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, nbytes, wide=False) -> dict:
     """Fastest launch shape of one kernel kind at batch 256 (every candidate recorded, failures too)."""
     best = None
     mkind = "nonflush" if kind == "verify" else kind
-    for cfg in tune_candidates(op, kind):
+    for cfg in tune_candidates(op, kind, wide):
         try:
             r = measure(op, mkind, 256, dev, upd="fp32", read=read, W=W, T=T, ring=ring, cfg=cfg, nbytes=nbytes)
         except Exception as e:  # noqa: BLE001 - a shape may not compile (registers / shared memory)
@@ -508,7 +529,9 @@ def memcpy_ceiling(dev) -> dict:
 def run(args) -> dict:
     dev = "cuda"
     t_start = time.time()
-    checks = check_correctness(dev, ops=args.ops)  # (also warms the GPU up before the ceiling is measured)
+    # (the checks also warm the GPU up before the ceiling is measured; a tune-only run reports no
+    # speedups and skips them)
+    checks = {} if args.tune_only else check_correctness(dev, ops=args.ops)
     ceiling = memcpy_ceiling(dev)
     print(f"memcpy ceiling: {ceiling['GBps']:.0f} GB/s", flush=True)
     bad = [k for k, v in checks.items() if not v["ok"]]
@@ -546,17 +569,22 @@ def run(args) -> dict:
         Lmid = lambda L: (L - 2) // 2  # noqa: E731
         # Hand tuning of the launch shapes at batch 256 (no autotune: the kernels update state in
         # place). Every candidate is recorded (tag "tune"); the sweeps below use the fastest.
-        best = {"conventional": tune(op, "conventional", dev, rec, nbytes=bytes_conventional(op, 256, "fp32")),
-                "flush": tune(op, "flush", dev, rec, W=15, nbytes=bytes_flush(op, 256, "fp32", "fp32", 15, split=False))}
+        wide = args.tune_only
+        best = {"conventional": tune(op, "conventional", dev, rec, nbytes=bytes_conventional(op, 256, "fp32"),
+                                     wide=wide),
+                "flush": tune(op, "flush", dev, rec, W=15, nbytes=bytes_flush(op, 256, "fp32", "fp32", 15, split=False),
+                              wide=wide)}
         for rf in READ_FMTS:
             best["nonflush", rf] = tune(op, "nonflush", dev, rec, read=rf, W=Lmid(16),
-                                        nbytes=bytes_nonflush(op, 256, rf, Lmid(16)))
-        for T in ([1, 8] if args.quick else DRAFT_T):
+                                        nbytes=bytes_nonflush(op, 256, rf, Lmid(16)), wide=wide)
+        for T in ([1, 8] if args.quick or wide else DRAFT_T):
             if T > 1:
                 ring = 1 << (16 + T - 1).bit_length()
                 best["verify", T] = tune(op, "verify", dev, rec, W=8, T=T, ring=ring,
-                                         nbytes=bytes_nonflush(op, 256, "fp32", 8, T))
+                                         nbytes=bytes_nonflush(op, 256, "fp32", 8, T), wide=wide)
         print(f"{op}: best launch shapes {best}", flush=True)
+        if args.tune_only:
+            continue
         # batch sweep: conventional fp32, ReplaySSM shared:fp32 at L = 16, fla
         for B in batches:
             rec(measure(op, "conventional", B, dev, cfg=best["conventional"],
@@ -596,6 +624,8 @@ def run(args) -> dict:
         # a checkpoint after each operator: a run cut short still leaves a JSON that --resummarise reads
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(result(partial=True), indent=1, default=str))
+    if args.tune_only:
+        return result(partial=True)
     again = memcpy_ceiling(dev)
     print(f"memcpy ceiling (end of run): {again['GBps']:.0f} GB/s", flush=True)
     if again["GBps"] > ceiling["GBps"]:
@@ -799,6 +829,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer batches/L/T (a smoke run)")
     ap.add_argument("--ops", nargs="+", default=["mamba2", "gdn"], choices=["mamba2", "gdn"],
                     help="which operators to check and time (default both)")
+    ap.add_argument("--tune-only", action="store_true",
+                    help="only the launch-shape tuning rows at batch 256, over the wider exploration space "
+                    "(TUNE_SPACE_WIDE); no correctness checks, sweeps or summary")
     ap.add_argument("--plots-from", help="only draw the PNGs from an existing JSON")
     ap.add_argument("--log", help="append every measured row to this JSON-lines file as it is measured")
     ap.add_argument("--resummarise", nargs="+", metavar="JSON",
@@ -833,6 +866,8 @@ def main(argv=None) -> int:
     res = run(args)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1, default=str))
+    if args.tune_only:
+        return 0
     try:
         plots(res, out.parent)
     except Exception as e:  # noqa: BLE001

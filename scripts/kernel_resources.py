@@ -103,7 +103,7 @@ def _patched(module, names_labels, skip=()):
     return saved
 
 
-def mamba2_configs(B=2):
+def mamba2_configs(B=2, flush_kw=None):
     import precision_lab.kernels.mamba2.decode as m2
     from precision_lab.kernels.decode_state import PackedState
 
@@ -120,7 +120,8 @@ def mamba2_configs(B=2):
             ints = [torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.zeros(B, dtype=torch.int32)]
             m2.mamba2_replay_step(PackedState.empty("fp32", B, H, P, N), PackedState.empty(read, B, H, P, N), rec,
                                   *ints, z(B, T, H, P), z(B, T, H), torch.zeros(H), z(B, T, G, N), z(B, T, G, N),
-                                  torch.zeros(H), torch.zeros(H), z(B, T, H, P), flush=flush, fold_new=flush and T == 1)
+                                  torch.zeros(H), torch.zeros(H), z(B, T, H, P), flush=flush, fold_new=flush and T == 1,
+                                  **((flush_kw or {}) if flush else {}))
     finally:
         for n, f in saved.items():
             setattr(m2, n, f)
@@ -154,11 +155,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hw", action="store_true", help="compile the GPU code path (the wrappers pick it for CUDA tensors)")
     ap.add_argument("--ops", nargs="+", default=["mamba2", "gdn"], choices=["mamba2", "gdn"])
+    ap.add_argument("--m2-flush", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="extra mamba2_replay_step keywords for the flush launches, e.g. fold=rank1 block_r=64")
     args = ap.parse_args(argv)
     if args.hw:  # the wrappers choose the hardware decode path from x.is_cuda
         torch.Tensor.is_cuda = property(lambda self: True)
     if "mamba2" in args.ops:
-        mamba2_configs()
+        kw = {}
+        for item in args.m2_flush:
+            k, v = item.split("=", 1)
+            kw[k] = int(v) if v.isdigit() else v
+        mamba2_configs(flush_kw=kw)
     if "gdn" in args.ops:
         gdn_configs()
     return 0

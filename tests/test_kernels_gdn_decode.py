@@ -136,7 +136,8 @@ def _replay_setup(device, upd_fmt, read_fmt, W, T, exact, recompute=True, start=
 NEW = ("q", "k", "v", "g", "beta")
 
 
-@pytest.mark.parametrize("read_fmt,T", [("fp32", 1), ("bf16", 3), ("fp8e4m3", 2), ("nvfp4", 4)])
+@pytest.mark.parametrize("read_fmt,T", [("fp32", 1), ("bf16", 3), ("fp8e4m3", 2), ("nvfp4", 4), ("fp8e4m3", 1),
+                                        ("nvfp4", 1)])
 def test_replay_nonflush_and_verify(read_fmt, T, device):
     """Output-only step and verify: reads S0·q and S0·k from the read copy, writes only o and records."""
     s = _replay_setup(device, "fp32", read_fmt, W=5, T=T, exact=False)

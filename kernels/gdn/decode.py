@@ -45,10 +45,11 @@ from precision_lab.kernels.decode_state import (
     FMT_NVFP4,
     PackedState,
     load_state,
+    read_state_dot,
     sr_seed,
     store_state,
 )
-from precision_lab.kernels.scan_formats import C_FP32, FMT_FP32
+from precision_lab.kernels.scan_formats import C_E4M3, C_FP32, C_NVFP4, FMT_FP32
 
 __all__ = ["GDNRecords", "gdn_conventional_step", "gdn_decode_stream", "gdn_replay_step"]
 
@@ -311,7 +312,7 @@ def gdn_replay_step_kernel(
     T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, SPLIT: tl.constexpr,
     RECOMPUTE: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
-    BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr,
 ):
     i_r, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_kh = i_h // (Hv // Hk)
@@ -331,6 +332,8 @@ def gdn_replay_step_kernel(
     ra = ra_ptr + slot * s_ra + i_h
     rbeta = rbeta_ptr + slot * s_ra + i_h
     ILV: tl.constexpr = (not FLUSH) and T == 1 and RFMT != C_FP32
+    # the output-only step reads S_b q̃ and S_b k straight from FP8/NVFP4 codes (no decoded tile)
+    FROM_CODES: tl.constexpr = (not FLUSH) and T == 1 and (RFMT == C_E4M3 or RFMT == C_NVFP4)
 
     if FLUSH:
         s0, s1, s2, s3 = _load4(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, ILV)
@@ -361,7 +364,7 @@ def gdn_replay_step_kernel(
         if SPLIT:
             _store4(s0, s1, s2, s3, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
                     seed, seq, ev, True, RFMT, RSR, BR, BC, ILV)
-    else:
+    elif not FROM_CODES:
         s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV)
 
     if (not FLUSH) and T == 1:
@@ -374,8 +377,9 @@ def gdn_replay_step_kernel(
         h_d = tl.load(rd[None, :] + (pos * Hv * R)[:, None], mask=m_win[:, None] & m_r[None, :], other=0)
         bh = i_b.to(tl.int64) * Hv + i_h
         bk = i_b.to(tl.int64) * Hk + i_kh
-        q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
-        k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
+        if not FROM_CODES:
+            q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
+            k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
         sc_q = tl.load(kq_ptr + bk * BJ + jj)
         sc_k = tl.load(kk_ptr + bk * BJ + jj)
         b_v = tl.load(v_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
@@ -384,8 +388,14 @@ def gdn_replay_step_kernel(
         tot = tl.sum(h_a, 0)
         decay = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
         e_tot = tl.exp(tot)
-        s_q = e_tot * _matvec(s0, s1, s2, s3, q0, q1, q2, q3) + tl.sum((decay * sc_q)[:, None] * h_d, 0)
-        s_k = e_tot * _matvec(s0, s1, s2, s3, k0, k1, k2, k3) + tl.sum((decay * sc_k)[:, None] * h_d, 0)
+        if FROM_CODES:
+            sb_q, sb_k = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
+                                        qn_ptr + bk * C, kn_ptr + bk * C, RFMT, BR, BC, HW, True)
+        else:
+            sb_q = _matvec(s0, s1, s2, s3, q0, q1, q2, q3)
+            sb_k = _matvec(s0, s1, s2, s3, k0, k1, k2, k3)
+        s_q = e_tot * sb_q + tl.sum((decay * sc_q)[:, None] * h_d, 0)
+        s_k = e_tot * sb_k + tl.sum((decay * sc_k)[:, None] * h_d, 0)
         alpha = tl.exp(g)
         b_d = beta * (b_v - alpha * s_k)
         b_o = alpha * s_q + tl.sum(tl.where(jj == n_w, sc_q, 0.0), 0) * b_d
@@ -474,11 +484,12 @@ def gdn_conventional_step(state: PackedState, slots: torch.Tensor, q: torch.Tens
                           v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, *, scale: float | None = None,
                           qk_l2norm: bool = True, seq_ids: torch.Tensor | None = None,
                           events: torch.Tensor | int = 1, seed: int = 0, layer: int = 0,
-                          block_r: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                          block_r: int | None = None, num_warps: int | None = None,
+                          out: torch.Tensor | None = None) -> torch.Tensor:
     """One conventional GDN decode step, state updated in place in ``state``'s format.
 
     state: PackedState pool [S, Hv, V, K]; slots [B] (-1 = skip); q, k [B, Hk, K]; v [B, Hv, V];
-    g, beta [B, Hv]. Returns o [B, Hv, V] in v's dtype.
+    g, beta [B, Hv]. Returns o [B, Hv, V] in v's dtype. block_r / num_warps override the launch shape.
     """
     Bsz, Hk, K = q.shape
     Hv, V = v.shape[1:]
@@ -496,7 +507,7 @@ def gdn_conventional_step(state: PackedState, slots: torch.Tensor, q: torch.Tens
         _as_i64(events, Bsz, dev), sr_seed(seed, layer),
         q.contiguous(), k.contiguous(), v, g.contiguous(), beta.contiguous(), o,
         float(K ** -0.5 if scale is None else scale), Hk, Hv, V, K,
-        FMT=state.code, SR=state.sr, NORM=qk_l2norm, BR=br, BC=bc, num_warps=_num_warps(br, bc),
+        FMT=state.code, SR=state.sr, NORM=qk_l2norm, BR=br, BC=bc, num_warps=num_warps or _num_warps(br, bc),
         enable_fp_fusion=False)
     return o
 
@@ -507,12 +518,14 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
                     scale: float | None = None, qk_l2norm: bool = True, flush: bool = False,
                     fold_new: bool = False, recompute: bool = True, seq_ids: torch.Tensor | None = None,
                     events: torch.Tensor | int = 1, seed: int = 0, layer: int = 0,
-                    block_r: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                    block_r: int | None = None, num_warps: int | None = None,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM GDN step for T = v.shape[1] tokens (see the module docstring).
 
     update / read: PackedState pools [S, Hv, V, K] (read=None: shared mode); records: ring buffers;
     start, wlen [B] int32 window pointers (advance them with ``mamba2.decode.commit``); q, k
-    [B, T, Hk, K]; v [B, T, Hv, V]; g, beta [B, T, Hv]. Returns o [B, T, Hv, V].
+    [B, T, Hk, K]; v [B, T, Hv, V]; g, beta [B, T, Hv]. Returns o [B, T, Hv, V]. block_r /
+    num_warps override the launch shape (``_replay_launch``).
     """
     Bsz, T, Hk, K = q.shape
     Hv, V = v.shape[2:]
@@ -550,7 +563,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         qn, kn, kq, kk, v, g.contiguous(), beta.contiguous(), o, Hk, Hv, V, K, records.ring,
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
-        BR=br, BC=bc, BJ=bj, num_warps=nw, enable_fp_fusion=False)
+        BR=br, BC=bc, BJ=bj, HW=v.is_cuda, num_warps=num_warps or nw, enable_fp_fusion=False)
     return o
 
 
