@@ -282,39 +282,37 @@ def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_
 # Launch-shape candidates per kernel kind (keywords of the wrappers; a wrapper that lacks a keyword
 # is tuned over the ones it has). "verify" is the non-flush kernel with T > 1 drafts.
 TUNE_SPACE = {
-    # the shapes that won (or came close) in earlier runs' full sweeps; the wrappers' defaults are
-    # set from these rows. GDN's replay wrapper picks its own launch shape (gdn/decode.py
-    # ``_replay_launch``, tuned on the H200): None = that default.
+    # the shapes that won (or came close) in earlier runs (``--tune-only`` rows in
+    # reports/bench/tune_explore.jsonl); the wrappers' defaults are set from these rows. GDN's
+    # replay wrapper picks its own launch shape (gdn/decode.py ``_replay_launch``): None = that default.
     "mamba2": {
         "conventional": dict(block_r=[16, 32], num_warps=[8]),
-        "flush": dict(block_r=[16, 32], num_warps=[4], fold=["dot"]),
-        "nonflush": dict(block_r=[None], num_warps=[4]),
+        "flush": dict(block_r=[16, 32], num_warps=[4, 8], fold_precision=["tf32x3"]),
+        "nonflush": dict(block_r=[None], num_warps=[2, 4]),
         "verify": dict(block_r=[64], num_warps=[4]),
     },
     "gdn": {
-        "conventional": dict(block_r=[16, 32]),
+        "conventional": dict(block_r=[8, 16], num_warps=[2, 4]),
         "flush": dict(block_r=[None]),
-        "nonflush": dict(block_r=[None]),
+        "nonflush": dict(block_r=[None], num_warps=[None, 2, 4]),
         "verify": dict(block_r=[None]),
     },
 }
-
 
 # The wider space of ``--tune-only`` (an exploration run; each entry a list of spaces whose products
 # are joined), from which TUNE_SPACE keeps the winners.
 TUNE_SPACE_WIDE = {
     "mamba2": {
         "conventional": [dict(block_r=[16, 32], num_warps=[4, 8])],
-        "flush": [dict(fold=["dot"], block_r=[16, 32], num_warps=[4]),
-                  dict(fold=["rank1"], block_r=[16, 32, 64], num_warps=[4, 8], fold_stages=[2, 3, 4])],
+        "flush": [dict(block_r=[16, 32], num_warps=[2, 4, 8]), dict(block_r=[64], num_warps=[8])],
         "nonflush": [dict(block_r=[None], num_warps=[2, 4, 8])],
-        "verify": [dict(block_r=[64], num_warps=[4])],
+        "verify": [dict(block_r=[64], num_warps=[2, 4])],
     },
     "gdn": {
         "conventional": [dict(block_r=[8, 16, 32], num_warps=[2, 4, 8])],
         "flush": [dict(block_r=[None, 32], num_warps=[None, 4])],
-        "nonflush": [dict(block_r=[None, 64], num_warps=[None, 2, 4])],
-        "verify": [dict(block_r=[None])],
+        "nonflush": [dict(block_r=[None, 32, 128], num_warps=[None, 2, 4, 8])],
+        "verify": [dict(block_r=[None, 32])],
     },
 }
 

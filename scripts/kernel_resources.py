@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     ap.add_argument("--hw", action="store_true", help="compile the GPU code path (the wrappers pick it for CUDA tensors)")
     ap.add_argument("--ops", nargs="+", default=["mamba2", "gdn"], choices=["mamba2", "gdn"])
     ap.add_argument("--m2-flush", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="extra mamba2_replay_step keywords for the flush launches, e.g. fold=rank1 block_r=64")
+                    help="extra mamba2_replay_step keywords for the flush launches, e.g. block_r=64 num_warps=8")
     args = ap.parse_args(argv)
     if args.hw:  # the wrappers choose the hardware decode path from x.is_cuda
         torch.Tensor.is_cuda = property(lambda self: True)

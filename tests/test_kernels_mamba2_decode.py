@@ -184,21 +184,19 @@ def test_replay_nonflush_and_verify(read_fmt, T, device):
             assert torch.equal(s["rec"].b[sl, q].cpu(), new["b"][b, t])
 
 
-@pytest.mark.parametrize("fold", ["dot", "rank1"])
 @pytest.mark.parametrize("upd_fmt,read_fmt,T,fold_new", [
     ("fp32", "fp32", 1, True), ("fp16-sr", "nvfp4", 1, True), ("bf16-sr", "fp8e4m3", 3, False),
     ("fp8e4m3-sr", "nvfp4-sr", 2, False),
 ])
-def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, fold, device):
-    """Flush: fold in fp32 (both fold implementations), store round_H and round_F of the same fp32
-    state (codes bit-exact with the exact-arithmetic inputs), outputs from the fp32 result (fold_new)
-    or verified drafts."""
+def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, device):
+    """Flush: fold in fp32, store round_H and round_F of the same fp32 state (codes bit-exact with the
+    exact-arithmetic inputs), outputs from the fp32 result (fold_new) or verified drafts."""
     s = _replay_setup(device, upd_fmt, read_fmt, W=6, T=T, exact=True)
     n = s["new"]
     out = torch.full((3, T, H, P), float("nan"), device=device)
     y = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
                            n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=True, fold_new=fold_new,
-                           seq_ids=s["seq_ids"].to(device), events=7, seed=3, layer=1, out=out, fold=fold)
+                           seq_ids=s["seq_ids"].to(device), events=7, seed=3, layer=1, out=out)
     y_ref, _, S = mamba2_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() if n[k] is not None else None
                                          for k in ("x", "dt", "A", "B", "C", "D", "dt_bias", "z")),
                                          flush=True, fold_new=fold_new)
@@ -213,16 +211,18 @@ def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, fold, device):
         assert s["start"].tolist() == [11, 11, 11] and s["wlen"].tolist() == [2, 2, 2]
 
 
-@pytest.mark.parametrize("fold,T", [("dot", 1), ("rank1", 1), ("rank1", 2)])
-def test_replay_flush_random(fold, T, device):
+@pytest.mark.parametrize("precision,T", [("tf32x3", 1), ("ieee", 1), ("tf32x3", 2), ("ieee", 2)])
+def test_replay_flush_random(precision, T, device):
     """Flush with random inputs (decays ≠ 1, so the fold's weights e^{c_W − c_j} matter; the exact-codes
-    test above has A = 0): fp32 state and outputs within fp32 rounding of the reference."""
+    test above has A = 0): fp32 state and outputs within fp32 rounding of the reference, for both
+    precisions of the fold and verify products (they differ only in compiled GPU code)."""
     s = _replay_setup(device, "fp32", "fp32", W=7, T=T, exact=False, start=13)  # the window wraps the ring
     n = s["new"]
     out = torch.full((3, T, H, P), float("nan"), device=device)
     y = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
                            n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=True, fold_new=T == 1,
-                           seq_ids=s["seq_ids"].to(device), out=out, fold=fold)
+                           seq_ids=s["seq_ids"].to(device), out=out, fold_precision=precision,
+                           verify_precision=precision)
     y_ref, _, S = mamba2_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() if n[k] is not None else None
                                          for k in ("x", "dt", "A", "B", "C", "D", "dt_bias", "z")),
                                          flush=True, fold_new=T == 1)
@@ -239,9 +239,9 @@ def test_bad_input_is_an_error(device):
     with pytest.raises(ValueError, match="fold_new"):
         mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
                            n["B"], n["C"], flush=True, fold_new=True)
-    with pytest.raises(ValueError, match="fold must be"):
+    with pytest.raises(ValueError, match="fold_precision must be"):
         mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
-                           n["B"], n["C"], flush=True, fold="loop")
+                           n["B"], n["C"], flush=True, fold_precision="tf32")
     with pytest.raises(ValueError, match="no Triton decode kernel"):
         PackedState.empty("mxfp4", 1, H, P, 32)
     with pytest.raises(ValueError, match="multiple of 16"):

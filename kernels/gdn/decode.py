@@ -464,10 +464,11 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
     """(rows, warps) of a replay program; the whole head when the launch stores NVFP4. ``serial``
     (a flush's fold, drafts): 64 rows and 128 state elements per thread — the work is a chain over
     records and tokens, and fewer threads with more independent work each ran it fastest (H200). The
-    T = 1 output-only step: 32 rows, 32 elements per thread from an fp32 read copy, 64 from a decoded
-    format (measured likewise)."""
-    br = _block_rows(R, stored, min(_pow2(R), 64 if serial else 32) if block_r is None else block_r)
-    per_thread = 128 if serial else (32 if read_fp32 else 64)
+    T = 1 output-only step: 64 rows, 64 elements per thread from an fp32 read copy, 128 from a stored
+    format (H200, batch 256: fp32 183 µs against 230 at the earlier 32 rows × 32 per thread; NVFP4
+    128 against 158; reports/bench/tune_explore.jsonl)."""
+    br = _block_rows(R, stored, min(_pow2(R), 64) if block_r is None else block_r)
+    per_thread = 128 if serial else (64 if read_fp32 else 128)
     return br, max(1, min(8, br * C // (32 * per_thread)))
 
 

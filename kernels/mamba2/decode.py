@@ -169,26 +169,6 @@ def mamba2_replay_scores_kernel(
 
 
 @triton.jit
-def _fold_rank1(b_s, tot, ru, rb, ra, start, n_w, m_r, m_c, H, G, R, C, RING, STAGES: tl.constexpr):
-    """The closed-form fold e^{c_W} S + Σ_j e^{c_W − c_j} u_j B_jᵀ as n_w rank-1 updates, oldest record
-    first, one fp32 FMA per element and record, on the state tile in the layout it was loaded in
-    (no matrix-product layouts, no shared-memory round trip of the state). A record's loads would sit
-    on the loop's critical path: the software pipeliner stages the next ones in shared memory
-    (``num_stages``). ru, rb, ra: this program's rows / the group's B / the head's a in ring slot 0."""
-    b_s = tl.exp(tot) * b_s
-    c = tot * 0
-    for j in tl.range(0, n_w, num_stages=STAGES):
-        p = ((start + j) & (RING - 1)).to(tl.int64)
-        c = c + tl.load(ra + p * H)
-        wu = tl.exp(tot - c) * tl.load(ru + p * (H * R), mask=m_r, other=0)
-        b_j = tl.load(rb + p * (G * C), mask=m_c, other=0)
-        b_s = tl.fma(wu[:, None], b_j[None, :], b_s)
-    # + 0: the reference adds the records' product (+0 where every term is 0) to e^{c_W} S, so a −0
-    # element comes out +0; here a −0 stays −0 when every term is −0. Same zeros, same codes.
-    return b_s + 0.0
-
-
-@triton.jit
 def mamba2_replay_step_kernel(
     u_d, u_sc, u_gs, su_d, su_sc, su_gs,          # update checkpoint
     r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,          # read copy
@@ -200,7 +180,7 @@ def mamba2_replay_step_kernel(
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
-    FOLD_DOT: tl.constexpr, FOLD_PREC: tl.constexpr, FOLD_STAGES: tl.constexpr, VERIFY_PREC: tl.constexpr,
+    FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr,
 ):
     i_r, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_g = i_h // (H // G)
@@ -251,19 +231,15 @@ def mamba2_replay_step_kernel(
 
     if FLUSH:
         b_s = load_state(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC)
+        h_b = tl.load(rb_ptr + slot * s_rb + (pos * G + i_g)[:, None] * C + cols[None, :],
+                      mask=m_win[:, None] & m_c[None, :], other=0)
         # closed-form fold of the W buffered records: S = e^{c_W} S + Σ_j e^{c_W - c_j} u_j B_jᵀ
+        # (one matrix product; FOLD_PREC "ieee" = fp32 FMAs, "tf32x3" = tensor cores with the
+        # 3-pass split, fp32-level accuracy). W rank-1 FMA updates of the tile, record loads
+        # software-pipelined, measured 1.5× slower on the H200 (1543 µs against 1027; bench README).
         tot = tl.sum(h_a, 0)
-        if FOLD_DOT:
-            # one matrix product over [W, rows] × [W, cols] record tiles (FOLD_PREC "ieee" = fp32
-            # FMAs, "tf32x3" = tensor cores with the 3-pass split, fp32-level accuracy)
-            h_b = tl.load(rb_ptr + slot * s_rb + (pos * G + i_g)[:, None] * C + cols[None, :],
-                          mask=m_win[:, None] & m_c[None, :], other=0)
-            w = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
-            b_s = tl.exp(tot) * b_s + tl.dot(tl.trans(w[:, None] * h_u), h_b, input_precision=FOLD_PREC)
-        else:
-            b_s = _fold_rank1(b_s, tot, ru_ptr + slot * s_ru + i_h * R + rows, rb_ptr + slot * s_rb + i_g * C + cols,
-                              ra_ptr + slot * s_ra + i_h, start, tl.where(valid, W, 0), m_r, m_c, H, G, R, C,
-                              RING, FOLD_STAGES)
+        w = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
+        b_s = tl.exp(tot) * b_s + tl.dot(tl.trans(w[:, None] * h_u), h_b, input_precision=FOLD_PREC)
         if FOLD_NEW:  # T = 1: n_u, n_a hold the new token's record (the T = 1 block above)
             n_b = tl.load(B_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
             b_s = tl.exp(n_a) * b_s + n_u[:, None] * n_b[None, :]
@@ -371,11 +347,13 @@ def _block_rows(R: int, C: int, stored: tuple[int, ...], block_r: int | None) ->
 # Launch shapes measured fastest on the H200 (scripts/bench_kernels.py "tune" rows, batch 256,
 # Nemotron-3-Super shape, reports/bench/bench_kernels.json): the conventional step at 16 rows × 8
 # warps (547 µs vs 564 at 64 × 8); the flush at 32 rows × 4 warps with the tf32x3 fold (1025 µs vs
-# 1306 for the fp32-FMA fold at 64 × 8); non-flush and verify steps at 64 rows × 4 warps.
+# 1306 for the fp32-FMA fold at 64 × 8); verify steps at 64 rows × 4 warps.
 CONVENTIONAL_BLOCK_R = 16
 CONVENTIONAL_NUM_WARPS = 8  # (575.6 µs at 16 rows × 4 warps)
 FLUSH_BLOCK_R = 32
-FOLD = "dot"
+# The T = 1 output-only step at 2 warps (whole head, 64 rows): fp32 read 274 µs vs 278 at 4 warps,
+# FP8 97 vs 129, NVFP4 143 vs 165 (reports/bench/tune_explore.jsonl).
+NONFLUSH_NUM_WARPS = 2
 
 
 def _num_warps(br: int, bc: int) -> int:
@@ -433,9 +411,8 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
                        z: torch.Tensor | None = None, *, flush: bool = False, fold_new: bool = False,
                        seq_ids: torch.Tensor | None = None, events: torch.Tensor | int = 1,
                        seed: int = 0, layer: int = 0, block_r: int | None = None,
-                       num_warps: int | None = None, fold: str = FOLD, fold_precision: str = "tf32x3",
-                       fold_stages: int = 3, verify_precision: str = "tf32x3",
-                       out: torch.Tensor | None = None) -> torch.Tensor:
+                       num_warps: int | None = None, fold_precision: str = "tf32x3",
+                       verify_precision: str = "tf32x3", out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM step for T = x.shape[1] tokens (T = 1: autoregressive; T > 1: speculative verify).
 
     update / read: PackedState pools [S, H, P, N] (read=None: shared mode, one copy, ``update``);
@@ -444,17 +421,12 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     flush: fold the window into the update checkpoint and write both copies (SR event ``events``);
     fold_new: also fold the new token (autoregressive flush; needs T = 1).
     Returns y [B, T, H, P]. The non-flush step writes only y and the T records.
-    block_r / num_warps override the launch shape. fold: how the flush folds the window —
-    "rank1": W rank-1 fp32 FMA updates of the state tile, record loads software-pipelined
-    (``fold_stages`` stages); "dot": one matrix product over record tiles. fold_precision /
-    verify_precision: the matrix products of the "dot" fold and of the T > 1 verify block run on
-    tensor cores with the 3-pass TF32 split by default ("tf32x3": each product's relative error
-    ≤ ~2^-21 against 2^-24 for fp32 FMAs, far below any state format's rounding; inputs with ≤ 11
-    significant bits are exact); "ieee" runs them as fp32 FMAs (the flush is then ~25% slower on the
-    H200).
+    block_r / num_warps override the launch shape. fold_precision / verify_precision: the matrix
+    products of the flush's fold and of the T > 1 verify block run on tensor cores with the 3-pass
+    TF32 split by default ("tf32x3": each product's relative error ≤ ~2^-21 against 2^-24 for fp32
+    FMAs, far below any state format's rounding; inputs with ≤ 11 significant bits are exact);
+    "ieee" runs them as fp32 FMAs (the flush is then ~25% slower on the H200).
     """
-    if fold not in ("dot", "rank1"):
-        raise ValueError(f"fold must be 'dot' or 'rank1', got {fold!r}")
     for name, prec in (("fold_precision", fold_precision), ("verify_precision", verify_precision)):
         if prec not in ("tf32x3", "ieee"):
             raise ValueError(f"{name} must be 'tf32x3' or 'ieee', got {prec!r}")
@@ -496,9 +468,9 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
-        BR=br, BC=bc, BJ=bj, TP=max(_pow2(T), 16), HW=x.is_cuda, FOLD_DOT=fold == "dot",
-        FOLD_PREC=fold_precision, FOLD_STAGES=fold_stages, VERIFY_PREC=verify_precision,
-        num_warps=num_warps or 4,
+        BR=br, BC=bc, BJ=bj, TP=max(_pow2(T), 16), HW=x.is_cuda, FOLD_PREC=fold_precision,
+        VERIFY_PREC=verify_precision,
+        num_warps=num_warps or (NONFLUSH_NUM_WARPS if T == 1 and not flush else 4),
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance
         # and the records are single products); a flush rounds state and must not
         enable_fp_fusion=not flush)
