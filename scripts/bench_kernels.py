@@ -295,7 +295,7 @@ TUNE_SPACE = {
         "conventional": dict(block_r=[8, 16], num_warps=[2, 4]),
         "flush": dict(block_r=[None]),
         "nonflush": dict(block_r=[None], num_warps=[None, 2, 4]),
-        "verify": dict(block_r=[None]),
+        "verify": dict(block_r=[None], num_warps=[None, 4]),
     },
 }
 
@@ -312,7 +312,7 @@ TUNE_SPACE_WIDE = {
         "conventional": [dict(block_r=[8, 16, 32], num_warps=[2, 4, 8])],
         "flush": [dict(block_r=[None, 32], num_warps=[None, 4])],
         "nonflush": [dict(block_r=[None, 32, 128], num_warps=[None, 2, 4, 8])],
-        "verify": [dict(block_r=[None, 32])],
+        "verify": [dict(block_r=[None, 32], num_warps=[None, 4, 8])],
     },
 }
 
@@ -845,7 +845,8 @@ def main(argv=None) -> int:
             res = dict(res, rows=[r for p in parts for r in p["rows"]],
                        correctness={k: v for p in parts for k, v in p["correctness"].items()},
                        ceiling=max((p["ceiling"] for p in parts), key=lambda c: c["GBps"]),
-                       provenance={"merged_from": [p["provenance"] for p in parts]})
+                       provenance={"device": parts[0]["provenance"].get("device"),
+                                   "merged_from": [p["provenance"] for p in parts]})
         res["summary"] = summarise(res["rows"], res["correctness"], res["ceiling"])
         res["summary_recomputed_by"] = " ".join(sys.argv)
         out.parent.mkdir(parents=True, exist_ok=True)

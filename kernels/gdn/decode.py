@@ -443,9 +443,11 @@ def _pow2(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
 
 
-# The conventional step's rows per program, measured fastest on the H200 (batch 256, Qwen3.5-4B
-# shape, "tune" rows of reports/bench/bench_kernels.json): 285.7 µs at 16 against 299.4 at 32.
-CONVENTIONAL_BLOCK_R = 16
+# The conventional step's launch shape, measured fastest on the H200 (batch 256, Qwen3.5-4B shape,
+# "tune" rows of reports/bench/bench_kernels.json): 8 rows × 2 warps 281.3 µs, 16 × 2 284.7,
+# 16 × 4 285.6, 8 × 4 300.7 (differences of ~1% are within run-to-run noise).
+CONVENTIONAL_BLOCK_R = 8
+CONVENTIONAL_NUM_WARPS = 2
 
 
 def _block_rows(R: int, stored: tuple[int, ...], block_r: int | None) -> int:
@@ -460,7 +462,7 @@ def _num_warps(br: int, bc: int) -> int:
 
 
 def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None, serial: bool,
-                   read_fp32: bool) -> tuple[int, int]:
+                   read_fp32: bool, sr: bool = False) -> tuple[int, int]:
     """(rows, warps) of a replay program; the whole head when the launch stores NVFP4. ``serial``
     (a flush's fold, drafts): 64 rows and 128 state elements per thread — the work is a chain over
     records and tokens, and fewer threads with more independent work each ran it fastest (H200). The
@@ -469,7 +471,12 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
     128 against 158; reports/bench/tune_explore.jsonl)."""
     br = _block_rows(R, stored, min(_pow2(R), 64) if block_r is None else block_r)
     per_thread = 128 if serial else (64 if read_fp32 else 128)
-    return br, max(1, min(8, br * C // (32 * per_thread)))
+    if FMT_NVFP4 in stored:
+        # the whole head's [128, 128] tile: at 128 elements per thread it spilled (sm_90 compile,
+        # scripts/kernel_resources.py: 255 registers + 8 bytes of stack with an fp32 update copy,
+        # 6920 bytes with an SR one); 64 per thread (32 with SR) keeps it in registers or nearly
+        per_thread = 32 if sr else 64
+    return br, max(1, min(16, br * C // (32 * per_thread)))
 
 
 def _as_i64(v, B: int, device) -> torch.Tensor:
@@ -502,13 +509,15 @@ def gdn_conventional_step(state: PackedState, slots: torch.Tensor, q: torch.Tens
     o = torch.empty_like(v) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     br = _block_rows(V, (state.code,), CONVENTIONAL_BLOCK_R if block_r is None else block_r)
+    if num_warps is None:
+        num_warps = CONVENTIONAL_NUM_WARPS if block_r is None else _num_warps(br, max(_pow2(K), 16))
     bc = max(_pow2(K), 16)
     gdn_conventional_step_kernel[(triton.cdiv(V, br), Hv, Bsz)](
         *state.kernel_args(), slots.to(torch.int32).contiguous(), _as_i64(seq_ids, Bsz, dev),
         _as_i64(events, Bsz, dev), sr_seed(seed, layer),
         q.contiguous(), k.contiguous(), v, g.contiguous(), beta.contiguous(), o,
         float(K ** -0.5 if scale is None else scale), Hk, Hv, V, K,
-        FMT=state.code, SR=state.sr, NORM=qk_l2norm, BR=br, BC=bc, num_warps=num_warps or _num_warps(br, bc),
+        FMT=state.code, SR=state.sr, NORM=qk_l2norm, BR=br, BC=bc, num_warps=num_warps,
         enable_fp_fusion=False)
     return o
 
@@ -544,7 +553,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     bc = max(_pow2(K), 16)
     br, nw = _replay_launch(V, bc, (update.code, read.code) if flush else (), block_r, flush or T > 1,
-                            read.code == FMT_FP32)
+                            read.code == FMT_FP32, sr=flush and (update.sr or (read.sr and not shared)))
     bj = max(records.ring, 16)
     slots32, start32, wlen32 = (t.to(torch.int32).contiguous() for t in (slots, start, wlen))
     qn = torch.empty(Bsz, T, Hk, K, dtype=torch.float32, device=dev)

@@ -356,6 +356,15 @@ FLUSH_BLOCK_R = 32
 NONFLUSH_NUM_WARPS = 2
 
 
+def _replay_warps(T: int, flush: bool, stored: tuple[int, ...]) -> int:
+    """Warps of a replay program. A flush that stores NVFP4 holds the whole head's [64, 128] tile (the
+    global scale is per matrix): at 4 warps it spilled (sm_90 compile, ``scripts/kernel_resources.py``:
+    255 registers + 48-104 bytes of stack), at 8 it does not."""
+    if flush and FMT_NVFP4 in stored:
+        return 8
+    return NONFLUSH_NUM_WARPS if T == 1 and not flush else 4
+
+
 def _num_warps(br: int, bc: int) -> int:
     return 8 if br * bc >= 8192 else 4
 
@@ -470,7 +479,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
         BR=br, BC=bc, BJ=bj, TP=max(_pow2(T), 16), HW=x.is_cuda, FOLD_PREC=fold_precision,
         VERIFY_PREC=verify_precision,
-        num_warps=num_warps or (NONFLUSH_NUM_WARPS if T == 1 and not flush else 4),
+        num_warps=num_warps or _replay_warps(T, flush, fmts),
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance
         # and the records are single products); a flush rounds state and must not
         enable_fp_fusion=not flush)
