@@ -471,11 +471,12 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
     128 against 158; reports/bench/tune_explore.jsonl)."""
     br = _block_rows(R, stored, min(_pow2(R), 64) if block_r is None else block_r)
     per_thread = 128 if serial else (64 if read_fp32 else 128)
-    if FMT_NVFP4 in stored:
-        # the whole head's [128, 128] tile: at 128 elements per thread it spilled (sm_90 compile,
-        # scripts/kernel_resources.py: 255 registers + 8 bytes of stack with an fp32 update copy,
-        # 6920 bytes with an SR one); 64 per thread (32 with SR) keeps it in registers or nearly
-        per_thread = 32 if sr else 64
+    if FMT_NVFP4 in stored and sr:
+        # the whole head's [128, 128] tile rounded with SR words: at 128 elements per thread it spilled
+        # 6920 bytes of stack (sm_90 compile, scripts/kernel_resources.py), at 32 (16 warps) 216 bytes;
+        # H200, batch 256, fp16-SR update + NVFP4 read copy: 2408 µs against 9708. Without SR, 8 warps
+        # (no spill) measured slower than 4 (255 registers, 8 bytes of stack): 975 against 739 µs.
+        per_thread = 32
     return br, max(1, min(16, br * C // (32 * per_thread)))
 
 
