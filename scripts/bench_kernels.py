@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -356,7 +357,28 @@ def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, nbytes, wide=False
 # ---------------------------------------------------------------------------------------------
 # fla peers
 # ---------------------------------------------------------------------------------------------
+def _fla_autotuners() -> list:
+    """The triton Autotuner objects of the imported fla kernels (unwrapping heuristics wrappers)."""
+    from triton.runtime.autotuner import Autotuner
+
+    found = []
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("fla.ops") or mod is None:
+            continue
+        for v in vars(mod).values():
+            while v is not None and not isinstance(v, Autotuner) and hasattr(v, "fn"):
+                v = v.fn
+            if isinstance(v, Autotuner) and all(v is not f for f in found):
+                found.append(v)
+    return found
+
+
 def fla_peer(op, B, dev):
+    # fla autotunes its kernels with keys that leave out the batch size and caches the choice on disk:
+    # the config picked at the first (batch 1) call would then time every batch (one run measured the
+    # Mamba-2-like peer 30% slower at every batch that way). A peer gets its best: the disk cache is
+    # off and the in-memory choices are cleared before each batch, so it autotunes at that batch.
+    os.environ.setdefault("FLA_CACHE_RESULTS", "0")
     try:
         # fla imports transformers, whose probe for the 'kernels' package must not see this
         # repository's kernels/ folder: run the probe with the root hidden first
@@ -398,6 +420,9 @@ def fla_peer(op, B, dev):
             return fn(a["q"], a["k"], a["v"], g=a["g"], initial_state=a["initial_state"], output_final_state=True)
     nsets = n_sets(nbytes)
     sets = [make() for _ in range(nsets)]
+    tuners = _fla_autotuners()
+    for at in tuners:
+        at.cache.clear()
     try:
         with torch.no_grad():
             us, how = time_launches(lambda i: call(sets[i]), nsets)
@@ -405,8 +430,9 @@ def fla_peer(op, B, dev):
         return {"op": op, "kernel": "fla", "batch": B, "error": f"{type(e).__name__}: {e}"}
     sets.clear()
     torch.cuda.empty_cache()
+    chosen = {getattr(at, "base_fn", at.fn).__name__: str(at.best_config) for at in tuners if at.cache}
     return {"op": op, "kernel": "fla", "batch": B, "us": us, "bytes": nbytes, "GBps": nbytes / us / 1e3,
-            "timing": how, "buffer_sets": nsets,
+            "timing": how, "buffer_sets": nsets, "autotuned_at_this_batch": chosen,
             "implementation": fn.__module__ + "." + fn.__name__}
 
 
