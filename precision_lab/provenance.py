@@ -14,8 +14,11 @@ _PACKAGES = ("precision-lab", "torch", "triton", "transformers", "datasets", "lm
 
 def git_hash() -> str | None:
     """Commit of the source tree (with '-dirty' when it has uncommitted changes), or None. A copy of
-    the tree without its .git (e.g. shipped to a GPU machine) can name its commit in the environment
-    variable PRECISION_LAB_GIT."""
+    the tree shipped elsewhere (e.g. to a GPU machine) names its commit in the environment variable
+    PRECISION_LAB_GIT, which wins: such a copy may carry no .git, or a stale one whose HEAD is not
+    the commit of the files beside it."""
+    if os.environ.get("PRECISION_LAB_GIT"):
+        return os.environ["PRECISION_LAB_GIT"]
     root = Path(__file__).resolve().parent.parent
     try:
         h = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)

@@ -668,3 +668,14 @@ def test_rebuild_replaces_and_failure_keeps(tmp_path, inputs):
         build_report([inputs["sim"][0], bad], out)
     assert (out / "index.md").read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "r"]  # no staging folder left
+
+
+def test_git_hash_named_in_the_environment_wins(monkeypatch):
+    """A tree shipped to another machine may carry a stale .git: the commit named in
+    PRECISION_LAB_GIT is the one recorded."""
+    from precision_lab.provenance import git_hash
+
+    monkeypatch.setenv("PRECISION_LAB_GIT", "0123abc")
+    assert git_hash() == "0123abc"
+    monkeypatch.delenv("PRECISION_LAB_GIT")
+    assert git_hash() != "0123abc"
