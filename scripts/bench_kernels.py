@@ -871,8 +871,10 @@ def main(argv=None) -> int:
             res = dict(res, rows=[r for p in parts for r in p["rows"]],
                        correctness={k: v for p in parts for k, v in p["correctness"].items()},
                        ceiling=max((p["ceiling"] for p in parts), key=lambda c: c["GBps"]),
-                       provenance={"device": parts[0]["provenance"].get("device"),
-                                   "merged_from": [p["provenance"] for p in parts]})
+                       # the first part's provenance (versions, device, commit, time) stands for the
+                       # merge; each part's own is kept under merged_from
+                       provenance=dict(parts[0]["provenance"], command=None, seconds=None,
+                                       merged_from=[p["provenance"] for p in parts]))
         res["summary"] = summarise(res["rows"], res["correctness"], res["ceiling"])
         res["summary_recomputed_by"] = " ".join(sys.argv)
         out.parent.mkdir(parents=True, exist_ok=True)
