@@ -389,3 +389,58 @@ def initial_pool(S0: torch.Tensor, fmt: str, slots: torch.Tensor, pool_slots: in
             dst.zero_()
             dst[slots.cpu()[live].to(dst.device)] = src[live].to(dst.device)
     return pool
+
+
+def commit(start: torch.Tensor, wlen: torch.Tensor, accepted: torch.Tensor | int, flushed: bool,
+           ring: int) -> None:
+    """Advance the window pointers in place after a step that verified T tokens and kept ``accepted``.
+
+    Non-flush: W += a. Flush: the history moved into the checkpoint, the accepted tokens' records
+    (at positions W..W+a-1) become the new window: start += W, W = a. An autoregressive flush
+    (fold_new) keeps nothing: call with accepted = 0.
+    """
+    if flushed:
+        start.add_(wlen).bitwise_and_(ring - 1)
+        wlen.zero_().add_(accepted)
+    else:
+        wlen.add_(accepted)
+
+
+def decode_stream(T: int, state_shape: tuple[int, ...], policy, make_records, conventional_step, replay_step, *,
+                  S0: torch.Tensor | None, seq_ids: torch.Tensor | None, layer: int,
+                  slots: torch.Tensor | None, pool_slots: int | None, device):
+    """The autoregressive stream driver behind ``mamba2_decode_stream`` and ``gdn_decode_stream``: the
+    pools (initial state S0 [B, H, R, C] at SR event 0, zeros if None), the record ring buffers, and
+    the token loop with its flushes every ``policy.buffer_len`` tokens and window commits.
+
+    make_records(pool_slots, ring) builds the operator's records; conventional_step(t, state, slots,
+    kw) and replay_step(t, update, read, records, slots, start, wlen, flush, kw) run token t's step
+    and return its output [B, ...] (kw: the SR counters seq_ids, seed, layer, events of the step).
+    Returns (outputs [B, T, ...], update pool, read pool, state writes).
+    """
+    from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
+
+    Bsz = state_shape[0]
+    slots = torch.arange(Bsz, device=device) if slots is None else slots.to(device)
+    n_slots = int(pool_slots or int(slots.max()) + 1)
+    seq_ids = torch.arange(Bsz, device=device) if seq_ids is None else seq_ids.to(device)
+    S0 = torch.zeros(state_shape, device=device) if S0 is None else S0.float()
+    kw = dict(seq_ids=seq_ids, seed=policy.seed, layer=layer)
+    update = initial_pool(S0, policy.update, slots, n_slots, copy=COPY_UPDATE, **kw)
+    read = initial_pool(S0, policy.read, slots, n_slots, copy=COPY_READ, **kw) if policy.mode == "split" else None
+    L = policy.buffer_len
+    records = make_records(n_slots, triton.next_power_of_2(L)) if policy.is_replay else None
+    start = torch.zeros(Bsz, dtype=torch.int32, device=device)
+    wlen = torch.zeros(Bsz, dtype=torch.int32, device=device)
+    outs, writes = [], 0
+    for t in range(T):
+        step_kw = dict(kw, events=writes + 1)
+        if not policy.is_replay:
+            outs.append(conventional_step(t, update, slots, step_kw))
+            writes += 1
+            continue
+        flush = t % L == L - 1
+        outs.append(replay_step(t, update, read, records, slots, start, wlen, flush, step_kw))
+        commit(start, wlen, 0 if flush else 1, flush, records.ring)
+        writes += int(flush)
+    return torch.stack(outs, 1), update, (update if read is None else read), writes

@@ -44,6 +44,7 @@ import triton.language as tl
 from precision_lab.kernels.decode_state import (
     FMT_NVFP4,
     PackedState,
+    decode_stream,
     load_state,
     read_state_dot,
     sr_seed,
@@ -534,7 +535,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     """One ReplaySSM GDN step for T = v.shape[1] tokens (see the module docstring).
 
     update / read: PackedState pools [S, Hv, V, K] (read=None: shared mode); records: ring buffers;
-    start, wlen [B] int32 window pointers (advance them with ``mamba2.decode.commit``); q, k
+    start, wlen [B] int32 window pointers (advance them with ``decode_state.commit``); q, k
     [B, T, Hk, K]; v [B, T, Hv, V]; g, beta [B, T, Hv]. Returns o [B, T, Hv, V]. block_r /
     num_warps override the launch shape (``_replay_launch``).
     """
@@ -586,38 +587,19 @@ def gdn_decode_stream(q, k, v, g, beta, *, policy, scale: float | None = None, q
     q, k [B, T, Hk, K]; v [B, T, Hv, V]; g, beta [B, T, Hv]; policy: StatePolicy; S0 [B, Hv, V, K].
     Returns (o [B, T, Hv, V], update PackedState pool, read PackedState pool, state writes).
     """
-    from precision_lab.kernels.decode_state import initial_pool
-    from precision_lab.kernels.mamba2.decode import commit
-    from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
-
     Bsz, T, Hk, K = q.shape
     Hv, V = v.shape[2:]
-    dev = v.device
-    slots = torch.arange(Bsz, device=dev) if slots is None else slots.to(dev)
-    S = int(pool_slots or int(slots.max()) + 1)
-    seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids.to(dev)
-    S0 = torch.zeros(Bsz, Hv, V, K, device=dev) if S0 is None else S0.float()
-    kw = dict(seq_ids=seq_ids, seed=policy.seed, layer=layer)
-    update = initial_pool(S0, policy.update, slots, S, copy=COPY_UPDATE, **kw)
-    read = initial_pool(S0, policy.read, slots, S, copy=COPY_READ, **kw) if policy.mode == "split" else None
-    os_, writes, L = [], 0, policy.buffer_len
-    records = GDNRecords(S, _pow2(L), Hk, Hv, V, K, device=dev) if policy.is_replay else None
-    start = torch.zeros(Bsz, dtype=torch.int32, device=dev)
-    wlen = torch.zeros(Bsz, dtype=torch.int32, device=dev)
-    recompute = policy.gdn_fold == "recompute"
-    for t in range(T):
-        if not policy.is_replay:
-            o = gdn_conventional_step(update, slots, q[:, t], k[:, t], v[:, t], g[:, t], beta[:, t], scale=scale,
-                                      qk_l2norm=qk_l2norm, events=writes + 1, **kw)
-            writes += 1
-            os_.append(o)
-            continue
-        flush = t % L == L - 1
-        sl = slice(t, t + 1)
-        o = gdn_replay_step(update, read, records, slots, start, wlen, q[:, sl], k[:, sl], v[:, sl], g[:, sl],
-                            beta[:, sl], scale=scale, qk_l2norm=qk_l2norm, flush=flush, fold_new=flush,
-                            recompute=recompute, events=writes + 1, **kw)
-        os_.append(o[:, 0])
-        commit(start, wlen, 0 if flush else 1, flush, records.ring)
-        writes += int(flush)
-    return torch.stack(os_, 1), update, (update if read is None else read), writes
+    step_kw = dict(scale=scale, qk_l2norm=qk_l2norm)
+
+    def conventional(t, state, slots, kw):
+        return gdn_conventional_step(state, slots, q[:, t], k[:, t], v[:, t], g[:, t], beta[:, t], **step_kw, **kw)
+
+    def replay(t, update, read, records, slots, start, wlen, flush, kw):
+        s = slice(t, t + 1)
+        return gdn_replay_step(update, read, records, slots, start, wlen, q[:, s], k[:, s], v[:, s], g[:, s],
+                               beta[:, s], flush=flush, fold_new=flush, recompute=policy.gdn_fold == "recompute",
+                               **step_kw, **kw)[:, 0]
+
+    return decode_stream(T, (Bsz, Hv, V, K), policy, lambda n, ring: GDNRecords(n, ring, Hk, Hv, V, K, device=v.device),
+                         conventional, replay, S0=S0, seq_ids=seq_ids, layer=layer, slots=slots,
+                         pool_slots=pool_slots, device=v.device)

@@ -18,7 +18,7 @@ holding everything before lo, the output of the token at position p is the outpu
   new token is folded too and y = S C comes from that fp32 result; otherwise (speculative flush) the
   T drafts are verified against S_b = the fp32 S with lo = W. Then round_H(S) is stored as the
   update checkpoint and round_F(S) as the read copy (split mode), both from the same fp32 S.
-* commit is pointer arithmetic on (start, W) (``commit`` below): rejected records are overwritten.
+* commit is pointer arithmetic on (start, W) (``decode_state.commit``): rejected records are overwritten.
 
 Launch: one program per (row block of P, head, batch entry); a program streams its rows of the
 head's state (contiguous) once. ``slots[b] = -1`` skips the entry (zero output, nothing stored).
@@ -38,6 +38,8 @@ import triton.language as tl
 from precision_lab.kernels.decode_state import (
     FMT_NVFP4,
     PackedState,
+    commit,
+    decode_stream,
     load_state,
     read_state_dot,
     softplus,
@@ -66,21 +68,6 @@ class Mamba2Records:
         r = Mamba2Records.__new__(Mamba2Records)
         r.ring, r.u, r.b, r.a = self.ring, self.u.clone(), self.b.clone(), self.a.clone()
         return r
-
-
-def commit(start: torch.Tensor, wlen: torch.Tensor, accepted: torch.Tensor | int, flushed: bool,
-           ring: int) -> None:
-    """Advance the window pointers in place after a step that verified T tokens and kept ``accepted``.
-
-    Non-flush: W += a. Flush: the history moved into the checkpoint, the accepted tokens' records
-    (at positions W..W+a-1) become the new window: start += W, W = a. An autoregressive flush
-    (fold_new) keeps nothing: call with accepted = 0.
-    """
-    if flushed:
-        start.add_(wlen).bitwise_and_(ring - 1)
-        wlen.zero_().add_(accepted)
-    else:
-        wlen.add_(accepted)
 
 
 @triton.jit
@@ -496,36 +483,19 @@ def mamba2_decode_stream(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: 
     entries are skipped); pool_slots: pool size (default max slot + 1).
     Returns (y [B, T, H, P], update PackedState pool, read PackedState pool, state writes).
     """
-    from precision_lab.kernels.decode_state import initial_pool
-    from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
-
     Bsz, T, H, P = x.shape
     G, N = B.shape[-2:]
-    dev = x.device
-    slots = torch.arange(Bsz, device=dev) if slots is None else slots.to(dev)
-    S = int(pool_slots or int(slots.max()) + 1)
-    seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids.to(dev)
-    S0 = torch.zeros(Bsz, H, P, N, device=dev) if S0 is None else S0.float()
-    kw = dict(seq_ids=seq_ids, seed=policy.seed, layer=layer)
-    update = initial_pool(S0, policy.update, slots, S, copy=COPY_UPDATE, **kw)
-    read = initial_pool(S0, policy.read, slots, S, copy=COPY_READ, **kw) if policy.mode == "split" else None
-    ys, writes, L = [], 0, policy.buffer_len
-    records = Mamba2Records(S, _pow2(L), H, G, P, N, device=dev) if policy.is_replay else None
-    start = torch.zeros(Bsz, dtype=torch.int32, device=dev)
-    wlen = torch.zeros(Bsz, dtype=torch.int32, device=dev)
-    for t in range(T):
-        zt = None if z is None else z[:, t:t + 1]
-        if not policy.is_replay:
-            y = mamba2_conventional_step(update, slots, x[:, t], dt[:, t], A, B[:, t], C[:, t], D, dt_bias,
-                                         None if zt is None else zt[:, 0], events=writes + 1, **kw)
-            writes += 1
-            ys.append(y)
-            continue
-        flush = t % L == L - 1
-        y = mamba2_replay_step(update, read, records, slots, start, wlen, x[:, t:t + 1], dt[:, t:t + 1], A,
-                               B[:, t:t + 1], C[:, t:t + 1], D, dt_bias, zt, flush=flush, fold_new=flush,
-                               events=writes + 1, **kw)
-        ys.append(y[:, 0])
-        commit(start, wlen, 0 if flush else 1, flush, records.ring)
-        writes += int(flush)
-    return torch.stack(ys, 1), update, (update if read is None else read), writes
+    pick = (lambda v, t: None if v is None else v[:, t])  # noqa: E731
+
+    def conventional(t, state, slots, kw):
+        return mamba2_conventional_step(state, slots, x[:, t], dt[:, t], A, B[:, t], C[:, t], D, dt_bias,
+                                        pick(z, t), **kw)
+
+    def replay(t, update, read, records, slots, start, wlen, flush, kw):
+        s = slice(t, t + 1)
+        return mamba2_replay_step(update, read, records, slots, start, wlen, x[:, s], dt[:, s], A, B[:, s], C[:, s],
+                                  D, dt_bias, pick(z, s), flush=flush, fold_new=flush, **kw)[:, 0]
+
+    return decode_stream(T, (Bsz, H, P, N), policy, lambda n, ring: Mamba2Records(n, ring, H, G, P, N, device=x.device),
+                         conventional, replay, S0=S0, seq_ids=seq_ids, layer=layer, slots=slots,
+                         pool_slots=pool_slots, device=x.device)
