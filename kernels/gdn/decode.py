@@ -445,8 +445,8 @@ def _pow2(n: int) -> int:
 
 
 # The conventional step's launch shape, measured fastest on the H200 (batch 256, Qwen3.5-4B shape,
-# "tune" rows of reports/bench/bench_kernels.json): 8 rows × 2 warps 281.3 µs, 16 × 2 284.7,
-# 16 × 4 285.6, 8 × 4 300.7 (differences of ~1% are within run-to-run noise).
+# "tune" rows of reports/bench/bench_kernels.json): 8 rows × 2 warps 285.6 µs, 16 × 2 288.1,
+# 16 × 4 288.3, 8 × 4 304.3 (differences of ~1% are within run-to-run noise).
 CONVENTIONAL_BLOCK_R = 8
 CONVENTIONAL_NUM_WARPS = 2
 
@@ -555,7 +555,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     bc = max(_pow2(K), 16)
     br, nw = _replay_launch(V, bc, (update.code, read.code) if flush else (), block_r, flush or T > 1,
-                            read.code == FMT_FP32, sr=flush and (update.sr or (read.sr and not shared)))
+                            read.code == FMT_FP32, sr=flush and (update.sr or read.sr))
     bj = max(records.ring, 16)
     slots32, start32, wlen32 = (t.to(torch.int32).contiguous() for t in (slots, start, wlen))
     qn = torch.empty(Bsz, T, Hk, K, dtype=torch.float32, device=dev)

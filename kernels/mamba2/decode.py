@@ -332,14 +332,15 @@ def _block_rows(R: int, C: int, stored: tuple[int, ...], block_r: int | None) ->
 
 
 # Launch shapes measured fastest on the H200 (scripts/bench_kernels.py "tune" rows, batch 256,
-# Nemotron-3-Super shape, reports/bench/bench_kernels.json): the conventional step at 16 rows × 8
-# warps (547 µs vs 564 at 64 × 8); the flush at 32 rows × 4 warps with the tf32x3 fold (1025 µs vs
-# 1306 for the fp32-FMA fold at 64 × 8); verify steps at 64 rows × 4 warps.
+# Nemotron-3-Super shape; reports/bench/bench_kernels.json and tune_explore.jsonl): the conventional
+# step at 16 rows × 8 warps (547.2 µs; 555.4 at 32 × 8, 575.9 at 16 × 4); the flush at 32 rows × 4
+# warps with the tf32x3 fold (1027.9 µs; 1028.8 at 16 × 4, 1339.9 at 32 × 8, 1252-1306 with the
+# fp32-FMA fold in earlier runs); verify steps at 64 rows × 4 warps.
 CONVENTIONAL_BLOCK_R = 16
-CONVENTIONAL_NUM_WARPS = 8  # (575.6 µs at 16 rows × 4 warps)
+CONVENTIONAL_NUM_WARPS = 8
 FLUSH_BLOCK_R = 32
-# The T = 1 output-only step at 2 warps (whole head, 64 rows): fp32 read 274 µs vs 278 at 4 warps,
-# FP8 97 vs 129, NVFP4 143 vs 165 (reports/bench/tune_explore.jsonl).
+# The T = 1 output-only step at 2 warps (whole head, 64 rows): fp32 read 273.4 µs vs 277.1 at 4
+# warps, FP8 96.8 vs 128.3, NVFP4 142.3 vs 164.3.
 NONFLUSH_NUM_WARPS = 2
 
 

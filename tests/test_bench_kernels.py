@@ -1,0 +1,71 @@
+"""The CPU-side pieces of scripts/bench_kernels.py: launch-shape candidates, finding the fla peers'
+autotuners, merging per-operator result files (the timings themselves need the GPU)."""
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import triton
+import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import bench_kernels  # noqa: E402
+
+
+def test_tune_candidates_join_spaces_and_drop_keywords_a_wrapper_lacks(monkeypatch):
+    monkeypatch.setitem(bench_kernels.TUNE_SPACE_WIDE["gdn"], "conventional",
+                        [dict(block_r=[8, 16], num_warps=[2]), dict(block_r=[8], num_warps=[2, 4], no_such_kw=[1, 2])])
+    got = bench_kernels.tune_candidates("gdn", "conventional", wide=True)
+    assert got == [dict(block_r=8, num_warps=2), dict(block_r=16, num_warps=2), dict(block_r=8, num_warps=4)]
+    assert bench_kernels.tune_candidates("mamba2", "verify") == [dict(block_r=64, num_warps=4)]
+
+
+@triton.jit
+def _toy_kernel(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), tl.arange(0, BLOCK))
+
+
+def test_fla_autotuners_are_found_behind_heuristics(monkeypatch):
+    """fla wraps its kernels as heuristics(autotune(jit)); the peer clears those autotuners' choices
+    before each batch, so they must be found through the wrapper."""
+    tuned = triton.autotune(configs=[triton.Config({}, num_warps=4), triton.Config({}, num_warps=8)],
+                            key=["BLOCK"])(_toy_kernel)
+    wrapped = triton.heuristics({"BLOCK": lambda args: 16})(tuned)
+    mod = types.ModuleType("fla.ops.toy")
+    mod.kernel, mod.other = wrapped, 3
+    monkeypatch.setitem(sys.modules, "fla.ops.toy", mod)
+    monkeypatch.setitem(sys.modules, "not_fla.ops", types.SimpleNamespace(k=tuned))
+    assert sum(f is tuned for f in bench_kernels._fla_autotuners()) == 1
+    also = types.ModuleType("fla.ops.toy_again")  # the same kernel reached twice is one autotuner
+    also.kernel = tuned
+    monkeypatch.setitem(sys.modules, "fla.ops.toy_again", also)
+    assert sum(f is tuned for f in bench_kernels._fla_autotuners()) == 1
+
+
+def _part(op, ceiling, check_ok=True):
+    return {"kind": "bench-kernels", "partial": True,
+            "provenance": {"git": "abc1234", "device": "NVIDIA H200", "command": f"--ops {op}", "seconds": 9.0},
+            "ceiling": {"GBps": ceiling},
+            "correctness": {f"{op}:fp32": {"ok": check_ok}, f"{op}:shared:fp32": {"ok": check_ok}},
+            "rows": [{"op": op, "tag": "batch", "kernel": k, "batch": 256, "us": us, "GBps": 1.0, "pct_ceiling": 1.0}
+                     for k, us in (("conventional", 500.0), ("nonflush", 250.0), ("flush", 1000.0))]}
+
+
+def test_resummarise_merges_the_operators_runs(tmp_path, capsys):
+    a, b = tmp_path / "m2.json", tmp_path / "gdn.json"
+    a.write_text(json.dumps(_part("mamba2", 4100.0)))
+    b.write_text(json.dumps(_part("gdn", 4200.0, check_ok=False)))
+    out = tmp_path / "merged" / "bench_kernels.json"
+    assert bench_kernels.main(["--resummarise", str(a), str(b), "-o", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert len(res["rows"]) == 6 and set(res["correctness"]) == {"mamba2:fp32", "mamba2:shared:fp32", "gdn:fp32",
+                                                                 "gdn:shared:fp32"}
+    assert res["ceiling"]["GBps"] == 4200.0  # the higher copy measurement is the ceiling
+    assert res["provenance"]["device"] == "NVIDIA H200" and res["provenance"]["git"] == "abc1234"
+    assert [p["command"] for p in res["provenance"]["merged_from"]] == ["--ops mamba2", "--ops gdn"]
+    m2 = res["summary"]["mamba2"]["batch"]["256"]
+    assert m2["replay_amortised_us"] == pytest.approx((15 * 250 + 1000) / 16)
+    assert m2["speedup_vs_conventional"] == pytest.approx(500 / ((15 * 250 + 1000) / 16))
+    assert "speedup_vs_conventional" not in res["summary"]["gdn"]["batch"]["256"]  # its checks failed
+    assert "### Targets" in capsys.readouterr().out
