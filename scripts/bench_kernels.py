@@ -185,21 +185,29 @@ def _to(p: PackedState, dev) -> PackedState:
     return PackedState(p.fmt, t(p.data), t(p.scale), t(p.gscale), p.R, p.C)
 
 
-class Mamba2Problem:
-    def __init__(self, B, dev, upd="fp32", read=None, ring=16, W=0, T=1):
-        H, P, N, G = MAMBA2["H"], MAMBA2["P"], MAMBA2["N"], MAMBA2["G"]
-        bf = torch.bfloat16
-        self.upd = _pool(upd, B, H, P, N, dev)
-        self.read = None if read is None else _pool(read, B, H, P, N, dev)
-        self.rec = Mamba2Records(B, ring, H, G, P, N, device=dev)
-        self.rec.u.normal_(0, 0.1)
-        self.rec.b.normal_()
-        self.rec.a.uniform_(-0.1, 0)
+class _Problem:
+    """One buffer set's state side: the update pool and optional read pool of B slots in their formats,
+    slot and window pointers (every slot in use, window W from ring position 0), SR counters."""
+
+    def __init__(self, B, H, R, C, dev, upd, read, W):
+        self.upd = _pool(upd, B, H, R, C, dev)
+        self.read = None if read is None else _pool(read, B, H, R, C, dev)
         self.slots = torch.arange(B, device=dev, dtype=torch.int32)
         self.start = torch.zeros(B, dtype=torch.int32, device=dev)
         self.wlen = torch.full((B,), W, dtype=torch.int32, device=dev)
         self.seq = torch.arange(B, device=dev, dtype=torch.int64)
         self.ev = torch.ones(B, device=dev, dtype=torch.int64)
+
+
+class Mamba2Problem(_Problem):
+    def __init__(self, B, dev, upd="fp32", read=None, ring=16, W=0, T=1):
+        H, P, N, G = MAMBA2["H"], MAMBA2["P"], MAMBA2["N"], MAMBA2["G"]
+        bf = torch.bfloat16
+        super().__init__(B, H, P, N, dev, upd, read, W)
+        self.rec = Mamba2Records(B, ring, H, G, P, N, device=dev)
+        self.rec.u.normal_(0, 0.1)
+        self.rec.b.normal_()
+        self.rec.a.uniform_(-0.1, 0)
         self.x = torch.randn(B, T, H, P, device=dev, dtype=bf)
         self.dt = torch.randn(B, T, H, device=dev, dtype=bf)
         self.A = -torch.rand(H, device=dev)
@@ -221,22 +229,16 @@ class Mamba2Problem:
                                   seq_ids=self.seq, events=self.ev, out=self.y, **cfg)
 
 
-class GDNProblem:
+class GDNProblem(_Problem):
     def __init__(self, B, dev, upd="fp32", read=None, ring=16, W=0, T=1):
         Hk, Hv, V, K = GDN["Hk"], GDN["Hv"], GDN["V"], GDN["K"]
         bf = torch.bfloat16
-        self.upd = _pool(upd, B, Hv, V, K, dev)
-        self.read = None if read is None else _pool(read, B, Hv, V, K, dev)
+        super().__init__(B, Hv, V, K, dev, upd, read, W)
         self.rec = GDNRecords(B, ring, Hk, Hv, V, K, device=dev)
         for t in (self.rec.k, self.rec.d, self.rec.v):
             t.normal_(0, 0.1)
         self.rec.a.uniform_(-0.1, 0)
         self.rec.beta.uniform_(0, 1)
-        self.slots = torch.arange(B, device=dev, dtype=torch.int32)
-        self.start = torch.zeros(B, dtype=torch.int32, device=dev)
-        self.wlen = torch.full((B,), W, dtype=torch.int32, device=dev)
-        self.seq = torch.arange(B, device=dev, dtype=torch.int64)
-        self.ev = torch.ones(B, device=dev, dtype=torch.int64)
         self.q = torch.randn(B, T, Hk, K, device=dev, dtype=bf)
         self.k = torch.randn(B, T, Hk, K, device=dev, dtype=bf)
         self.v = torch.randn(B, T, Hv, V, device=dev, dtype=bf)

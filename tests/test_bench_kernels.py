@@ -69,3 +69,15 @@ def test_resummarise_merges_the_operators_runs(tmp_path, capsys):
     assert m2["speedup_vs_conventional"] == pytest.approx(500 / ((15 * 250 + 1000) / 16))
     assert "speedup_vs_conventional" not in res["summary"]["gdn"]["batch"]["256"]  # its checks failed
     assert "### Targets" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("op", ["mamba2", "gdn"])
+def test_problem_buffer_sets_have_the_real_shapes(op):
+    """A buffer set at the REFERENCE.md shapes (batch 2, fp32 pools need no kernel to seed)."""
+    p = bench_kernels.PROBLEMS[op](2, "cpu", upd="fp32", read="fp32", ring=16, W=5, T=3)
+    dims = bench_kernels.MAMBA2 if op == "mamba2" else bench_kernels.GDN
+    H, R, C = (dims["H"], dims["P"], dims["N"]) if op == "mamba2" else (dims["Hv"], dims["V"], dims["K"])
+    for pool in (p.upd, p.read):
+        assert pool.data.shape == (2, H, R, C) and pool.data.abs().sum() > 0
+    assert p.wlen.tolist() == [5, 5] and p.slots.tolist() == [0, 1] and p.rec.ring == 16
+    assert (p.x if op == "mamba2" else p.v).shape[:2] == (2, 3)
