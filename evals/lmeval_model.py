@@ -8,9 +8,14 @@ model_args (besides every HFLM argument: dtype, batch_size, max_length, device, 
                 the local byte tokenizer)
     policy      state policy string (``fp32``, ``shared:nvfp4-sr``, ``split:fp16-sr/nvfp4@L16`` ...)
     seed        stochastic-rounding seed (default 0)
-    engine      ``auto`` (default: decode engine for single-token steps, scan/triton for prefills),
-                ``decode``, ``scan`` or ``triton`` (see precision_lab.models.apply_policy)
+    engine      ``auto`` (default: on CUDA the Triton decode-step kernels for decode tokens and the
+                Triton scans for prefills; the torch engines elsewhere), ``decode``, ``scan``,
+                ``triton`` or ``triton-decode`` (see precision_lab.models.apply_policy)
     scoring     ``stock`` (default) or ``decode`` for loglikelihood requests, see below
+    fast_decode ``auto`` (default: on when the model is on CUDA), ``true`` or ``false``: generate and
+                decode-score through ``precision_lab.generation`` (static caches, decode steps as
+                CUDA graphs) instead of ``model.generate``; same tokens, same scores
+    graphs      ``true`` (default) or ``false``: capture decode steps in CUDA graphs on the fast path
 
 Generation (``generate_until``): HFLM's batching, stop sequences and post-processing are kept; the
 model's SSM mixers are the policy mixers of ``precision_lab.models``, and every generation runs as
@@ -21,7 +26,11 @@ With the ``fp32`` policy this reproduces stock HFLM token for token.
 Scoring (``loglikelihood``): stock HFLM scores a continuation with one full forward, which is a
 prefill: a quantized *decode* state never enters the score. ``scoring=decode`` instead prefills the
 context and feeds the continuation one token at a time through the decode path, reading each
-token's log-probability from the step that predicts it.
+token's log-probability from the step that predicts it. On the fast path each distinct context is
+prefilled once and its stream branched per continuation (``precision_lab.models.branch_stream``):
+the answer choices of a question share one prefill, and each choice starts from exactly the state it
+would have alone (its SR sequence id is the context's); the scores then agree with separate streams
+to fp32 rounding (a batch of another size sums the projections in another order).
 
 SR sequence ids. Each request's stream draws its stochastic-rounding bits under a sequence id
 derived from its prompt tokens (CRC-32 of the token ids, 16 bits: the width of the Philox counter
@@ -46,6 +55,18 @@ from precision_lab.policy import StatePolicy
 log = logging.getLogger(__name__)
 
 SCORING_MODES = ("stock", "decode")
+
+
+def _flag(value, name: str) -> bool | None:
+    """A model_args switch: true/false (None for "auto")."""
+    text = str(value).strip().lower()
+    if text == "auto":
+        return None
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name} must be true, false or auto, got {value!r}")
 
 
 def _cache_kwarg() -> str:
@@ -100,7 +121,8 @@ class ReplaySSMLM(HFLM):
     """HFLM whose SSM mixers run a precision-lab state policy (see the module docstring)."""
 
     def __init__(self, pretrained: str | transformers.PreTrainedModel = "tiny-qwen3.5", policy: str = "fp32",
-                 seed: int | str = 0, engine: str = "auto", scoring: str = "stock", **kwargs) -> None:
+                 seed: int | str = 0, engine: str = "auto", scoring: str = "stock", fast_decode: str | bool = "auto",
+                 graphs: str | bool = True, **kwargs) -> None:
         from precision_lab.models import PRESETS, apply_policy, load_model
 
         if scoring not in SCORING_MODES:
@@ -108,6 +130,8 @@ class ReplaySSMLM(HFLM):
         self.state_policy = StatePolicy.parse(str(policy), seed=int(seed)).validate()
         self.scoring = scoring
         self.engine = engine
+        self._fast = _flag(fast_decode, "fast_decode")
+        self.graphs = bool(_flag(graphs, "graphs") if str(graphs).lower() != "auto" else True)
         if isinstance(pretrained, str) and pretrained in PRESETS:
             # Presets build offline with their own byte tokenizer; HFLM then wraps the instance.
             device = kwargs.pop("device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -124,6 +148,7 @@ class ReplaySSMLM(HFLM):
         if self.backend != "causal":
             raise ValueError("replayssm supports decoder-only (causal) models only")
         apply_policy(self._model, self.state_policy, engine=engine, seed=self.state_policy.seed)
+        self.fast_decode = (self.device.type == "cuda") if self._fast is None else self._fast
         self.streams = 0  # generation / scoring streams run (each = prefill + decode steps)
         # context string -> generated tokens until the row finished (EOS / stop sequence / limit)
         self.generation_lengths: dict[str, int] = {}
@@ -142,12 +167,8 @@ class ReplaySSMLM(HFLM):
         """A fresh cache whose SR sequence ids are the prompts' CRCs (pad positions excluded)."""
         from precision_lab.models import new_stream
 
-        ids = []
-        for b in range(context.shape[0]):
-            row = context[b] if attention_mask is None else context[b][attention_mask[b].bool()]
-            ids.append(prompt_seq_id(row.tolist()))
         self.streams += 1
-        return new_stream(self.model, seq_ids=torch.tensor(ids, dtype=torch.int64))
+        return new_stream(self.model, seq_ids=self._seq_ids(context, attention_mask))
 
     def _model_generate(self, context: torch.Tensor, max_length: int, stop: list[str],
                         **generation_kwargs) -> torch.Tensor:
@@ -155,10 +176,56 @@ class ReplaySSMLM(HFLM):
         if generation_kwargs.get("num_beams", 1) not in (1, None):
             raise ValueError("replayssm: beam search is not supported (the policy state does not follow "
                              "beam reordering); use greedy or sampled decoding")
-        generation_kwargs[_cache_kwarg()] = self._new_stream(context, generation_kwargs.get("attention_mask"))
-        out = super()._model_generate(context, max_length, stop, **generation_kwargs)
+        if self.fast_decode:
+            out = self._fast_generate(context, max_length, stop, **generation_kwargs)
+        else:
+            generation_kwargs[_cache_kwarg()] = self._new_stream(context, generation_kwargs.get("attention_mask"))
+            out = super()._model_generate(context, max_length, stop, **generation_kwargs)
         self._pending_lengths.extend(self._finished_lengths(out[:, context.shape[1]:], stop))
         return out
+
+    def _seq_ids(self, context: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        ids = []
+        for b in range(context.shape[0]):
+            row = context[b] if attention_mask is None else context[b][attention_mask[b].bool()]
+            ids.append(prompt_seq_id(row.tolist()))
+        return torch.tensor(ids, dtype=torch.int64)
+
+    def _fast_generate(self, context: torch.Tensor, max_length: int, stop: list[str],
+                       **generation_kwargs) -> torch.Tensor:
+        """``_model_generate`` through ``precision_lab.generation.generate``: the same greedy (or
+        sampled) tokens as ``model.generate``, rows padded after EOS; stop strings end the batch early."""
+        from precision_lab.generation import generate
+
+        mask = generation_kwargs.get("attention_mask")
+        n_new = max_length - context.shape[1]
+        if n_new < 1:
+            return context
+        stops = [s for s in stop if s]
+        P = context.shape[1]
+
+        def stopped(tokens: torch.Tensor) -> torch.Tensor:
+            texts = self.tokenizer.batch_decode(tokens[:, P:].tolist(), skip_special_tokens=False)
+            return torch.tensor([any(s in t for s in stops) for t in texts], dtype=torch.bool)
+
+        eos = {self.eot_token_id}
+        cfg_eos = getattr(self.model.generation_config, "eos_token_id", None)
+        eos |= set(cfg_eos if isinstance(cfg_eos, list) else [cfg_eos] if cfg_eos is not None else [])
+        temp = float(generation_kwargs.get("temperature", 0.0) or 0.0)
+        do_sample = bool(generation_kwargs.get("do_sample", False)) and temp > 0
+        self.streams += 1
+        with torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
+                            enabled=self.mixed_precision_dtype is not None):
+            res = generate(self.model, context, mask, max_new_tokens=n_new, graphs=self.graphs,
+                           eos_token_id=sorted(e for e in eos if e is not None), pad_token_id=self._pad_id(),
+                           stop=stopped if stops else None, do_sample=do_sample, temperature=temp or 1.0,
+                           top_k=int(generation_kwargs.get("top_k", 0) or 0),
+                           top_p=float(generation_kwargs.get("top_p", 1.0) or 1.0),
+                           seq_ids=self._seq_ids(context, mask))
+        self.last_generation = {"prefill_seconds": res.prefill_seconds, "steps": res.new_tokens,
+                                "step_seconds_median": (sorted(res.step_seconds)[len(res.step_seconds) // 2]
+                                                        if res.step_seconds else None), "graphs": res.graphs}
+        return res.tokens
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         hook = self.cache_hook
@@ -217,7 +284,8 @@ class ReplaySSMLM(HFLM):
         requests: [((context str, continuation str) | None, context tokens, continuation tokens)]
         """
         n = len(requests)
-        order = sorted(range(n), key=lambda i: (-(len(requests[i][1]) + len(requests[i][2])), tuple(requests[i][1])))
+        # choices of one context next to each other, so a batch prefills each context once
+        order = sorted(range(n), key=lambda i: (-len(requests[i][1]), tuple(requests[i][1]), -len(requests[i][2])))
         bs = self._score_batch_size(override_bs)
         pad = self._pad_id()
         results: list[tuple[float, bool] | None] = [None] * n
@@ -239,16 +307,16 @@ class ReplaySSMLM(HFLM):
                     raise ValueError("loglikelihood request with an empty context")
                 ctxs.append(ctx_part)
                 conts.append(list(cont))
-            P, T = max(map(len, ctxs)), max(map(len, conts))
-            inp = torch.full((len(idx), P), pad, dtype=torch.long)
-            mask = torch.zeros((len(idx), P), dtype=torch.long)
+            T = max(map(len, conts))
             forced = torch.full((len(idx), T), pad, dtype=torch.long)
-            for r, (c, k) in enumerate(zip(ctxs, conts)):
-                inp[r, P - len(c):] = torch.tensor(c)
-                mask[r, P - len(c):] = 1
+            for r, k in enumerate(conts):
                 forced[r, : len(k)] = torch.tensor(k)
-            inp, mask, forced = inp.to(self.device), mask.to(self.device), forced.to(self.device)
-            logits = self._forced_decode(inp, mask, forced)  # [B, T, V]
+            forced = forced.to(self.device)
+            if self.fast_decode:
+                logits = self._branched_decode(ctxs, forced)  # [B, T, V]
+            else:
+                inp, mask = self._left_pad(ctxs)
+                logits = self._forced_decode(inp, mask, forced)
             logp = F.log_softmax(logits.float(), dim=-1)
             for r, i in enumerate(idx):
                 k = forced[r, : len(conts[r])]
@@ -261,6 +329,33 @@ class ReplaySSMLM(HFLM):
                 pbar.update(1)
         pbar.close()
         return results  # type: ignore[return-value]
+
+    def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token rows left-padded to one length: (ids [B, P], mask [B, P]) on the model's device."""
+        P = max(map(len, rows))
+        inp = torch.full((len(rows), P), self._pad_id(), dtype=torch.long)
+        mask = torch.zeros((len(rows), P), dtype=torch.long)
+        for r, c in enumerate(rows):
+            inp[r, P - len(c):] = torch.tensor(c)
+            mask[r, P - len(c):] = 1
+        return inp.to(self.device), mask.to(self.device)
+
+    @torch.no_grad()
+    def _branched_decode(self, ctxs: list[list[int]], forced: torch.Tensor) -> torch.Tensor:
+        """Decode scoring with one prefill per distinct context: each context's stream is branched
+        per continuation (``precision_lab.generation.score_branches``). Returns logits [B, T, V]."""
+        from precision_lab.generation import score_branches
+
+        uniq: dict[tuple, int] = {}
+        branch_of = [uniq.setdefault(tuple(c), len(uniq)) for c in ctxs]
+        contexts = [list(c) for c in uniq]
+        inp, mask = self._left_pad(contexts)
+        self.streams += len(contexts)
+        self.prefills_saved = getattr(self, "prefills_saved", 0) + len(ctxs) - len(contexts)
+        with torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
+                            enabled=self.mixed_precision_dtype is not None):
+            return score_branches(self.model, inp, mask, torch.tensor(branch_of), forced, graphs=self.graphs,
+                                  seq_ids=self._seq_ids(inp, mask))
 
     @torch.no_grad()
     def _forced_decode(self, inp: torch.Tensor, mask: torch.Tensor, forced: torch.Tensor) -> torch.Tensor:
@@ -289,5 +384,6 @@ class ReplaySSMLM(HFLM):
         report = self.model.precision_lab_report() if hasattr(self.model, "precision_lab_report") else {}
         info.update({"replayssm_policy": self.state_policy.short_str(), "replayssm_seed": self.state_policy.seed,
                      "replayssm_engine": self.engine, "replayssm_scoring": self.scoring,
+                     "replayssm_fast_decode": self.fast_decode, "replayssm_graphs": self.graphs,
                      "replayssm_preset": self.preset, "replayssm_served": report.get("layers")})
         return info

@@ -43,8 +43,6 @@ from precision_lab.kernels.scan_formats import (
     sr_bits,
 )
 
-COPY_BIT = -(1 << 63)  # bit 63 of the SR counter as an int64 (quant/philox.py COPY_READ)
-
 _STORAGE_DTYPE = {0: torch.float32, 1: torch.bfloat16, 2: torch.float16, 3: torch.uint8, 4: torch.uint8,
                   5: torch.uint8}
 
@@ -353,14 +351,6 @@ def sr_seed(seed: int, layer: int) -> int:
     return layer_seed(seed, layer)
 
 
-def round_to(x: torch.Tensor, fmt: str, *, seed: int, layer: int, seq_ids: torch.Tensor, events: torch.Tensor,
-             copy: int) -> torch.Tensor:
-    """Reference: the fp32 values a kernel stores for x [B, H, R, C] in ``fmt`` (SR words from the
-    (seq_ids[b], head, events[b]) counters of quant/philox.py)."""
-    return PackedState.quantize(x, fmt, rbits_for(x.shape, fmt, seed=seed, layer=layer, seq_ids=seq_ids,
-                                                  events=events, copy=copy)).dequantize()
-
-
 def rbits_for(shape, fmt: str, *, seed: int, layer: int, seq_ids: torch.Tensor, events: torch.Tensor,
               copy: int) -> torch.Tensor | None:
     """SR words [B, H, R, C] for one write of a batch of states, or None for an RNE format."""
@@ -371,76 +361,3 @@ def rbits_for(shape, fmt: str, *, seed: int, layer: int, seq_ids: torch.Tensor, 
     B, H, R, C = shape
     return state_rbits(seed, layer, seq_ids.cpu().view(B, 1), torch.arange(H).view(1, H),
                        events.cpu().view(B, 1), (R, C), copy)
-
-
-def initial_pool(S0: torch.Tensor, fmt: str, slots: torch.Tensor, pool_slots: int, *, seq_ids: torch.Tensor,
-                 seed: int, layer: int, copy: int) -> PackedState:
-    """A pool of ``pool_slots`` slots holding the initial states S0 [B, H, R, C] cast to ``fmt`` at SR
-    event 0 (the start of a stream) in the slots ``slots`` [B] (-1 entries are left out)."""
-    Bsz, H, R, C = S0.shape
-    ev = torch.zeros(Bsz, dtype=torch.int64)
-    packed = PackedState.quantize(S0.cpu(), fmt, rbits_for(S0.shape, fmt, seed=seed, layer=layer,
-                                                           seq_ids=seq_ids.cpu(), events=ev, copy=copy))
-    pool = PackedState.empty(fmt, pool_slots, H, R, C, device=S0.device)
-    live = (slots >= 0).cpu()
-    for name in ("data", "scale", "gscale"):
-        src, dst = getattr(packed, name), getattr(pool, name)
-        if src is not None:
-            dst.zero_()
-            dst[slots.cpu()[live].to(dst.device)] = src[live].to(dst.device)
-    return pool
-
-
-def commit(start: torch.Tensor, wlen: torch.Tensor, accepted: torch.Tensor | int, flushed: bool,
-           ring: int) -> None:
-    """Advance the window pointers in place after a step that verified T tokens and kept ``accepted``.
-
-    Non-flush: W += a. Flush: the history moved into the checkpoint, the accepted tokens' records
-    (at positions W..W+a-1) become the new window: start += W, W = a. An autoregressive flush
-    (fold_new) keeps nothing: call with accepted = 0.
-    """
-    if flushed:
-        start.add_(wlen).bitwise_and_(ring - 1)
-        wlen.zero_().add_(accepted)
-    else:
-        wlen.add_(accepted)
-
-
-def decode_stream(T: int, state_shape: tuple[int, ...], policy, make_records, conventional_step, replay_step, *,
-                  S0: torch.Tensor | None, seq_ids: torch.Tensor | None, layer: int,
-                  slots: torch.Tensor | None, pool_slots: int | None, device):
-    """The autoregressive stream driver behind ``mamba2_decode_stream`` and ``gdn_decode_stream``: the
-    pools (initial state S0 [B, H, R, C] at SR event 0, zeros if None), the record ring buffers, and
-    the token loop with its flushes every ``policy.buffer_len`` tokens and window commits.
-
-    make_records(pool_slots, ring) builds the operator's records; conventional_step(t, state, slots,
-    kw) and replay_step(t, update, read, records, slots, start, wlen, flush, kw) run token t's step
-    and return its output [B, ...] (kw: the SR counters seq_ids, seed, layer, events of the step).
-    Returns (outputs [B, T, ...], update pool, read pool, state writes).
-    """
-    from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
-
-    Bsz = state_shape[0]
-    slots = torch.arange(Bsz, device=device) if slots is None else slots.to(device)
-    n_slots = int(pool_slots or int(slots.max()) + 1)
-    seq_ids = torch.arange(Bsz, device=device) if seq_ids is None else seq_ids.to(device)
-    S0 = torch.zeros(state_shape, device=device) if S0 is None else S0.float()
-    kw = dict(seq_ids=seq_ids, seed=policy.seed, layer=layer)
-    update = initial_pool(S0, policy.update, slots, n_slots, copy=COPY_UPDATE, **kw)
-    read = initial_pool(S0, policy.read, slots, n_slots, copy=COPY_READ, **kw) if policy.mode == "split" else None
-    L = policy.buffer_len
-    records = make_records(n_slots, triton.next_power_of_2(L)) if policy.is_replay else None
-    start = torch.zeros(Bsz, dtype=torch.int32, device=device)
-    wlen = torch.zeros(Bsz, dtype=torch.int32, device=device)
-    outs, writes = [], 0
-    for t in range(T):
-        step_kw = dict(kw, events=writes + 1)
-        if not policy.is_replay:
-            outs.append(conventional_step(t, update, slots, step_kw))
-            writes += 1
-            continue
-        flush = t % L == L - 1
-        outs.append(replay_step(t, update, read, records, slots, start, wlen, flush, step_kw))
-        commit(start, wlen, 0 if flush else 1, flush, records.ring)
-        writes += int(flush)
-    return torch.stack(outs, 1), update, (update if read is None else read), writes

@@ -20,7 +20,7 @@ _LAZY = {
     "GDNInputs": "precision_lab.layer",
     "KDAInputs": "precision_lab.layer",
     "LayerStats": "precision_lab.layer",
-    "LayerState": "precision_lab.layer",
+    "LayerState": "precision_lab.state",
     "Drafts": "precision_lab.layer",
     "random_inputs": "precision_lab.layer",
     "get_quantizer": "precision_lab.quant",

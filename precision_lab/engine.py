@@ -52,12 +52,11 @@ class Segment:
 
 
 def resolve_engine(engine: str, device: torch.device | str) -> str:
-    """``auto`` -> ``triton`` on CUDA, ``scan`` elsewhere; other names pass through."""
-    if engine == "auto":
-        return "triton" if torch.device(device).type == "cuda" else "scan"
-    if engine not in ("decode", "scan", "triton"):
-        raise ValueError(f"unknown engine {engine!r}; expected auto, scan, triton or decode")
-    return engine
+    """The engine of a teacher-forced run (``precision_lab.engines.resolve``: ``auto`` is ``triton``
+    on CUDA and ``scan`` elsewhere)."""
+    from precision_lab.engines import resolve
+
+    return resolve(engine, tokens=None, device=device)
 
 
 def _body(model: nn.Module) -> nn.Module:

@@ -4,12 +4,12 @@
     from precision_lab.layer import Mamba2Inputs, run_layer
     y, stats = run_layer(inputs, StatePolicy.parse("split:fp16-sr/nvfp4@L16"), engine="decode")
 
-Engines (all serve the same semantics, DESIGN §4; the ``decode`` engine is the ground truth):
-
-- ``"decode"``  token by token through the ReplaySSM state machine (``precision_lab.replay``);
-                the only engine that runs speculative decoding (``drafts=``).
-- ``"scan"``    window-parallel teacher forcing in torch (``precision_lab.scan.run_layer_scan``).
-- ``"triton"``  GPU kernels, the interpreter on CPU (``precision_lab.kernels.engine.run_layer_triton``).
+Engines (all serve the same semantics, DESIGN §4; ``precision_lab.engines`` declares them): ``"decode"``
+(the ground truth, token by token in torch), ``"scan"`` (window-parallel teacher forcing in torch),
+``"triton"`` (the teacher-forced Triton scans), ``"triton-decode"`` (the Triton decode-step kernels,
+token by token, state in the packed device layout). ``drafts=`` (speculative decoding) runs on
+``decode`` and ``triton-decode``. Every engine takes and returns the same ``LayerState``
+(``precision_lab.state``), so a stream can be cut anywhere and continued on another engine.
 
 Shapes: B batch, T tokens, H heads (value heads for GDN/KDA), state [B, H, R, C] with
 R = P (Mamba-2 head dim) or V, and C = N (Mamba-2 state dim) or K. The last axis C is contiguous
@@ -19,23 +19,18 @@ Compute dtype: float32 or float64 inputs are computed in their own dtype (float6
 bf16/fp16 inputs are computed in float32 (DESIGN §4: "updates in fp32"). ``y`` is returned in the
 inputs' dtype. The state format named ``fp32`` stores the compute dtype unchanged (so a float64 run
 of ``split:fp32/fp32`` is exact algebra); every other format rounds the fp32 value of the state and
-stores its float32 result (``precision_lab.replay.StateWriter``).
-
-Engines other than ``decode`` are implemented in modules owned elsewhere and imported lazily; they
-are called as ``fn(inputs, policy, initial_state=..., prefill_len=..., state=..., layer_index=...,
-seq_ids=...) -> (y, LayerStats)`` and must accept and return the same ``LayerState``.
+stores its float32 result (``precision_lab.state.StateWriter``).
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from .engines import ENGINES, check_engine, implementation
 from .policy import StatePolicy
-
-ENGINES = ("decode", "scan", "triton")
+from .state import LayerState
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,94 +109,8 @@ LayerInputs = Mamba2Inputs | GDNInputs | KDAInputs
 
 
 # ---------------------------------------------------------------------------------------------
-# State carried across segments, and statistics
+# Statistics (the state carried across segments is ``precision_lab.state.LayerState``)
 # ---------------------------------------------------------------------------------------------
-@dataclass
-class LayerState:
-    """Everything a segment boundary must carry (the same object for every engine).
-
-    kind:        "mamba2" | "gdn" | "kda"
-    policy:      the StatePolicy that produced it (continuing under another policy is an error)
-    update:      [B, H, R, C] update checkpoint in the compute dtype; values exactly representable
-                 in the update format (for fp32/conventional/shared: the single stored copy)
-    read:        [B, H, R, C] read copy (values representable in the read format). For every mode
-                 but ``split`` this is the same tensor object as ``update``.
-    records:     the partial window buffer in logical order (position 0 = oldest), W records per
-                 sequence, per (value) head, keys:
-                   "a"    [B, W, H, 1] log decay (Mamba-2: A·dt; GDN: g) or [B, W, H, C] (KDA)
-                   "k"    [B, W, H, C] key (Mamba-2: B of the head's group; GDN/KDA: normalised k)
-                   "u"    [B, W, H, R] what is outer-multiplied with k (Mamba-2: dt·x; GDN/KDA: d,
-                          computed from the read copy — see precision_lab.replay)
-                   "v"    [B, W, H, R] value (GDN/KDA only; the recompute fold needs it)
-                   "beta" [B, W, H]    (GDN/KDA only)
-                 Empty (W = 0) for fp32/conventional modes.
-    window:      W, records in the current window
-    step:        decode tokens processed so far (prefill excluded)
-    writes:      state writes made so far, the initial cast excluded; the next write's SR event is
-                 ``writes + 1`` (quant/philox.py counter layout)
-    seq_ids:     [B] int64 global sequence ids (SR counters)
-    layer_index: SR key
-    prefill_tokens: tokens processed as prefill at the start of the stream
-    """
-
-    kind: str
-    policy: StatePolicy
-    update: torch.Tensor
-    read: torch.Tensor
-    records: dict[str, torch.Tensor]
-    window: int
-    step: int
-    writes: int
-    seq_ids: torch.Tensor
-    layer_index: int
-    prefill_tokens: int = 0
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.update.dtype
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict (tensors, ints, strings) for ``torch.save``; ``from_dict`` restores it."""
-        p = self.policy
-        return {"format": "precision-lab.LayerState/1", "kind": self.kind, "policy": p.short_str(),
-                "seed": p.seed, "update": self.update, "read": None if self.read is self.update else self.read,
-                "records": dict(self.records), "window": self.window, "step": self.step, "writes": self.writes,
-                "seq_ids": self.seq_ids, "layer_index": self.layer_index, "prefill_tokens": self.prefill_tokens}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LayerState:
-        """Inverse of ``to_dict``; a file that is not one (or is damaged) raises ValueError."""
-        if not isinstance(d, dict) or d.get("format") != "precision-lab.LayerState/1":
-            raise ValueError("not a saved precision-lab LayerState (missing format tag 'precision-lab.LayerState/1')")
-        try:
-            policy = StatePolicy.parse(d["policy"], seed=int(d["seed"]))
-            upd = d["update"]
-            rd = upd if d["read"] is None else d["read"]
-            recs = dict(d["records"])
-            st = cls(d["kind"], policy, upd, rd, recs, int(d["window"]), int(d["step"]), int(d["writes"]),
-                     d["seq_ids"], int(d["layer_index"]), int(d["prefill_tokens"]))
-        except (KeyError, TypeError) as e:
-            raise ValueError(f"corrupted LayerState: {e!r}") from e
-        if not isinstance(upd, torch.Tensor) or upd.dim() != 4 or rd.shape != upd.shape:
-            raise ValueError("corrupted LayerState: update/read must be [B, H, R, C] tensors of one shape")
-        if (policy.mode == "split") != (rd is not upd):
-            raise ValueError("corrupted LayerState: split mode keeps two copies, other modes one")
-        for name, t in recs.items():
-            if not isinstance(t, torch.Tensor) or t.shape[:2] != (upd.shape[0], st.window):
-                raise ValueError(f"corrupted LayerState: record {name!r} does not hold [B, W={st.window}, ...]")
-        if not torch.isfinite(upd).all() or not torch.isfinite(rd).all():
-            raise ValueError("corrupted LayerState: non-finite checkpoint values")
-        return st
-
-    def clone(self) -> LayerState:
-        """A deep copy (tensors cloned; ``read is update`` preserved for single-copy modes)."""
-        upd = self.update.clone()
-        rd = upd if self.read is self.update else self.read.clone()
-        return LayerState(self.kind, self.policy, upd, rd, {k: v.clone() for k, v in self.records.items()},
-                          self.window, self.step, self.writes, self.seq_ids.clone(), self.layer_index,
-                          self.prefill_tokens)
-
-
 @dataclass
 class LayerStats:
     """What a ``run_layer`` call did, measured by the code path that served it.
@@ -212,8 +121,8 @@ class LayerStats:
                    The batch moves in lockstep, so the count is the same for every sequence.
     record_writes: token records written into the window ring, per sequence (drafts included; a
                    flush token is folded directly and writes no record)
-    engine:        "decode" | "scan" | "triton"
-    implementation: the code that served (e.g. "torch-reference:replay")
+    engine:        "decode" | "scan" | "triton" | "triton-decode"
+    implementation: the code that served (e.g. "torch-reference:replay-decode")
     state:         LayerState to pass as ``state=`` to continue the stream
     copy_writes:   state copies written (split flush = 2)
     flushes:       flush steps (ReplaySSM modes)
@@ -232,7 +141,7 @@ class LayerStats:
 
 @dataclass
 class Drafts:
-    """A speculative-decoding schedule for the decode engine.
+    """A speculative-decoding schedule for the token-by-token engines (``decode``, ``triton-decode``).
 
     n:        drafts per round; each round verifies T = 1 + n tokens
     accept:   accepted tokens per round, each in 1..T (the same for every sequence of the batch).
@@ -301,7 +210,7 @@ def run_layer(inputs: LayerInputs, policy: StatePolicy | str, engine: str = "dec
 
     inputs:        Mamba2Inputs | GDNInputs | KDAInputs (their dtype is the compute dtype)
     policy:        StatePolicy or policy string (``"split:fp16-sr/nvfp4@L16"``)
-    engine:        "decode" (ground truth) | "scan" | "triton"
+    engine:        "decode" (ground truth) | "scan" | "triton" | "triton-decode"
     initial_state: [B, H, R, C] float, the state before the first token (default zeros); cast into
                    the policy's formats at the start of the stream (SR event 0)
     prefill_len:   the first tokens are processed as a chunked prefill whose fp32 result is written
@@ -310,20 +219,20 @@ def run_layer(inputs: LayerInputs, policy: StatePolicy | str, engine: str = "dec
                    ``initial_state`` and ``prefill_len`` must be left out)
     layer_index:   SR key (quant/philox.py)
     seq_ids:       [B] global sequence ids for the SR counters (default arange(B))
-    drafts:        Drafts (or dict with its fields) for a speculative run; decode engine only
+    drafts:        Drafts (or dict with its fields) for a speculative run (token-by-token engines)
 
     Returns ``y`` [B, T, H, P] (Mamba-2) or [B, T, Hv, V] (GDN/KDA) in the inputs' dtype, and
     ``LayerStats``.
     """
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+    check_engine(engine, allow_auto=False)
     if not isinstance(inputs, (Mamba2Inputs, GDNInputs, KDAInputs)):
         raise TypeError(f"inputs must be Mamba2Inputs, GDNInputs or KDAInputs, got {type(inputs).__name__}")
     policy = StatePolicy.parse(policy)
     if isinstance(drafts, dict):
         drafts = Drafts(**drafts)
-    if drafts is not None and engine != "decode":
-        raise ValueError(f"speculative decoding (drafts=) runs on the decode engine only, not {engine!r}")
+    if drafts is not None and engine not in ("decode", "triton-decode"):
+        raise ValueError(f"speculative decoding (drafts=) runs token by token: engine 'decode' or 'triton-decode', "
+                         f"not {engine!r}")
     if state is not None and (initial_state is not None or prefill_len):
         raise ValueError("state= continues a stream: initial_state and prefill_len belong to the start of a "
                          "stream and must be left out")
@@ -332,17 +241,9 @@ def run_layer(inputs: LayerInputs, policy: StatePolicy | str, engine: str = "dec
 
     kwargs = dict(initial_state=initial_state, prefill_len=prefill_len, state=state,
                   layer_index=layer_index, seq_ids=seq_ids)
-    if engine == "decode":
-        from .replay import run_decode
-
-        return run_decode(inputs, policy, drafts=drafts, **kwargs)
-    module, fn = {"scan": ("precision_lab.scan", "run_layer_scan"),
-                  "triton": ("precision_lab.kernels.engine", "run_layer_triton")}[engine]
-    try:
-        impl = getattr(importlib.import_module(module), fn)
-    except (ImportError, AttributeError) as e:
-        raise RuntimeError(f"engine {engine!r} is not available: cannot load {module}.{fn} ({e})") from e
-    return impl(inputs, policy, **kwargs)
+    if drafts is not None:
+        kwargs["drafts"] = drafts
+    return implementation(engine)(inputs, policy, **kwargs)
 
 
 __all__ = ["ENGINES", "Drafts", "GDNInputs", "KDAInputs", "LayerInputs", "LayerState", "LayerStats",

@@ -42,7 +42,7 @@ def _bootstrap() -> None:
     (the device machine runs the tree as copied)."""
     sys.path.insert(0, str(ROOT))
     try:
-        importlib.import_module("precision_lab.kernels.engine")
+        importlib.import_module("precision_lab.engines.triton_scan")
         return
     except ImportError:
         pass
@@ -128,10 +128,11 @@ def _call_parts(inp, policy, s0):
 
 def kernel_call(inp, policy, s0):
     """A closure running the scan kernel that run_layer(engine='triton') would pick (no edges)."""
-    from precision_lab.kernels.engine import FP32_CHUNK
     from precision_lab.kernels.gdn.scan import gdn_recurrent_scan, gdn_replay_scan
     from precision_lab.kernels.mamba2.scan import mamba2_recurrent_scan, mamba2_replay_scan
     from precision_lab.kernels.scan_formats import FMT_FP32, KERNEL_FORMATS
+
+    from precision_lab.engines.triton_scan import FP32_CHUNK
 
     uf, us = KERNEL_FORMATS[policy.update]
     rf, rs = KERNEL_FORMATS[policy.read]
@@ -149,9 +150,10 @@ def kernel_call(inp, policy, s0):
 
 
 def reference_call(inp, policy, s0):
-    from precision_lab.kernels.engine import FP32_CHUNK
     from precision_lab.kernels.gdn.scan_reference import gdn_recurrent_scan_ref, gdn_replay_scan_ref
     from precision_lab.kernels.mamba2.scan_reference import mamba2_recurrent_scan_ref, mamba2_replay_scan_ref
+
+    from precision_lab.engines.triton_scan import FP32_CHUNK
 
     m2, args, gkw, common = _call_parts(inp, policy, s0)
     if policy.mode == "conventional" and policy.update != "fp32":

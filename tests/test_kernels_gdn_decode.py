@@ -11,13 +11,11 @@ from precision_lab.kernels.decode_state import PackedState
 from precision_lab.kernels.gdn.decode import (
     GDNRecords,
     gdn_conventional_step,
-    gdn_decode_stream,
     gdn_replay_step,
 )
 from precision_lab.kernels.gdn.decode_reference import (
     gdn_conventional_step_ref,
     gdn_replay_step_ref,
-    gdn_stream_reference,
     store,
 )
 from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
@@ -202,29 +200,24 @@ POLICIES = ["fp32", "conventional:fp16-sr", "shared:nvfp4-sr@L8", "split:fp16-sr
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_trajectory(policy, device):
-    """64 steps (8 flushes), batch 1 in slot 1 of the pool, 2 value heads over 1 key head."""
+    """64 steps (8 flushes), 2 value heads over 1 key head: the kernels driven by the triton-decode
+    engine against the torch decode engine."""
+    from precision_lab.layer import GDNInputs, run_layer
+
     pol = StatePolicy.parse(policy, seed=21)
     K = k_for([pol.update, pol.read])
     T, Hk, Hv = 64, 1, 2
     inp = inputs(1, T, K, device, Hk=Hk, Hv=Hv)
     S0 = 0.3 * torch.randn(1, Hv, V, K, device=device)
     args = [inp[k] for k in NEW]
-    o, upd, rd, writes = gdn_decode_stream(*args, policy=pol, S0=S0, layer=6, slots=torch.tensor([1], device=device),
-                                           seq_ids=torch.tensor([5]))
-    o_ref, u_ref, r_ref, w_ref = gdn_stream_reference(*(a.cpu() for a in args), policy=pol, S0=S0.cpu(), layer=6,
-                                                      seq_ids=torch.tensor([5]))
-    assert writes == w_ref == (T if not pol.is_replay else T // pol.buffer_len)
+    kw = dict(initial_state=S0, layer_index=6, seq_ids=torch.tensor([5]))
+    o, st = run_layer(GDNInputs(*args), pol, engine="triton-decode", **kw)
+    assert "triton:gdn_" in st.implementation and "fallback" not in st.implementation
+    o_dec, ref = run_layer(GDNInputs(*(a.cpu() for a in args)), pol, engine="decode",
+                           **{**kw, "initial_state": S0.cpu()})
+    assert st.state_writes == ref.state_writes == (T if not pol.is_replay else T // pol.buffer_len)
+    assert st.record_writes == ref.record_writes and st.state.window == ref.state.window
     tol = 1e-5 if pol.update == "fp32" and pol.read == "fp32" else 3e-3
-    assert rel(o.cpu(), o_ref) < tol
-    assert rel(upd.dequantize()[1:], u_ref) < tol
-    assert rel(rd.dequantize()[1:], r_ref) < tol
-    try:
-        from precision_lab.layer import GDNInputs, run_layer
-    except ImportError:  # pragma: no cover
-        return
-    o_dec, stats = run_layer(GDNInputs(*(a.cpu() for a in args)), pol, engine="decode", initial_state=S0.cpu(),
-                             layer_index=6, seq_ids=torch.tensor([5]))
-    assert stats.state_writes == writes
     assert rel(o.cpu(), o_dec) < tol
-    assert rel(upd.dequantize()[1:], stats.state.update.float()) < tol
-    assert rel(rd.dequantize()[1:], stats.state.read.float()) < tol
+    assert rel(st.state.update.cpu(), ref.state.update) < tol
+    assert rel(st.state.read.cpu(), ref.state.read) < tol

@@ -68,7 +68,7 @@ def test_engine_errors():
     inp = random_inputs("gdn", batch=1, tokens=8)
     with pytest.raises(ValueError, match="unknown engine 'fast'"):
         run_layer(inp, "fp32", engine="fast")
-    with pytest.raises(ValueError, match="decode engine only"):
+    with pytest.raises(ValueError, match="runs token by token: engine .decode. or .triton-decode."):
         run_layer(inp, "shared:fp32", engine="scan", drafts=Drafts(1, [1] * 8))
     with pytest.raises(TypeError, match="Mamba2Inputs, GDNInputs or KDAInputs"):
         run_layer({"q": inp.q}, "fp32")
@@ -138,7 +138,7 @@ def test_state_and_argument_errors():
 def test_scan_and_triton_engines_are_dispatched():
     """engine='scan'/'triton' reach their modules (or fail with a clear message naming them)."""
     inp = random_inputs("mamba2", batch=1, tokens=8, dtype=torch.float32)
-    for engine, module in (("scan", "precision_lab.scan"), ("triton", "precision_lab.kernels.engine")):
+    for engine, module in (("scan", "precision_lab.engines.scan"), ("triton", "precision_lab.engines.triton_scan")):
         try:
             y, st = run_layer(inp, "fp32", engine=engine)
         except RuntimeError as e:

@@ -321,3 +321,20 @@ def test_other_architectures_fp32_equals_stock_and_lossy_differs(model_name):
     mk = lambda pol: ReplaySSMLM(pretrained=model_name, policy=pol, batch_size=3, device="cpu")
     assert mk("fp32").generate_until(_gen(PROMPTS, 16)) == want
     assert mk("shared:nvfp4").generate_until(_gen(PROMPTS, 16)) != want
+
+
+def test_fast_decode_path_equals_the_generate_path():
+    """fast_decode (static cache, decode steps through precision_lab.generation; graphs on CUDA) gives
+    model.generate's generations and, for decode scoring, one prefill per distinct context with the
+    same scores as scoring every pair as its own stream."""
+    slow = _replay("split:fp16-sr/nvfp4@L4", scoring="decode", fast_decode="false")
+    fast = _replay("split:fp16-sr/nvfp4@L4", scoring="decode", fast_decode="true")
+    assert not slow.fast_decode and fast.fast_decode
+    assert fast.generate_until(_gen(PROMPTS)) == slow.generate_until(_gen(PROMPTS))
+    ll_slow, ll_fast = slow.loglikelihood(_ll(PAIRS)), fast.loglikelihood(_ll(PAIRS))
+    for (a, ga), (b, gb) in zip(ll_fast, ll_slow):
+        assert a == pytest.approx(b, abs=2e-4) and ga == gb
+    assert fast.prefills_saved >= 1  # "Hello" + two continuations: one prefill
+    assert fast.get_model_info()["replayssm_fast_decode"] is True
+    with pytest.raises(ValueError, match="fast_decode must be true, false or auto"):
+        _replay("fp32", fast_decode="maybe")

@@ -44,7 +44,6 @@ import triton.language as tl
 from precision_lab.kernels.decode_state import (
     FMT_NVFP4,
     PackedState,
-    decode_stream,
     load_state,
     read_state_dot,
     sr_seed,
@@ -52,7 +51,7 @@ from precision_lab.kernels.decode_state import (
 )
 from precision_lab.kernels.scan_formats import C_E4M3, C_FP32, C_NVFP4, FMT_FP32
 
-__all__ = ["GDNRecords", "gdn_conventional_step", "gdn_decode_stream", "gdn_replay_step"]
+__all__ = ["GDNRecords", "gdn_conventional_step", "gdn_replay_step"]
 
 
 class GDNRecords:
@@ -535,7 +534,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     """One ReplaySSM GDN step for T = v.shape[1] tokens (see the module docstring).
 
     update / read: PackedState pools [S, Hv, V, K] (read=None: shared mode); records: ring buffers;
-    start, wlen [B] int32 window pointers (advance them with ``decode_state.commit``); q, k
+    start, wlen [B] int32 window pointers (the caller advances them: ``precision_lab.engines.triton_decode.advance``); q, k
     [B, T, Hk, K]; v [B, T, Hv, V]; g, beta [B, T, Hv]. Returns o [B, T, Hv, V]. block_r /
     num_warps override the launch shape (``_replay_launch``).
     """
@@ -577,29 +576,3 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, num_warps=num_warps or nw, enable_fp_fusion=False)
     return o
-
-
-def gdn_decode_stream(q, k, v, g, beta, *, policy, scale: float | None = None, qk_l2norm: bool = True,
-                      S0: torch.Tensor | None = None, seq_ids: torch.Tensor | None = None, layer: int = 0,
-                      slots: torch.Tensor | None = None, pool_slots: int | None = None):
-    """Autoregressive GDN decode of a whole stream with the kernels (DESIGN §4), one launch per token.
-
-    q, k [B, T, Hk, K]; v [B, T, Hv, V]; g, beta [B, T, Hv]; policy: StatePolicy; S0 [B, Hv, V, K].
-    Returns (o [B, T, Hv, V], update PackedState pool, read PackedState pool, state writes).
-    """
-    Bsz, T, Hk, K = q.shape
-    Hv, V = v.shape[2:]
-    step_kw = dict(scale=scale, qk_l2norm=qk_l2norm)
-
-    def conventional(t, state, slots, kw):
-        return gdn_conventional_step(state, slots, q[:, t], k[:, t], v[:, t], g[:, t], beta[:, t], **step_kw, **kw)
-
-    def replay(t, update, read, records, slots, start, wlen, flush, kw):
-        s = slice(t, t + 1)
-        return gdn_replay_step(update, read, records, slots, start, wlen, q[:, s], k[:, s], v[:, s], g[:, s],
-                               beta[:, s], flush=flush, fold_new=flush, recompute=policy.gdn_fold == "recompute",
-                               **step_kw, **kw)[:, 0]
-
-    return decode_stream(T, (Bsz, Hv, V, K), policy, lambda n, ring: GDNRecords(n, ring, Hk, Hv, V, K, device=v.device),
-                         conventional, replay, S0=S0, seq_ids=seq_ids, layer=layer, slots=slots,
-                         pool_slots=pool_slots, device=v.device)

@@ -1,13 +1,12 @@
 """Torch references of the GDN decode-step kernels (``decode.py``), fp32, in the kernels' order.
 
-Dense per-batch tensors (no pool, no slots); the math is in ``decode.py``'s docstring. Also
-``gdn_stream_reference``: a whole autoregressive stream under a ``StatePolicy`` (DESIGN §4).
+Dense per-batch tensors (no pool, no slots); the math is in ``decode.py``'s docstring. Whole streams
+are driven by ``precision_lab.engines.triton_decode`` and checked against the torch decode engine.
 """
 from __future__ import annotations
 
 import torch
 from precision_lab.kernels.decode_state import PackedState, rbits_for
-from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
 
 
 def _heads(t: torch.Tensor, Hv: int, dim: int = -2) -> torch.Tensor:
@@ -119,46 +118,3 @@ def gdn_replay_step_ref(S_update, S_read, hist, q, k, v, g, beta, *, scale=None,
     new = {"k": torch.stack(new["k"], 1), "d": torch.stack(new["d"], 1), "v": v.float(), "a": g.float(),
            "beta": beta.float()}
     return torch.stack(outs, 1), new, S_new
-
-
-def gdn_stream_reference(q, k, v, g, beta, *, policy, scale=None, qk_l2norm=True, S0=None, seq_ids=None,
-                         layer: int = 0):
-    """A whole autoregressive GDN stream through the step references.
-    Returns (o [B, T, Hv, V], final decoded update copy, final decoded read copy, writes)."""
-    Bsz, T, Hv, V = v.shape
-    K = q.shape[-1]
-    seq_ids = torch.arange(Bsz) if seq_ids is None else seq_ids.cpu()
-    S0 = torch.zeros(Bsz, Hv, V, K) if S0 is None else S0.float()
-    kw = dict(seed=policy.seed, layer=layer, seq_ids=seq_ids)
-    ev0 = torch.zeros(Bsz, dtype=torch.int64)
-    upd = store(S0, policy.update, events=ev0, copy=COPY_UPDATE, **kw).dequantize()
-    split = policy.mode == "split"
-    rd = store(S0, policy.read, events=ev0, copy=COPY_READ, **kw).dequantize() if split else upd
-    recompute = policy.gdn_fold == "recompute"
-    writes, outs, L = 0, [], policy.buffer_len
-    empty = {"k": torch.zeros(Bsz, 0, Hv, K), "d": torch.zeros(Bsz, 0, Hv, V), "v": torch.zeros(Bsz, 0, Hv, V),
-             "a": torch.zeros(Bsz, 0, Hv), "beta": torch.zeros(Bsz, 0, Hv)}
-    hist = empty
-    for t in range(T):
-        sl = slice(t, t + 1)
-        ev = torch.full((Bsz,), writes + 1, dtype=torch.int64)
-        if not policy.is_replay:
-            o, S = gdn_conventional_step_ref(upd, q[:, t], k[:, t], v[:, t], g[:, t], beta[:, t], scale=scale,
-                                             qk_l2norm=qk_l2norm)
-            upd = rd = store(S, policy.update, events=ev, copy=COPY_UPDATE, **kw).dequantize()
-            writes += 1
-            outs.append(o)
-            continue
-        flush = t % L == L - 1
-        o, new, S = gdn_replay_step_ref(upd, rd, hist, q[:, sl], k[:, sl], v[:, sl], g[:, sl], beta[:, sl],
-                                        scale=scale, qk_l2norm=qk_l2norm, flush=flush, fold_new=flush,
-                                        recompute=recompute)
-        outs.append(o[:, 0])
-        if flush:
-            upd = store(S, policy.update, events=ev, copy=COPY_UPDATE, **kw).dequantize()
-            rd = store(S, policy.read, events=ev, copy=COPY_READ, **kw).dequantize() if split else upd
-            writes += 1
-            hist = empty
-        else:
-            hist = {key: torch.cat([hist[key], new[key]], 1) for key in hist}
-    return torch.stack(outs, 1), upd, rd, writes

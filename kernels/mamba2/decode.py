@@ -18,7 +18,8 @@ holding everything before lo, the output of the token at position p is the outpu
   new token is folded too and y = S C comes from that fp32 result; otherwise (speculative flush) the
   T drafts are verified against S_b = the fp32 S with lo = W. Then round_H(S) is stored as the
   update checkpoint and round_F(S) as the read copy (split mode), both from the same fp32 S.
-* commit is pointer arithmetic on (start, W) (``decode_state.commit``): rejected records are overwritten.
+* commit is pointer arithmetic on (start, W), done by the caller (``precision_lab.engines.triton_decode.advance``):
+  rejected records are overwritten.
 
 Launch: one program per (row block of P, head, batch entry); a program streams its rows of the
 head's state (contiguous) once. ``slots[b] = -1`` skips the entry (zero output, nothing stored).
@@ -38,8 +39,6 @@ import triton.language as tl
 from precision_lab.kernels.decode_state import (
     FMT_NVFP4,
     PackedState,
-    commit,
-    decode_stream,
     load_state,
     read_state_dot,
     softplus,
@@ -47,7 +46,7 @@ from precision_lab.kernels.decode_state import (
     store_state,
 )
 
-__all__ = ["Mamba2Records", "commit", "mamba2_conventional_step", "mamba2_decode_stream", "mamba2_replay_step"]
+__all__ = ["Mamba2Records", "mamba2_conventional_step", "mamba2_replay_step"]
 
 
 class Mamba2Records:
@@ -412,7 +411,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
 
     update / read: PackedState pools [S, H, P, N] (read=None: shared mode, one copy, ``update``);
     records: the slots' ring buffers; start, wlen: [B] int32 window pointers (not advanced here: see
-    ``commit``); x [B, T, H, P]; dt [B, T, H]; B, C [B, T, G, N]; z [B, T, H, P].
+    ``precision_lab.engines.triton_decode.advance``); x [B, T, H, P]; dt [B, T, H]; B, C [B, T, G, N]; z [B, T, H, P].
     flush: fold the window into the update checkpoint and write both copies (SR event ``events``);
     fold_new: also fold the new token (autoregressive flush; needs T = 1).
     Returns y [B, T, H, P]. The non-flush step writes only y and the T records.
@@ -470,33 +469,3 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         # and the records are single products); a flush rounds state and must not
         enable_fp_fusion=not flush)
     return y
-
-
-def mamba2_decode_stream(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-                         D: torch.Tensor | None = None, dt_bias: torch.Tensor | None = None,
-                         z: torch.Tensor | None = None, *, policy, S0: torch.Tensor | None = None,
-                         seq_ids: torch.Tensor | None = None, layer: int = 0, slots: torch.Tensor | None = None,
-                         pool_slots: int | None = None):
-    """Autoregressive decode of a whole stream with the kernels (DESIGN §4), one launch per token.
-
-    x [B, T, H, P]; dt [B, T, H]; B, C [B, T, G, N]; policy: StatePolicy (fp32 / conventional /
-    shared / split); S0 [B, H, P, N] (zeros if None); slots [B] pool slots (default arange(B); -1
-    entries are skipped); pool_slots: pool size (default max slot + 1).
-    Returns (y [B, T, H, P], update PackedState pool, read PackedState pool, state writes).
-    """
-    Bsz, T, H, P = x.shape
-    G, N = B.shape[-2:]
-    pick = (lambda v, t: None if v is None else v[:, t])  # noqa: E731
-
-    def conventional(t, state, slots, kw):
-        return mamba2_conventional_step(state, slots, x[:, t], dt[:, t], A, B[:, t], C[:, t], D, dt_bias,
-                                        pick(z, t), **kw)
-
-    def replay(t, update, read, records, slots, start, wlen, flush, kw):
-        s = slice(t, t + 1)
-        return mamba2_replay_step(update, read, records, slots, start, wlen, x[:, s], dt[:, s], A, B[:, s], C[:, s],
-                                  D, dt_bias, pick(z, s), flush=flush, fold_new=flush, **kw)[:, 0]
-
-    return decode_stream(T, (Bsz, H, P, N), policy, lambda n, ring: Mamba2Records(n, ring, H, G, P, N, device=x.device),
-                         conventional, replay, S0=S0, seq_ids=seq_ids, layer=layer, slots=slots,
-                         pool_slots=pool_slots, device=x.device)

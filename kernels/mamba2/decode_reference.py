@@ -2,14 +2,13 @@
 
 Each function computes exactly what one kernel launch computes, on dense per-batch tensors (no
 pool, no slots): the tests gather the kernels' pool slots and compare. The math is in ``decode.py``'s
-docstring. Also ``mamba2_stream_reference``: a whole token stream under a ``StatePolicy``
-(autoregressive, DESIGN §4), the trajectory the kernels' driver must reproduce.
+docstring. Whole streams are driven by ``precision_lab.engines.triton_decode`` and checked against
+the torch decode engine.
 """
 from __future__ import annotations
 
 import torch
 from precision_lab.kernels.decode_state import PackedState, rbits_for, torch_softplus
-from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
 
 
 def _heads(t: torch.Tensor, H: int) -> torch.Tensor:
@@ -101,46 +100,3 @@ def mamba2_replay_step_ref(S_update, S_read, hist, x, dt, A, B, C, D=None, dt_bi
         y = _window_out(S, u, b, a, lo, W + t, c)
         ys.append(_finish(y, x[:, t].float(), D, None if z is None else z[:, t]))
     return torch.stack(ys, 1), new, S_new
-
-
-def mamba2_stream_reference(x, dt, A, B, C, D=None, dt_bias=None, z=None, *, policy, S0=None,
-                            seq_ids=None, layer: int = 0):
-    """A whole autoregressive decode stream (DESIGN §4) through the step references.
-
-    x [B, T, H, P] ...; policy: StatePolicy; S0 [B, H, P, N] initial state (zeros if None).
-    Returns (y [B, T, H, P] fp32, final decoded update copy, final decoded read copy, writes).
-    """
-    Bsz, T, H, P = x.shape
-    G, N = B.shape[-2:]
-    seq_ids = torch.arange(Bsz) if seq_ids is None else seq_ids.cpu()
-    S0 = torch.zeros(Bsz, H, P, N) if S0 is None else S0.float()
-    kw = dict(seed=policy.seed, layer=layer, seq_ids=seq_ids)
-    ev0 = torch.zeros(Bsz, dtype=torch.int64)
-    upd = store(S0, policy.update, events=ev0, copy=COPY_UPDATE, **kw).dequantize()
-    split = policy.mode == "split"
-    rd = store(S0, policy.read, events=ev0, copy=COPY_READ, **kw).dequantize() if split else upd
-    writes, ys = 0, []
-    L = policy.buffer_len
-    hist = {"u": torch.zeros(Bsz, 0, H, P), "b": torch.zeros(Bsz, 0, G, N), "a": torch.zeros(Bsz, 0, H)}
-    for t in range(T):
-        ev = torch.full((Bsz,), writes + 1, dtype=torch.int64)
-        if not policy.is_replay:
-            y, S = mamba2_conventional_step_ref(upd, x[:, t], dt[:, t], A, B[:, t], C[:, t], D, dt_bias,
-                                                None if z is None else z[:, t])
-            upd = rd = store(S, policy.update, events=ev, copy=COPY_UPDATE, **kw).dequantize()
-            writes += 1
-            ys.append(y)
-            continue
-        args = (x[:, t:t + 1], dt[:, t:t + 1], A, B[:, t:t + 1], C[:, t:t + 1], D, dt_bias,
-                None if z is None else z[:, t:t + 1])
-        flush = t % L == L - 1
-        y, new, S = mamba2_replay_step_ref(upd, rd, hist, *args, flush=flush, fold_new=flush)
-        ys.append(y[:, 0])
-        if flush:
-            upd = store(S, policy.update, events=ev, copy=COPY_UPDATE, **kw).dequantize()
-            rd = store(S, policy.read, events=ev, copy=COPY_READ, **kw).dequantize() if split else upd
-            writes += 1
-            hist = {k: v[:, :0] for k, v in hist.items()}
-        else:
-            hist = {k: torch.cat([hist[k], new[k]], 1) for k in hist}
-    return torch.stack(ys, 1), upd, rd, writes

@@ -16,8 +16,10 @@ the first call (the prompt) is the prefill, written once into the checkpoint; ea
 decode step of the policy (DESIGN §4: ReplaySSM buffering and flush every L steps for shared/split,
 a rounded store every step for conventional). ``model.generate`` and manual loops
 (``model(input_ids=tok, cache=cache, use_cache=True)``) both work; use ``new_stream`` to create the
-cache when you want to set the SR sequence ids or the first-call-is-prefill flag. Single-token steps
-run on the ``decode`` engine (the ground truth) unless ``engine`` forces another. Beam search is not
+cache when you want to set the SR sequence ids or the first-call-is-prefill flag. Decode steps run
+on the Triton decode-step kernels on CUDA (``triton-decode``, state kept in the packed device
+layout) and on the torch ``decode`` engine elsewhere, unless ``engine`` forces another;
+``precision_lab.generation`` runs whole decode steps as CUDA graphs. Beam search is not
 supported (the policy state does not follow ``reorder_cache``).
 
 Several policies at once: ``apply_policy(model, [p0, p1, ...])`` makes each mixer run rows
@@ -32,9 +34,10 @@ import torch
 from torch import nn
 
 from ._hf import import_transformers
+from .mixers import branch_stream
 from .presets import PRESETS, build_preset, list_presets
 
-__all__ = ["PRESETS", "apply_policy", "cache_kwarg", "list_presets", "load_model", "new_stream", "policy_mixers",
+__all__ = ["PRESETS", "apply_policy", "branch_stream", "cache_kwarg", "list_presets", "load_model", "new_stream", "policy_mixers",
            "precision_lab_report", "set_engine", "ssm_modules"]
 
 
@@ -97,18 +100,19 @@ def apply_policy(model: nn.Module, policy, *, engine: str = "auto", seed: int | 
     """Swap every SSM mixer of ``model`` (this instance only) for a policy mixer.
 
     policy: a policy string / StatePolicy, or a list of them (lockstep groups, see module docstring)
-    engine: "decode" | "scan" | "triton" | "auto" (decode for single-token steps; triton on CUDA and
-            scan elsewhere for multi-token forwards). The engine that actually served each call is
-            recorded and reported by ``model.precision_lab_report()``.
+    engine: "auto" (default: on CUDA the Triton decode-step kernels for decode tokens and the Triton
+            scans for prefills; elsewhere the torch decode and scan engines), "decode", "scan",
+            "triton" or "triton-decode" (``precision_lab.engines``). The engine that actually served
+            each call is recorded and reported by ``model.precision_lab_report()``.
     seed:   stochastic-rounding seed given to every policy (None keeps the policies' own seeds)
     Calling it again on an adapted model changes the policies in place. Returns ``model``.
     """
+    from precision_lab.engines import check_engine
     from precision_lab.policy import StatePolicy
 
-    from .mixers import ENGINE_CHOICES, MIXERS, PolicyMixer
+    from .mixers import MIXERS, PolicyMixer
 
-    if engine not in ENGINE_CHOICES:
-        raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINE_CHOICES)}")
+    check_engine(engine)
     policies = [policy] if isinstance(policy, (str, StatePolicy)) else list(policy)
     policies = [StatePolicy.parse(p, seed=seed) for p in policies]
     for p in policies:

@@ -10,9 +10,18 @@ Streams and caches. A forward with a transformers cache continues the stream kep
 cache (``StreamContext``, attached to the cache object): the first call is the prefill (one
 checkpoint write, DESIGN §4) unless the context says otherwise, and every later token is a decode
 step. The conv state lives in the transformers cache (``cache.update_conv_state``, the same call in
-transformers 5.17 and 5.24); the recurrent state (update checkpoint, read copy, partial window
-buffer, counters) is our ``LayerState``, kept in the context. A forward without a cache is one
-stateless prefill.
+transformers 5.17 and 5.24, updated in place); the recurrent state (update checkpoint, read copy,
+partial window buffer, counters) is kept in the context, as a ``LayerState`` (torch engines) or,
+once decode steps run on the GPU kernels, as a ``DeviceState`` (``precision_lab.state``) that
+stays on the device: a decode step then launches the decode-step kernels with no host sync and no
+conversion, which is what lets ``precision_lab.generation`` capture whole decode steps in CUDA
+graphs. A forward without a cache is one stateless prefill.
+
+Engines (``precision_lab.engines``): ``auto`` serves a prefill with the Triton scans on CUDA (the
+torch scan elsewhere) and every decode token with ``triton-decode`` on CUDA (``decode``
+elsewhere); a stream whose state is on the device keeps its decode steps there, one kernel step
+per token also for multi-token forwards. Layers the decode-step kernels cannot serve (KDA, custom
+and MX formats) run the torch ``decode`` engine, and ``served`` records the reason.
 
 Several policies in one batch. A mixer can hold G policies: rows ``[g*B, (g+1)*B)`` of a batch of
 ``G*B`` rows run under ``policies[g]``, each group with its own ``run_layer`` call and state. The KL
@@ -30,24 +39,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from precision_lab.layer import GDNInputs, KDAInputs, LayerState, Mamba2Inputs, run_layer
+from precision_lab.engines import check_engine, resolve
+from precision_lab.layer import GDNInputs, KDAInputs, Mamba2Inputs, run_layer
 from precision_lab.policy import StatePolicy
-
-ENGINE_CHOICES = ("decode", "scan", "triton", "auto")
+from precision_lab.state import DeviceState, LayerState
 
 
 @dataclass
 class StreamContext:
     """Per-stream bookkeeping kept beside a transformers cache.
 
-    states:      layer_idx -> [LayerState | None] per policy group
+    states:      layer_idx -> [LayerState | DeviceState] per policy group
     seq_ids:     [B] global sequence ids for the SR counters of every group (default arange(B))
     first_is_prefill: the first forward of the stream is a prefill (False: every token is a decode step)
     engine:      engine override for every mixer of this stream (None: the mixer's own setting)
     tokens:      layer_idx -> tokens processed so far
     """
 
-    states: dict[int, list[LayerState | None]] = field(default_factory=dict)
+    states: dict[int, list[LayerState | DeviceState]] = field(default_factory=dict)
     seq_ids: torch.Tensor | None = None
     first_is_prefill: bool = True
     engine: str | None = None
@@ -66,6 +75,51 @@ def stream_context(cache, create: bool = True) -> StreamContext | None:
         ctx = StreamContext()
         setattr(cache, _CTX_ATTR, ctx)
     return ctx
+
+
+_CACHE_TENSORS = ("keys", "values", "conv_states", "recurrent_states")
+
+
+def branch_stream(cache, index: torch.Tensor):
+    """A new cache whose rows are rows ``index`` [N] of ``cache`` (repeats allowed), with the
+    stream's policy states branched alike: N independent continuations of a shared prefix, e.g. one
+    per answer choice after a context prefilled once. Works for transformers' Dynamic and Static
+    caches (the per-layer ``keys``/``values``/``conv_states``/``recurrent_states`` tensors)."""
+    import copy
+
+    from precision_lab.state import select_rows
+
+    index = torch.as_tensor(index, dtype=torch.long)
+    new = copy.copy(cache)
+    new.layers = []
+    for layer in cache.layers:
+        lay = copy.copy(layer)
+        for name in _CACHE_TENSORS:
+            val = getattr(layer, name, None)
+            if isinstance(val, torch.Tensor) and val.dim() > 0:
+                setattr(lay, name, val.index_select(0, index.to(val.device)))
+            elif isinstance(val, (list, tuple)):
+                setattr(lay, name, type(val)(v.index_select(0, index.to(v.device)) if isinstance(v, torch.Tensor)
+                                             and v.dim() > 0 else v for v in val))
+            elif isinstance(val, dict):
+                setattr(lay, name, {k: (v.index_select(0, index.to(v.device)) if isinstance(v, torch.Tensor)
+                                        and v.dim() > 0 else v) for k, v in val.items()})
+        if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
+            lay.cumulative_length = layer.cumulative_length.clone()
+        for name in ("has_previous_state", "is_conv_states_initialized", "is_recurrent_states_initialized",
+                     "conv_kernel_size"):
+            if isinstance(getattr(layer, name, None), (list, dict)):
+                setattr(lay, name, copy.copy(getattr(layer, name)))
+        if hasattr(layer, "batch_size"):
+            lay.batch_size = int(index.numel())
+        new.layers.append(lay)
+    ctx = stream_context(cache, create=False)
+    if ctx is not None:
+        n_ctx = StreamContext(states={k: [select_rows(s, index) for s in v] for k, v in ctx.states.items()},
+                              seq_ids=None if ctx.seq_ids is None else ctx.seq_ids.index_select(0, index),
+                              first_is_prefill=ctx.first_is_prefill, engine=ctx.engine, tokens=dict(ctx.tokens))
+        setattr(new, _CTX_ATTR, n_ctx)
+    return new
 
 
 class PolicyMixer(nn.Module):
@@ -100,31 +154,25 @@ class PolicyMixer(nn.Module):
         if not self.policies:
             raise ValueError("at least one policy is needed")
         if engine is not None:
-            if engine not in ENGINE_CHOICES:
-                raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINE_CHOICES)}")
-            self.engine = engine
+            self.engine = check_engine(engine)
 
     def extra_repr(self) -> str:
         return f"{self.original_class}, policies={[p.short_str() for p in self.policies]}, engine={self.engine}"
 
-    def _resolve_engine(self, ctx: StreamContext | None, T: int, device: torch.device) -> str:
-        e = (ctx.engine if ctx is not None and ctx.engine else None) or self.engine
-        if e == "auto":
-            if T == 1:
-                return "decode"
-            return "triton" if device.type == "cuda" else "scan"
-        return e
-
     # -- the recurrence ----------------------------------------------------------------------
     def _recur(self, inputs_for_rows, batch: int, cache, device: torch.device, T: int) -> torch.Tensor:
-        """Run run_layer once per policy group; ``inputs_for_rows(sl)`` builds the inputs of rows sl."""
+        """Run each policy group's rows; ``inputs_for_rows(sl)`` builds the inputs of rows sl."""
+        from precision_lab.engines.triton_decode import decode_tokens, device_unsupported, to_device_state
+
         G = len(self.policies)
         if batch % G:
             raise ValueError(f"batch of {batch} rows is not a multiple of the {G} policies this mixer holds")
         per = batch // G
         ctx = stream_context(cache)
-        engine = self._resolve_engine(ctx, T, device)
         prev = ctx.states.get(self.layer_idx) if ctx is not None else None
+        on_device = prev is not None and isinstance(prev[0], DeviceState)
+        asked = (ctx.engine if ctx is not None and ctx.engine else None) or self.engine
+        engine = "triton-decode" if (asked == "auto" and on_device) else resolve(asked, tokens=T, device=device)
         seq_ids = ctx.seq_ids if ctx is not None and ctx.seq_ids is not None else None
         if seq_ids is not None and seq_ids.numel() != per:
             raise ValueError(f"stream has {seq_ids.numel()} sequence ids but {per} rows per policy")
@@ -133,15 +181,27 @@ class PolicyMixer(nn.Module):
         outs, new_states = [], []
         for g, policy in enumerate(self.policies):
             sl = slice(g * per, (g + 1) * per)
-            kw = dict(layer_index=self.layer_idx,
-                      seq_ids=None if seq_ids is None else seq_ids.to(device))
+            inputs = inputs_for_rows(sl)
+            st = None if first else prev[g]
+            if engine == "triton-decode" and not first:
+                reason = device_unsupported(self.kind, policy, *_state_dims(inputs), device)
+                if reason is None:
+                    ds = to_device_state(st, _groups(inputs), device)
+                    outs.append(decode_tokens(ds, inputs))
+                    self.served[("triton-decode", f"triton:{self.kind}_"
+                                 f"{'replay' if policy.is_replay else 'conventional'}_step")] += 1
+                    new_states.append(ds)
+                    continue
+            if isinstance(st, DeviceState):
+                st = st.to_layer_state(torch.float32)
+            kw = dict(layer_index=self.layer_idx, seq_ids=None if seq_ids is None else seq_ids.to(device))
             if first:
-                y, stats = run_layer(inputs_for_rows(sl), policy, engine=engine, prefill_len=prefill, **kw)
+                y, stats = run_layer(inputs, policy, engine=engine, prefill_len=prefill, **kw)
             else:
-                y, stats = run_layer(inputs_for_rows(sl), policy, engine=engine, state=prev[g], **kw)
+                y, stats = run_layer(inputs, policy, engine=engine, state=st, **kw)
             self.served[(stats.engine, stats.implementation)] += 1
             outs.append(y)
-            new_states.append(stats.state)
+            new_states.append(stats.extra.get("device_state", stats.state))
         if ctx is not None:
             ctx.states[self.layer_idx] = new_states
             ctx.tokens[self.layer_idx] = ctx.tokens.get(self.layer_idx, 0) + T
@@ -170,6 +230,17 @@ class PolicyMixer(nn.Module):
             raise TypeError(f"{type(cache).__name__} holds no conv states; policy mixers need a transformers "
                             "cache with linear-attention layers (DynamicCache(config=model.config) or new_stream())")
         return self._mix(hidden_states, cache, attention_mask)
+
+
+def _state_dims(inputs) -> tuple[int, int]:
+    """(R, C) of a layer's state matrix."""
+    if inputs.kind == "mamba2":
+        return inputs.x.shape[-1], inputs.B.shape[-1]
+    return inputs.v.shape[-1], inputs.q.shape[-1]
+
+
+def _groups(inputs) -> int:
+    return inputs.B.shape[2] if inputs.kind == "mamba2" else inputs.q.shape[2]
 
 
 def _act(name: str):

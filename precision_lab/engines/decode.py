@@ -1,6 +1,8 @@
-"""The ReplaySSM state machine (DESIGN §4) and the ``decode`` engine of ``run_layer``.
+"""The ``decode`` engine of ``run_layer``: the ReplaySSM state machine token by token in torch
+(docs/design.md §4).
 
-Ground truth for every other engine. The math of the recurrences is in
+Ground truth for every other engine. The state it reads and writes, the casts into the stored
+formats and the flush schedule are ``precision_lab.state``'s. The math of the recurrences is in
 ``precision_lab.recurrences._core`` (step, output-only ``readout``, ``fold``, ``delta``); this
 module fixes *which* state each quantity is computed from, when state is written, and which SR bits
 each write draws.
@@ -11,7 +13,7 @@ State of one layer (per sequence, all heads, lockstep over the batch):
     ring of next_pow2(L) record slots, a base pointer and the window length W (records 0..W-1)
     writes (state write events so far), step (decode tokens so far)
 
-Storage casts (``StateWriter``). Every write casts ONE result S (compute dtype) into the stored
+Storage casts (``state.StateWriter``). Every write casts ONE result S (compute dtype) into the stored
 copies: U = round_H(S) (SR copy 0) and, in split mode, R = round_F(S) (SR copy 1); single-copy modes
 set R = U. SR bits: ``quant/philox.state_rbits(seed, layer, seq_id, head, event, (R, C), copy)``
 with event 0 for the initial cast and ``1 + writes`` for every later write; only formats with
@@ -66,95 +68,21 @@ from __future__ import annotations
 
 import torch
 
-from .layer import Drafts, LayerInputs, LayerState, LayerStats
-from .policy import StatePolicy
-from .recurrences import _core
-from .recurrences import prepare as prepare_inputs
+from precision_lab.layer import Drafts, LayerInputs, LayerStats
+from precision_lab.policy import StatePolicy
+from precision_lab.recurrences import _core
+from precision_lab.recurrences import prepare as prepare_inputs
+from precision_lab.state import (
+    LayerState,
+    StateWriter,
+    commit_window,
+    is_flush,
+    is_spec_flush,
+    next_pow2,
+    start_state,
+)
 
 IMPLEMENTATION = "torch-reference"
-
-
-def next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def record_fields(kind_delta: bool) -> tuple[str, ...]:
-    return ("a", "k", "u", "v", "beta") if kind_delta else ("a", "k", "u")
-
-
-# ---------------------------------------------------------------------------------------------
-# Storage casts
-# ---------------------------------------------------------------------------------------------
-_PROBED: set = set()
-
-
-def _probe(policy: StatePolicy, spec: str, q) -> None:
-    """Run a format once on a probe tensor (with SR bits if it is stochastic) so that a custom
-    quantizer that fails its own ``fake`` is reported with the policy's name, not mid-run."""
-    from precision_lab.quant import fake_quantize
-
-    key = (spec, type(q))
-    if key in _PROBED:
-        return
-    probe = torch.linspace(-3.0, 3.0, 2 * 16 * 32, dtype=torch.float32).reshape(2, 16, 32)
-    rbits = torch.full(probe.shape, 0x5A5A, dtype=torch.int64) if getattr(q, "stochastic", False) else None
-    try:
-        y = fake_quantize(q, probe, rbits)
-    except Exception as e:  # noqa: BLE001 - re-raised with the policy's context
-        raise ValueError(f"policy {policy.short_str()!r}: format {spec!r} failed on a probe tensor: {e}") from e
-    if not torch.isfinite(y).all():
-        raise ValueError(f"policy {policy.short_str()!r}: format {spec!r} returned non-finite values for finite input")
-    _PROBED.add(key)
-
-
-class StateWriter:
-    """Casts a computed state into the policy's stored copies, with SR bits from the documented
-    counter layout. Engines other than ``decode`` use it so that every path stores the same bits.
-
-    ``write(S, event, where)`` → (U, R): see the module docstring. ``copies`` is 2 in split mode.
-    """
-
-    def __init__(self, policy: StatePolicy, layer_index: int, seq_ids: torch.Tensor):
-        from precision_lab.quant import get_quantizer
-
-        self.policy = policy
-        self.layer_index = layer_index
-        self.seq_ids = seq_ids
-        self._q = {spec: (None if spec == "fp32" else get_quantizer(spec))
-                   for spec in {policy.update, policy.read}}
-        self.copies = 2 if policy.mode == "split" else 1
-        for spec, q in self._q.items():
-            if q is not None:
-                _probe(policy, spec, q)
-
-    def cast(self, S: torch.Tensor, spec: str, copy: int, event: int, where: str) -> torch.Tensor:
-        """round_spec(S) for S [B,H,R,C]; returned in S's dtype."""
-        from precision_lab.quant import fake_quantize
-        from precision_lab.quant.philox import state_rbits
-
-        q = self._q[spec]
-        if q is None:
-            out = S.clone()
-        else:
-            rbits = None
-            if getattr(q, "stochastic", False):
-                B, H, R, C = S.shape
-                rbits = state_rbits(self.policy.seed, self.layer_index, self.seq_ids.view(B, 1).cpu(),
-                                    torch.arange(H).view(1, H), event, (R, C), copy).to(S.device)
-            out = fake_quantize(q, S.to(torch.float32), rbits).to(S.dtype)
-        if not torch.isfinite(out).all():
-            pre = "finite" if torch.isfinite(S).all() else "already non-finite (the recurrence overflowed)"
-            raise FloatingPointError(
-                f"non-finite state after a write: layer {self.layer_index}, {where}, SR event {event}, "
-                f"copy {'read' if copy else 'update'} in format {spec!r}, policy "
-                f"{self.policy.short_str()!r}; the computed state before the cast was {pre}")
-        return out
-
-    def write(self, S: torch.Tensor, event: int, where: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """Both stored copies from one computed state S."""
-        U = self.cast(S, self.policy.update, 0, event, where)
-        R = self.cast(S, self.policy.read, 1, event, where) if self.policy.mode == "split" else U
-        return U, R
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,6 +148,7 @@ class ReplaySSM:
         self.layer_index = state.layer_index
         self.seq_ids = state.seq_ids
         self.writer = StateWriter(self.policy, state.layer_index, state.seq_ids)
+        self.codes = (state.update_codes, state.read_codes)
         self.L = self.policy.buffer_len
         self.replay = self.policy.is_replay
         self.trace = trace
@@ -244,6 +173,7 @@ class ReplaySSM:
     def _write(self, S: torch.Tensor, where: str) -> None:
         event = self.writes + 1
         self.U, self.R = self.writer.write(S, event, where)
+        self.codes = self.writer.last_codes
         self.writes += 1
         self.state_writes += 1
         self.copy_writes += self.writer.copies
@@ -281,7 +211,7 @@ class ReplaySSM:
             return y
         W = self.ring.window
         hist = self.ring.read(W)
-        if W == self.L - 1:  # flush: fold the window and this token into U, output from the result
+        if is_flush(W, self.L):  # fold the window and this token into U, output from the result
             u_hist, c_hist = self._fold_history(self.U, hist)
             c_tok = tok["a"] if W == 0 else c_hist[:, -1] + tok["a"]
             u_tok = _core.delta(self.U, hist["k"], u_hist, c_hist, tok, c_tok) if self.delta else tok["u"]
@@ -319,14 +249,14 @@ class ReplaySSM:
             for j, tok in enumerate(toks):
                 S, y, _ = _core.step(S_prev, tok)
                 self._write(S, f"{where}, snapshot {j}")
-                snaps.append((self.U, self.R))
+                snaps.append((self.U, self.R, self.codes))
                 S_prev = self.U
                 ys.append(y)
-            self.U, self.R = snaps[accept - 1]
+            self.U, self.R, self.codes = snaps[accept - 1]
             self.step += accept
             return ys
         W = self.ring.window
-        flush = W + 2 * T > self.L
+        flush = is_spec_flush(W, T, self.L)
         if flush:
             hist = self.ring.read(W)
             u_hist, c_hist = self._fold_history(self.U, hist)
@@ -352,7 +282,7 @@ class ReplaySSM:
             self.flushes += 1
             if self.trace is not None:
                 self.trace.append((self.prefill_tokens + self.step, self.U.clone()))
-        self.ring.window = start + accept
+        self.ring.window = commit_window(W, accept, flush)
         self.step += accept
         return ys
 
@@ -361,61 +291,7 @@ class ReplaySSM:
         W = self.ring.window
         recs = {name: t.clone() for name, t in self.ring.read(W).items()} if self.replay else {}
         return LayerState(self.kind, self.policy, self.U, self.R, recs, W, self.step, self.writes,
-                          self.seq_ids, self.layer_index, self.prefill_tokens)
-
-
-# ---------------------------------------------------------------------------------------------
-# Stream start and validation (shared with the other engines)
-# ---------------------------------------------------------------------------------------------
-def resolve_seq_ids(seq_ids: torch.Tensor | None, B: int) -> torch.Tensor:
-    if seq_ids is None:
-        return torch.arange(B, dtype=torch.int64)
-    seq_ids = torch.as_tensor(seq_ids)
-    if seq_ids.dtype.is_floating_point or tuple(seq_ids.shape) != (B,):
-        raise ValueError(f"seq_ids must be an integer tensor of shape [B] = [{B}], got "
-                         f"{seq_ids.dtype} {list(seq_ids.shape)}")
-    return seq_ids.to(torch.int64).cpu()
-
-
-def start_state(p: _core.Prepared, policy: StatePolicy, *, initial_state: torch.Tensor | None,
-                state: LayerState | None, layer_index: int, seq_ids: torch.Tensor | None) -> LayerState:
-    """The LayerState a call starts from: ``state`` validated against the inputs, or a new stream
-    (initial state — given or zeros — cast into the policy's formats with SR event 0)."""
-    B, _, H, R, C = p.shape
-    if not isinstance(layer_index, int) or layer_index < 0:
-        raise ValueError(f"layer_index must be an integer >= 0, got {layer_index!r}")
-    if state is not None:
-        if not isinstance(state, LayerState):
-            raise TypeError(f"state must be a LayerState, got {type(state).__name__}")
-        if state.kind != p.kind:
-            raise ValueError(f"state is from a {state.kind} layer, inputs are {p.kind}")
-        if state.policy != policy:
-            raise ValueError(f"state was produced under policy {state.policy.short_str()!r} "
-                             f"(seed {state.policy.seed}), not {policy.short_str()!r} (seed {policy.seed})")
-        if tuple(state.update.shape) != (B, H, R, C):
-            raise ValueError(f"state has shape {list(state.update.shape)}, inputs need [B,H,R,C] = {[B, H, R, C]}")
-        if state.update.dtype != p.dtype:
-            raise ValueError(f"state is {state.update.dtype}, inputs compute in {p.dtype}; keep one compute dtype "
-                             "across segments")
-        if layer_index != state.layer_index:
-            raise ValueError(f"layer_index {layer_index} differs from the state's {state.layer_index}")
-        if seq_ids is not None and not torch.equal(resolve_seq_ids(seq_ids, B), state.seq_ids):
-            raise ValueError("seq_ids differ from the ones the state was produced with")
-        if policy.is_replay and state.window >= policy.buffer_len:
-            raise ValueError(f"state holds {state.window} window records, more than L - 1 = {policy.buffer_len - 1}")
-        return state.clone()
-    ids = resolve_seq_ids(seq_ids, B)
-    S0 = _core.zeros_state(p) if initial_state is None else _core.check_state(initial_state, p)
-    writer = StateWriter(policy, layer_index, ids)
-    U, Rd = writer.write(S0, 0, "initial state cast")
-    Ca = C if p.kind == "kda" else 1
-    z = lambda *s: S0.new_zeros(B, 0, H, *s)
-    recs = {"a": z(Ca), "k": z(C), "u": z(R)}
-    if p.delta:
-        recs.update(v=z(R), beta=S0.new_zeros(B, 0, H))
-    if not policy.is_replay:
-        recs = {}
-    return LayerState(p.kind, policy, U, Rd, recs, 0, 0, 0, ids, layer_index, 0)
+                          self.seq_ids, self.layer_index, self.prefill_tokens, *self.codes)
 
 
 def _rejected_token(p: _core.Prepared, rej: _core.Prepared | None, r: int, j: int, T: int,
@@ -492,4 +368,4 @@ def run_decode(inputs: LayerInputs, policy: StatePolicy, *, drafts: Drafts | Non
     return p.finish(y), stats
 
 
-__all__ = ["RecordRing", "ReplaySSM", "StateWriter", "next_pow2", "run_decode", "start_state"]
+__all__ = ["RecordRing", "ReplaySSM", "run_decode"]

@@ -12,26 +12,27 @@ How a segment is served (``stats.implementation`` lists the parts that ran):
   uses the chunked scan as above.
 * ``shared`` / ``split``: the window scan over whole windows. A segment that starts inside a window
   (a state carried from a previous segment), a prefill, and the partial window at the end of the
-  segment are run by the torch scan engine (``precision_lab.scan``; the decode engine if that is
-  missing): at most L - 1 tokens at each end, so the kernel carries all the weight.
+  segment are run by the torch scan engine (``engines/scan.py``): at most L - 1 tokens at each end,
+  so the kernel carries all the weight.
 * Anything the kernels do not implement (KDA, custom or block-scaled formats other than NVFP4,
   L > 64, states over 128×128, CPU without ``TRITON_INTERPRET=1``) runs on the torch engine, and
   ``stats.implementation`` starts with ``"torch fallback (<reason>)"``.
 
 The kernels compute in fp32; float64 inputs are accepted (outputs and states come back in
 float64) but computed in fp32, so agreement with a float64 decode run is to fp32 tolerance.
+The scans return the stored copies as values, not codes: a state they wrote in NVFP4 continues on
+the torch engines, not on ``triton-decode`` (see ``precision_lab.state``).
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import replace
 
 import torch
+
 from precision_lab.kernels.gdn.scan import gdn_recurrent_scan, gdn_replay_scan
 from precision_lab.kernels.mamba2.scan import mamba2_recurrent_scan, mamba2_replay_scan
 from precision_lab.kernels.runtime import triton_unavailable_reason
 from precision_lab.kernels.scan_formats import FMT_FP32, FMT_NVFP4, KERNEL_FORMATS
-
 from precision_lab.policy import StatePolicy
 
 __all__ = ["run_layer_triton", "unsupported_reason"]
@@ -110,22 +111,11 @@ def unsupported_reason(inputs, policy: StatePolicy) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # The torch engine used for fallbacks and segment edges
 # ---------------------------------------------------------------------------------------------
-def _torch_engine():
-    """(callable, name): the torch scan engine, or the decode engine where the scan is missing."""
-    for module, fn, name in (("precision_lab.scan", "run_layer_scan", "torch-scan"),
-                             ("precision_lab.replay", "run_decode", "torch-decode")):
-        try:
-            return getattr(importlib.import_module(module), fn), name
-        except (ImportError, AttributeError):
-            continue
-    raise RuntimeError("engine 'triton' needs precision_lab.scan or precision_lab.replay for fallbacks and "
-                       "segment edges, and neither could be loaded")
-
-
 def _run_torch(inputs, policy, **kwargs):
-    fn, name = _torch_engine()
-    y, stats = fn(inputs, policy, **kwargs)
-    return y, stats, name
+    from precision_lab.engines.scan import run_layer_scan
+
+    y, stats = run_layer_scan(inputs, policy, **kwargs)
+    return y, stats, "torch-scan"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,7 +164,7 @@ def run_layer_triton(inputs, policy: StatePolicy | str, *, initial_state: torch.
         return y, st
 
     from precision_lab.recurrences import prepare as prepare_inputs
-    from precision_lab.replay import start_state
+    from precision_lab.state import start_state
 
     if state is not None and (initial_state is not None or prefill_len):
         raise ValueError("state= continues a stream: initial_state and prefill_len must be left out")
@@ -286,5 +276,5 @@ def _kernel_part(inputs, policy: StatePolicy, state, tally: _Tally):
 
     u = u.to(cdtype)
     r = u if not split else r.to(cdtype)
-    new_state = replace(state, update=u, read=r, step=state.step + T, writes=state.writes + n_writes)
+    new_state = state.with_values(u, r, step=state.step + T, writes=state.writes + n_writes)
     return y, new_state

@@ -2,7 +2,7 @@
 
 Under teacher forcing the whole token stream of a layer is known, so the ReplaySSM decode of
 DESIGN §4 can be evaluated a window at a time instead of a token at a time. The semantics are
-exactly those of the ``decode`` engine (``precision_lab.replay``, the ground truth): which state
+exactly those of the ``decode`` engine (``precision_lab.engines.decode``, the ground truth): which state
 each quantity comes from, when state is written, which SR bits each write draws. Only the
 arithmetic order of the *outputs* (and of the delta rule's d's) differs, so the two engines agree
 to the rounding of the compute dtype. This module is the reference of the Triton scan kernel and
@@ -24,7 +24,7 @@ lower-triangular system
     (I + A) d = β ⊙ (v − S₀ (e^{c} ⊙ k)),      A[j, i] = β_j (e^{c_j − c_i} ⊙ k_i)·k_j  (i < j)
 
 solved once per window (the inverse (I + A)^{-1} depends only on the inputs, so it is computed for a
-whole block of windows at once). Which S₀ the d's come from follows ``replay.py``:
+whole block of windows at once). Which S₀ the d's come from follows ``engines/decode.py``:
     non-flush d's (both folds):  from R (read copy + the window's earlier d's);
     flush, gdn_fold="buffered":  the flush token's d from U with the buffered (R-based) d's;
                                  the fold uses those buffered d's;
@@ -46,7 +46,7 @@ exactly and float32 for lossless policies; the simulator's window means from the
 agree to about three digits).
 
 Conventional modes (``fp32``, ``conventional:F``): with the identity format (``fp32``, stored as is
-in the compute dtype, see ``replay.StateWriter``) the stream is one unquantized recurrence and runs
+in the compute dtype, see ``state.StateWriter``) the stream is one unquantized recurrence and runs
 in the chunked form (KDA: the plain recurrence); a lossy F writes every step, so it runs the decode
 step token by token (the same code as the decode engine).
 """
@@ -54,11 +54,11 @@ from __future__ import annotations
 
 import torch
 
-from .layer import LayerInputs, LayerState, LayerStats
-from .policy import StatePolicy
-from .recurrences import _core
-from .recurrences import prepare as prepare_inputs
-from .replay import StateWriter, start_state
+from precision_lab.layer import LayerInputs, LayerStats
+from precision_lab.policy import StatePolicy
+from precision_lab.recurrences import _core
+from precision_lab.recurrences import prepare as prepare_inputs
+from precision_lab.state import LayerState, StateWriter, start_state
 
 IMPLEMENTATION = "torch-scan"
 
@@ -163,7 +163,7 @@ def _deltas(blk: _Block, w: int, S0: torch.Tensor, d_old: torch.Tensor | None) -
 # The engine
 # ---------------------------------------------------------------------------------------------
 class _Scan:
-    """The running state of one ``run_layer_scan`` call (mirrors ``replay.ReplaySSM``'s counters)."""
+    """The running state of one ``run_layer_scan`` call (mirrors ``engines.decode.ReplaySSM``'s counters)."""
 
     def __init__(self, st: LayerState, delta: bool):
         self.policy = st.policy
@@ -174,6 +174,7 @@ class _Scan:
         self.step = st.step
         self.prefill_tokens = st.prefill_tokens
         self.writer = StateWriter(self.policy, st.layer_index, st.seq_ids)
+        self.codes = (st.update_codes, st.read_codes)
         self.L = self.policy.buffer_len
         self.records = dict(st.records)
         self.window_len = st.window
@@ -181,6 +182,7 @@ class _Scan:
 
     def _write(self, S: torch.Tensor, where: str) -> None:
         self.U, self.R = self.writer.write(S, self.writes + 1, where)
+        self.codes = self.writer.last_codes
         self.writes += 1
         self.state_writes += 1
         self.copy_writes += self.writer.copies
@@ -277,7 +279,7 @@ class _Scan:
         else:
             keep = dict(rec)
             keep.pop("c")
-            if self.delta:  # the buffered d's are the read-copy ones (replay.py)
+            if self.delta:  # the buffered d's are the read-copy ones (engines/decode.py)
                 keep["u"] = d_all.permute(0, 2, 1, 3).contiguous()
             self.records = keep
             self.window_len = n
@@ -317,7 +319,7 @@ class _Scan:
         if self.policy.is_replay and not recs:  # an empty window keeps the record layout
             recs = {name: t[:, :0].clone() for name, t in st.records.items()}
         return LayerState(st.kind, self.policy, self.U, self.R, recs, self.window_len, self.step, self.writes,
-                          st.seq_ids, st.layer_index, self.prefill_tokens)
+                          st.seq_ids, st.layer_index, self.prefill_tokens, *self.codes)
 
 
 def run_layer_scan(inputs: LayerInputs, policy: StatePolicy, *, initial_state: torch.Tensor | None = None,

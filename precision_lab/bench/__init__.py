@@ -1,0 +1,1 @@
+"""Benchmark library: timing, problems, result schemas and tables behind scripts/bench_*.py."""

@@ -1,0 +1,228 @@
+"""Generation benchmark: ms per decode step of whole models under each state policy (the fast path
+of ``precision_lab.generation`` against plain transformers), with a GPU correctness check first.
+
+What a run does (``run``):
+
+1. **Check** (tiny presets, fp32 weights, on the GPU): for every policy, the fast path (decode-step
+   kernels, CUDA graphs) and the torch ``decode`` engine are fed the same tokens (the decode
+   engine's own greedy generation) and their logits compared with the bound the teacher-forced
+   engine uses (``precision_lab.engine.compare_engines``: fp32 to 2e-5 relative; a lossy policy's
+   max KL(decode ‖ fast) ≤ 5 % of its own mean KL against fp32). The verdicts go into the JSON;
+   timings of a run whose check failed are labelled so and no ratio is reported for them.
+2. **Timing** (the published shapes, random init, bf16 weights): per preset, batch and row, one
+   generation of ``new_tokens`` tokens after a ``prompt``-token prompt; the median step time, the
+   prefill time, tokens/s, and which implementation served each layer. Plain transformers is
+   ``model.generate`` on the unadapted model (its own DynamicCache; timed over fewer steps when
+   asked, since it is slow).
+
+The ratios the targets use (each lossy row ÷ the ``fp32`` row, ``fp32`` ÷ plain transformers) come
+from rows timed in the same run.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+SCHEMA = "precision-lab.bench_generate/1"
+POLICIES = ("fp32", "conventional:bf16", "shared:nvfp4-sr", "split:fp32/nvfp4", "split:fp16-sr/nvfp4",
+            "split:fp8e4m3-sr/nvfp4")
+PLAIN = "plain transformers"
+
+
+@dataclass
+class Row:
+    """One timed generation."""
+
+    preset: str
+    batch: int
+    row: str                      # a policy string, or "plain transformers"
+    step_ms_median: float
+    step_ms_p90: float
+    steps: int
+    prefill_s: float
+    tokens_per_s: float
+    graphs: dict = field(default_factory=dict)
+    served: dict = field(default_factory=dict)   # implementation -> layers it served
+    error: str | None = None
+
+
+@dataclass
+class Result:
+    schema: str
+    provenance: dict
+    settings: dict
+    check: dict
+    rows: list[dict]
+    ratios: list[dict]
+
+
+def _served(model) -> dict:
+    """implementation -> number of SSM layers whose decode steps it served (from the report)."""
+    if not hasattr(model, "precision_lab_report"):
+        return {}
+    out: dict[str, int] = {}
+    for layer in model.precision_lab_report()["layers"]:
+        steps = {k: v for k, v in layer["calls"].items()}
+        if steps:
+            main = max(steps, key=steps.get)
+            out[main] = out.get(main, 0) + 1
+    return out
+
+
+def _reset_served(model) -> None:
+    from precision_lab.models import policy_mixers
+
+    for m in policy_mixers(model):
+        m.served.clear()
+
+
+def check(presets: list[str], policies: list[str], *, batch: int = 4, prompt: int = 48, new_tokens: int = 40,
+          seed: int = 0) -> dict:
+    """The GPU correctness check of the fast path (see the module docstring)."""
+    from precision_lab.engine import compare_engines
+    from precision_lab.generation import generate
+    from precision_lab.models import apply_policy, load_model
+
+    out = {"ok": True, "criterion": "precision_lab.engine.compare_engines (fp32: max|diff|/max|logit| < 2e-5; "
+                                    "lossy: max KL(decode||fast) <= 0.05 x mean KL(fp32||policy))",
+           "presets": {}}
+    pols = ["fp32"] + [p for p in policies if p != "fp32"]
+    for name in presets:
+        model, _ = load_model(name, device="cuda", dtype=torch.float32)
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        ids = torch.randint(0, 256, (batch, prompt), generator=g).cuda()
+        fast, dec, same = [], [], {}
+        for pol in pols:
+            apply_policy(model, pol, engine="decode")
+            ref = generate(model, ids, max_new_tokens=new_tokens, graphs=False)
+            forced = ref.tokens[:, prompt:]
+            d = generate(model, ids, max_new_tokens=new_tokens, graphs=False, forced=forced)
+            apply_policy(model, pol, engine="auto")
+            f = generate(model, ids, max_new_tokens=new_tokens, graphs=True, forced=forced)
+            free = generate(model, ids, max_new_tokens=new_tokens, graphs=True)
+            same[pol] = {"greedy_tokens_identical": float((free.tokens == ref.tokens).float().mean()),
+                         "graphs": f.graphs, "served": _served(model)}
+            fast.append(f.logits)
+            dec.append(d.logits)
+        verdict = compare_engines(torch.cat(fast), torch.cat(dec), pols)
+        for pol, v in verdict.items():
+            v.update(same[pol])
+        out["presets"][name] = verdict
+        out["ok"] &= all(v["ok"] for v in verdict.values())
+        del model
+        torch.cuda.empty_cache()
+    return out
+
+
+def time_rows(preset: str, batch: int, rows: list[str], *, prompt: int, new_tokens: int, plain_tokens: int,
+              seed: int = 0) -> list[Row]:
+    """Timed generations of one preset and batch (bf16 weights, random init)."""
+    from precision_lab.generation import generate
+    from precision_lab.models import apply_policy, load_model
+
+    model, _ = load_model(preset, device="cuda", dtype=torch.bfloat16, seed=seed)
+    g = torch.Generator(device="cpu").manual_seed(seed + batch)
+    ids = torch.randint(0, 1000, (batch, prompt), generator=g).cuda()
+    out = []
+    if PLAIN in rows:
+        # the unadapted model first, as a new user would run it
+        steps: list[float] = []
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            pre = model.generate(input_ids=ids, max_new_tokens=1, do_sample=False, pad_token_id=0)
+        torch.cuda.synchronize()
+        prefill = time.perf_counter() - t0
+        del pre
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            model.generate(input_ids=ids, max_new_tokens=plain_tokens, min_new_tokens=plain_tokens,
+                           do_sample=False, pad_token_id=0)
+        torch.cuda.synchronize()
+        total = time.perf_counter() - t0
+        per = (total - prefill) / max(plain_tokens - 1, 1)
+        steps = [per]
+        out.append(Row(preset, batch, PLAIN, per * 1e3, per * 1e3, plain_tokens - 1, prefill,
+                       batch / per, {"enabled": False}, {"transformers": "unadapted"}))
+    for pol in [r for r in rows if r != PLAIN]:
+        apply_policy(model, pol, engine="auto")
+        _reset_served(model)
+        try:
+            res = generate(model, ids, max_new_tokens=new_tokens, graphs=True)
+        except Exception as e:  # noqa: BLE001 - a failed row is recorded, the run goes on
+            out.append(Row(preset, batch, pol, float("nan"), float("nan"), 0, float("nan"), float("nan"),
+                           error=f"{type(e).__name__}: {e}"[:500]))
+            continue
+        steps = res.step_seconds[4:] or res.step_seconds   # the first steps compile and capture
+        med = statistics.median(steps)
+        p90 = sorted(steps)[int(0.9 * (len(steps) - 1))]
+        out.append(Row(preset, batch, pol, med * 1e3, p90 * 1e3, res.new_tokens, res.prefill_seconds,
+                       batch / med, res.graphs, _served(model)))
+        torch.cuda.synchronize()
+    del model
+    torch.cuda.empty_cache()
+    return out
+
+
+def ratios(rows: list[Row], check_ok: bool) -> list[dict]:
+    """The target ratios from rows of one run: lossy ÷ fp32 and fp32 ÷ plain transformers."""
+    by = {(r.preset, r.batch, r.row): r for r in rows}
+    out = []
+    for (preset, batch, row), r in by.items():
+        base = by.get((preset, batch, "fp32"))
+        if row not in (PLAIN, "fp32") and base is not None:
+            out.append({"preset": preset, "batch": batch, "row": row, "over": "fp32",
+                        "ratio": r.step_ms_median / base.step_ms_median, "target": "<= 1.15",
+                        "met": bool(check_ok and r.step_ms_median <= 1.15 * base.step_ms_median),
+                        "check": "passed" if check_ok else "FAILED (ratio not a result)"})
+        if row == "fp32" and (preset, batch, PLAIN) in by:
+            p = by[(preset, batch, PLAIN)]
+            out.append({"preset": preset, "batch": batch, "row": "fp32", "over": PLAIN,
+                        "ratio": r.step_ms_median / p.step_ms_median, "target": "<= 0.25 at batch 8",
+                        "met": bool(check_ok and r.step_ms_median <= 0.25 * p.step_ms_median),
+                        "check": "passed" if check_ok else "FAILED (ratio not a result)"})
+    return out
+
+
+def table(result: dict) -> str:
+    """Markdown table of a result file's rows."""
+    lines = ["| preset | batch | row | ms/step (median) | prefill s | tokens/s | graphs | served |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        g = r["graphs"]
+        gtxt = "—" if not g.get("enabled") else (f"{g.get('captured', 0)} captured" if not g.get("disabled_reason")
+                                                 else "off: " + g["disabled_reason"][:40])
+        served = ", ".join(f"{k} ×{v}" for k, v in r["served"].items())
+        lines.append(f"| {r['preset']} | {r['batch']} | {r['row']} | {r['step_ms_median']:.2f} | "
+                     f"{r['prefill_s']:.2f} | {r['tokens_per_s']:.0f} | {gtxt} | {served[:80]} |")
+    return "\n".join(lines)
+
+
+def run(*, presets: list[str], batches: list[int], rows: list[str], prompt: int, new_tokens: int,
+        plain_tokens: int, check_presets: list[str], out: Path, skip_check: bool = False) -> dict:
+    """Check, then time; writes the result JSON to ``out`` after every preset (an interrupted run
+    keeps what it measured). Returns the result dict."""
+    from precision_lab.provenance import provenance
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("the generation benchmark needs a CUDA GPU")
+    settings = {"presets": presets, "batches": batches, "rows": rows, "prompt": prompt, "new_tokens": new_tokens,
+                "plain_transformers_tokens": plain_tokens, "weights": "bfloat16, random init"}
+    chk = {"ok": False, "skipped": True} if skip_check else check(check_presets, [r for r in rows if r != PLAIN])
+    timed: list[Row] = []
+    result: dict = {}
+    for preset in presets:
+        for b in batches:
+            timed += time_rows(preset, b, rows, prompt=prompt, new_tokens=new_tokens, plain_tokens=plain_tokens)
+            result = asdict(Result(SCHEMA, provenance(), settings, chk, [asdict(r) for r in timed],
+                                   ratios(timed, bool(chk.get("ok")))))
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out.with_suffix(".tmp")
+            tmp.write_text(json.dumps(result, indent=1, default=str))
+            tmp.replace(out)
+            print(table({"rows": [asdict(r) for r in timed[-len(rows):]]}), flush=True)
+    return result

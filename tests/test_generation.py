@@ -1,0 +1,95 @@
+"""Fast generation (precision_lab.generation) and the policy mixers' decode path on the Triton
+decode-step kernels: the same tokens as ``model.generate``, the same logits as the torch decode
+engine, one prefill per context for decode scoring. CPU, tiny presets; kernels in the interpreter.
+(CUDA graph capture itself needs a GPU: scripts/bench_generate.py checks it there.)"""
+import pytest
+import torch
+
+from precision_lab.generation import generate, score_branches, step_key
+from precision_lab.models import apply_policy, cache_kwarg, load_model, new_stream
+
+PRESETS = ["tiny-qwen3.5", "tiny-nemotron-h"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module", params=PRESETS)
+def model_tok(request):
+    return load_model(request.param)
+
+
+def _batch(tok):
+    return tok(["Once upon a time there", "The cat"], return_tensors="pt", padding=True, padding_side="left")
+
+
+@pytest.mark.parametrize("policy", ["fp32", "split:fp16-sr/nvfp4@L4"])
+def test_generate_matches_model_generate(model_tok, policy):
+    model, tok = model_tok
+    apply_policy(model, policy, engine="auto")
+    enc = _batch(tok)
+    ref = model.generate(**enc, max_new_tokens=10, do_sample=False, pad_token_id=257)
+    res = generate(model, enc["input_ids"], enc["attention_mask"], max_new_tokens=10, graphs=False)
+    assert torch.equal(res.tokens, ref)
+    assert res.new_tokens == 9 and len(res.finished) == 2  # the last token needs no step
+
+
+def test_generate_stops_when_every_row_finished(model_tok):
+    model, tok = model_tok
+    apply_policy(model, "fp32")
+    enc = _batch(tok)
+    free = generate(model, enc["input_ids"], enc["attention_mask"], max_new_tokens=12, graphs=False)
+    first = free.tokens[:, enc["input_ids"].shape[1]]
+    # make each row's first generated token its EOS: both rows finish at once
+    res = generate(model, enc["input_ids"], enc["attention_mask"], max_new_tokens=12, graphs=False,
+                   eos_token_id=first.tolist(), pad_token_id=257, check_every=1)
+    assert res.tokens.shape[1] == enc["input_ids"].shape[1] + 1 and res.finished == [1, 1]
+
+
+@pytest.mark.parametrize("policy", ["fp32", "shared:nvfp4-sr@L4", "split:fp8e4m3-sr/nvfp4@L4", "conventional:bf16"])
+def test_mixer_decode_steps_on_the_kernels(model_tok, policy):
+    """Decode steps through the policy mixers on the decode-step kernels give the torch decode
+    engine's logits (fp32 tolerance; bf16 storage can flip a rounding), and the state lives in the
+    packed device layout between steps."""
+    model, tok = model_tok
+    ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(1))
+    res = {}
+    for eng in ("decode", "triton-decode"):
+        apply_policy(model, policy, engine=eng)
+        cache = new_stream(model)
+        kw = {cache_kwarg(model): cache}
+        out = model(input_ids=ids, use_cache=True, **kw)
+        logits = [out.logits[:, -1]]
+        for _ in range(6):
+            out = model(input_ids=out.logits[:, -1:].argmax(-1), use_cache=True, **kw)
+            logits.append(out.logits[:, -1])
+        res[eng] = torch.stack(logits, 1)
+        if eng == "triton-decode":
+            assert all(k != ("eager",) for k in [step_key(model, cache)[:1]])
+            served = {k for layer in model.precision_lab_report()["layers"] for k in layer["calls"]}
+            assert any(k.startswith("triton-decode:triton:") for k in served), served
+    tol = 2e-3 if policy == "conventional:bf16" else 1e-4
+    assert (res["decode"] - res["triton-decode"]).abs().max() < tol
+
+
+def test_score_branches_equals_separate_streams(model_tok):
+    """Prefill each context once and branch per continuation == score every pair as its own stream
+    (to fp32 rounding: a batch of another size runs the projections in another summation order)."""
+    model, tok = model_tok
+    apply_policy(model, "split:fp16-sr/nvfp4@L4")
+    ctx = tok(["To be, or not to be", "Hi"], return_tensors="pt", padding=True, padding_side="left")
+    branch_of = torch.tensor([0, 0, 1, 0])
+    forced = torch.randint(0, 256, (4, 5), generator=torch.Generator().manual_seed(2))
+    seq_ids = torch.tensor([11, 12])
+    logits = score_branches(model, ctx["input_ids"], ctx["attention_mask"], branch_of, forced, graphs=False,
+                            seq_ids=seq_ids)
+    for r, b in enumerate(branch_of.tolist()):
+        one = generate(model, ctx["input_ids"][b:b + 1], ctx["attention_mask"][b:b + 1], max_new_tokens=5,
+                       graphs=False, forced=forced[r:r + 1], seq_ids=seq_ids[b:b + 1])
+        assert torch.allclose(logits[r], one.logits[0], atol=1e-4, rtol=0), r
+        assert torch.equal(logits[r, 0], one.logits[0, 0])  # the branched prefill itself is shared exactly

@@ -1,0 +1,177 @@
+"""One state model for every engine (precision_lab.state): the packed device layout converts to and
+from the tensor LayerState losslessly (codes included), the schedule is written once, and a stream
+cut anywhere continues on any engine. Kernels run under the interpreter on CPU (tiny shapes)."""
+from dataclasses import replace
+
+import pytest
+import torch
+
+from precision_lab.engines import ENGINES, check_engine, resolve
+from precision_lab.layer import Drafts, random_inputs, run_layer
+from precision_lab.state import (
+    DeviceState,
+    LayerState,
+    commit_window,
+    is_flush,
+    is_spec_flush,
+    select_rows,
+)
+
+
+def _slice(inp, a, b):
+    names = ("x", "dt", "B", "C", "z") if inp.kind == "mamba2" else ("q", "k", "v", "g", "beta")
+    return replace(inp, **{n: getattr(inp, n)[:, a:b] for n in names if getattr(inp, n) is not None})
+
+
+def _rel(a, b):
+    return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
+
+
+def _inputs(kind, tokens, seed=0):
+    return random_inputs(kind, batch=2, tokens=tokens, heads=4, rows=8, cols=16, groups=2,
+                         dtype=torch.float32, seed=seed)
+
+
+def _same_state(a: LayerState, b: LayerState):
+    assert torch.equal(a.update, b.update) and torch.equal(a.read, b.read)
+    assert a.records.keys() == b.records.keys()
+    for k in a.records:
+        assert torch.equal(a.records[k], b.records[k]), k
+    assert (a.window, a.step, a.writes, a.prefill_tokens) == (b.window, b.step, b.writes, b.prefill_tokens)
+    assert torch.equal(a.seq_ids, b.seq_ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# The schedule
+# ---------------------------------------------------------------------------------------------
+def test_schedule_rules():
+    assert [is_flush(w, 4) for w in range(4)] == [False, False, False, True]
+    assert is_spec_flush(5, 2, 8) is True and is_spec_flush(4, 2, 8) is False and is_spec_flush(3, 3, 8) is True
+    assert commit_window(5, 2, False) == 7 and commit_window(5, 2, True) == 2
+
+
+def test_engine_names_and_auto_resolution():
+    assert ENGINES == ("decode", "scan", "triton", "triton-decode")
+    assert resolve("auto", tokens=1, device="cpu") == "decode"
+    assert resolve("auto", tokens=7, device="cpu") == "scan"
+    assert resolve("auto", tokens=None, device="cpu") == "scan"
+    assert resolve("auto", tokens=1, device="cuda") == "triton-decode"
+    assert resolve("auto", tokens=7, device="cuda") == "triton"
+    assert resolve("scan", tokens=1, device="cuda") == "scan"
+    with pytest.raises(ValueError, match="unknown engine 'fast'; expected one of decode, scan"):
+        check_engine("fast")
+    with pytest.raises(ValueError, match="unknown engine"):
+        run_layer(_inputs("mamba2", 4), "fp32", engine="auto")  # a layer call names a real engine
+
+
+# ---------------------------------------------------------------------------------------------
+# Lossless conversion
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind,policy", [
+    ("mamba2", "split:fp16-sr/nvfp4@L8"), ("mamba2", "shared:nvfp4-sr@L8"), ("mamba2", "conventional:bf16-sr"),
+    ("gdn", "split:fp8e4m3-sr/nvfp4@L8"), ("gdn", "split:fp32/nvfp4@L8@fold=buffered"), ("gdn", "fp32"),
+])
+def test_device_state_round_trip_is_lossless(kind, policy):
+    """LayerState (mid-window, after flushes) -> DeviceState -> LayerState: the same values, records,
+    counters and NVFP4 codes bit for bit."""
+    inp = _inputs(kind, 21)
+    _, st = run_layer(inp, policy, engine="decode", prefill_len=3)
+    s = st.state
+    assert not s.policy.is_replay or s.window > 0
+    groups = inp.B.shape[2] if kind == "mamba2" else inp.q.shape[2]
+    ds = DeviceState.from_layer_state(s, groups)
+    back = ds.to_layer_state()
+    _same_state(back, s)
+    if s.update_codes is not None:
+        for name in ("data", "scale", "gscale"):
+            a, b = getattr(back.update_codes, name), getattr(s.update_codes, name)
+            assert (a is None and b is None) or torch.equal(a, b)
+    # the device copy is what the kernels read: its window pointers and SR event counter
+    assert ds.wlen.tolist() == [s.window] * 2 and ds.events.tolist() == [s.writes + 1] * 2
+
+
+def test_nvfp4_values_without_codes_are_refused_and_elementwise_ones_reencode():
+    inp = _inputs("mamba2", 11)
+    _, st = run_layer(inp, "split:fp16-sr/nvfp4@L8", engine="decode")
+    no_codes = st.state.with_values(st.state.update, st.state.read)
+    with pytest.raises(ValueError, match="NVFP4 cannot be re-encoded losslessly"):
+        DeviceState.from_layer_state(no_codes, 2)
+    _, st8 = run_layer(inp, "split:fp16-sr/fp8e4m3-sr@L8", engine="decode")
+    s8 = st8.state.with_values(st8.state.update, st8.state.read)
+    _same_state(DeviceState.from_layer_state(s8, 2).to_layer_state(), st8.state)
+    # values that the codes do not stand for: a modified state is caught, not silently packed
+    bad = replace(st8.state, update=st8.state.update + 1e-3)
+    with pytest.raises(ValueError, match="do not reproduce its values"):
+        DeviceState.from_layer_state(bad, 2)
+
+
+def test_writer_codes_decode_to_the_stored_values():
+    """The codes a torch engine keeps beside a lossy copy are exactly its values (fake == decode of
+    the codes), SR bits included."""
+    inp = _inputs("gdn", 9)
+    for pol in ("shared:nvfp4-sr@L4", "conventional:fp8e4m3-sr", "split:bf16-sr/nvfp4@L4"):
+        _, st = run_layer(inp, pol, engine="scan")
+        s = st.state
+        assert torch.equal(s.update_codes.dequantize(), s.update.float())
+        assert torch.equal(s.read_codes.dequantize(), s.read.float())
+
+
+def test_select_rows_branches_both_storages():
+    inp = _inputs("gdn", 13)
+    _, st = run_layer(inp, "split:fp16-sr/nvfp4@L8", engine="decode")
+    idx = torch.tensor([1, 1, 0])
+    sel = select_rows(st.state, idx)
+    assert torch.equal(sel.update, st.state.update[idx]) and sel.seq_ids.tolist() == [1, 1, 0]
+    ds = select_rows(DeviceState.from_layer_state(st.state, 2), idx)
+    _same_state(ds.to_layer_state(), sel)
+
+
+# ---------------------------------------------------------------------------------------------
+# The triton-decode engine against the ground truth, and streams cut across engines
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["mamba2", "gdn"])
+def test_cut_stream_continues_on_every_engine(kind):
+    """decode -> triton-decode -> scan -> triton-decode -> decode agrees with one decode run (fp32
+    tolerance: the kernels sum in another order) and writes the same number of times."""
+    pol = "split:fp16-sr/nvfp4@L8"
+    inp = _inputs(kind, 40, seed=3)
+    y_ref, ref = run_layer(inp, pol, engine="decode", prefill_len=4)
+    cuts = [(0, 13, "decode"), (13, 22, "triton-decode"), (22, 30, "scan"), (30, 35, "triton-decode"),
+            (35, 40, "decode")]
+    ys, state, writes = [], None, 0
+    for a, b, eng in cuts:
+        kw = dict(prefill_len=4) if state is None else dict(state=state)
+        y, st = run_layer(_slice(inp, a, b), pol, engine=eng, **kw)
+        ys.append(y)
+        state, writes = st.state, writes + st.state_writes
+    assert _rel(torch.cat(ys, 1), y_ref) < 1e-5
+    assert _rel(state.update, ref.state.update) < 1e-3 and writes == ref.state_writes
+    assert (state.window, state.step, state.writes) == (ref.state.window, ref.state.step, ref.state.writes)
+
+
+@pytest.mark.parametrize("kind", ["mamba2", "gdn"])
+def test_triton_decode_speculative_rounds_match_decode(kind):
+    inp = _inputs(kind, 26, seed=5)
+    drafts = Drafts(n=2, accept=[1, 3, 2, 3, 1, 2, 3, 3, 1, 2, 3, 2, 1, 1, 3])
+    for pol in ("shared:nvfp4-sr@L8", "split:fp16-sr/nvfp4@L8"):
+        y0, s0 = run_layer(inp, pol, engine="decode", prefill_len=3, drafts=drafts)
+        y1, s1 = run_layer(inp, pol, engine="triton-decode", prefill_len=3, drafts=drafts)
+        assert "triton:" in s1.implementation and "fallback" not in s1.implementation
+        assert _rel(y1, y0) < 1e-5
+        assert (s1.state_writes, s1.record_writes, s1.state.window) == (s0.state_writes, s0.record_writes,
+                                                                        s0.state.window)
+
+
+def test_triton_decode_falls_back_by_name():
+    """What the kernels cannot hold runs on the torch decode engine, and says so."""
+    wide = random_inputs("gdn", batch=1, tokens=6, heads=2, rows=8, cols=32, dtype=torch.float32)
+    y0, _ = run_layer(wide, "shared:mxfp8@L4", engine="decode")
+    y1, st = run_layer(wide, "shared:mxfp8@L4", engine="triton-decode")
+    assert st.implementation.startswith("torch fallback (update format 'mxfp8' has no Triton codec)")
+    assert torch.equal(y0, y1)
+    kda = random_inputs("kda", batch=1, tokens=5, heads=2, rows=8, cols=16, dtype=torch.float32)
+    _, st = run_layer(kda, "fp32", engine="triton-decode")
+    assert "no Triton decode kernel for kda" in st.implementation
+    _, st = run_layer(_inputs("mamba2", 6), "conventional:bf16", engine="triton-decode",
+                      drafts=Drafts(n=1, accept=[1, 2, 2, 1]))
+    assert "snapshot-per-draft" in st.implementation
