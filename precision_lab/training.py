@@ -7,8 +7,11 @@ Two architectures, both built from transformers classes the adapters support:
                  GDN 4 key / 8 value heads of 64 (64x64 states), attention 4 heads (2 KV) of 64,
                  SwiGLU MLP 576. 7.40M parameters.
 - ``nemotron-h`` Nemotron-H-style: ``M-M-M*-M-M-M*-`` (6 Mamba-2, 2 attention, 6 ReLU^2 MLP
-                 blocks), hidden 288, Mamba-2 9 heads of 64 with state 128 (64x128 states, 1 group),
-                 attention 4 heads (2 KV) of 64, MLP 1024. 7.61M parameters.
+                 blocks), hidden 288, Mamba-2 9 heads of 64 with state 64 (64x64 states, 1 group),
+                 attention 4 heads (2 KV) of 64, MLP 1024. 7.38M parameters. State 64 and chunk 64
+                 rather than Nemotron 3's 128: without mamba_ssm, transformers' chunked scan
+                 materialises [tokens, chunk, heads, state] and [tokens, heads, head_dim, state]
+                 products; these sizes cut them to 40 % of what state 128 and chunk 128 need.
 
 Both use the byte tokenizer (vocab 258) and stay under 15 MiB of bf16 weights, so each model is one
 safetensors file. SSM heads start with log-spaced decays (``long_memory_init``), memories of about 3
@@ -78,9 +81,9 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
     Arch("nemotron-h", "nemotron_h",
          {**_BYTE_VOCAB, "hidden_size": 288, "intermediate_size": 1024, "hybrid_override_pattern": "M-M-M*-M-M-M*-",
           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-          "mamba_num_heads": 9, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 1, "conv_kernel": 4,
-          "chunk_size": 128},
-         "Nemotron-H-style: 6 Mamba-2 (9 heads, 64x128 states, 1 group) + 2 attention + 6 ReLU^2 MLP "
+          "mamba_num_heads": 9, "mamba_head_dim": 64, "ssm_state_size": 64, "n_groups": 1, "conv_kernel": 4,
+          "chunk_size": 64},
+         "Nemotron-H-style: 6 Mamba-2 (9 heads, 64x64 states, 1 group) + 2 attention + 6 ReLU^2 MLP "
          "blocks, hidden 288, MLP 1024, byte vocabulary"),
 )}
 
@@ -99,7 +102,7 @@ TINY_OVERRIDES: dict[str, dict] = {
 # heads: memories from about 3 to 10,000 tokens.
 INIT_RATE_RANGE = (1e-4, 0.3)
 # Mamba-2 initial step sizes, log-spaced like the rates (Mamba's usual range); A = rate / dt.
-INIT_DT_RANGE = (1e-3, 0.1)
+INIT_DT_RANGE = (2e-3, 0.1)  # above Nemotron-H's step floor (time_step_min = 1e-3)
 
 
 def _logspace(lo: float, hi: float, n: int) -> torch.Tensor:
@@ -126,7 +129,7 @@ def long_memory_init(model: nn.Module) -> None:
     ``in_proj``) keep their standard init, so training moves the decays per token and per head.
 
     GDN: softplus(dt_bias) = 1 and A = rate. Mamba-2: softplus(dt_bias) = dt (``INIT_DT_RANGE``) and
-    A = rate / dt (from 0.1 to 3 with the default ranges)."""
+    A = rate / dt (from 0.05 to 3 with the default ranges)."""
     with torch.no_grad():
         for mod in model.modules():
             if is_gdn(mod):
@@ -255,6 +258,10 @@ def _head_decay_complement(mod: nn.Module, hidden: torch.Tensor) -> tuple[str, t
     b = mod.in_proj.bias[-n:].float() if mod.in_proj.bias is not None else None
     dt = F.softplus(F.linear(h, w, b) + mod.dt_bias.float())
     lo, hi = getattr(mod, "time_step_limit", (0.0, float("inf")))
+    if type(mod).__name__ == "NemotronHMamba2Mixer":
+        # transformers' torch path clamps the step at time_step_min (older 5.x: while time_step_limit
+        # still says (0, inf); newer: time_step_limit = (time_step_min, inf))
+        lo = max(lo, getattr(mod, "time_step_min", 0.0))
     dt = dt.clamp(min=lo, max=hi)
     log_alpha = -mod.A_log.float().exp() * dt
     return "mamba2", -torch.expm1(log_alpha.double())

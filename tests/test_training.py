@@ -66,9 +66,14 @@ def test_ssm_memory_of_hand_set_decays(arch):
             m.dt_bias.copy_(sp + torch.log(-torch.expm1(-sp)))
             if tr.is_gdn(m):
                 m.in_proj_a.weight.zero_()
+                step = torch.nn.functional.softplus(m.dt_bias.double())
             else:
                 m.in_proj.weight[-n:].zero_()
-            rate = m.A_log.double().exp() * torch.nn.functional.softplus(m.dt_bias.double())
+                # a step below Nemotron-H's floor: transformers computes with the floor
+                m.dt_bias[0] = math.log(math.expm1(1e-4))
+                step = torch.nn.functional.softplus(m.dt_bias.double()).clamp(min=model.config.time_step_min)
+                assert step[0] == model.config.time_step_min == 1e-3
+            rate = m.A_log.double().exp() * step
             want += (1.0 / -torch.expm1(-rate)).tolist()
     x = torch.randint(0, 256, (3, 40), generator=torch.Generator().manual_seed(1))
     mem = tr.ssm_memory(model, x, batch_size=2)
