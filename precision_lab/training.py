@@ -558,7 +558,20 @@ def train(cfg: TrainConfig, *, started: float | None = None, log: Callable[[str]
     started:   ``time.monotonic()`` at process start (the budget ``cfg.minutes`` counts from it)
     documents: {"train"|"validation"|"heldout": [text, ...]} to train on other text than the
                Gutenberg splits (tests)
+
+    On CUDA, fp32 matmuls (transformers' SSM fallbacks compute in fp32) use TF32 during the run;
+    the previous setting is restored afterwards.
     """
+    previous = torch.get_float32_matmul_precision()
+    if _resolve_device(cfg.device).type == "cuda":
+        torch.set_float32_matmul_precision("high")
+    try:
+        return _train(cfg, started=started, log=log, documents=documents)
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+def _train(cfg: TrainConfig, *, started, log, documents) -> dict:
     from precision_lab.gutenberg import HELDOUT_WORKS, VALIDATION_WORKS, gutenberg_documents, split_stems
     from precision_lab.provenance import provenance
 
@@ -627,11 +640,18 @@ def train(cfg: TrainConfig, *, started: float | None = None, log: Callable[[str]
         curve.append(point)
         return {**r, "improved": best.offer(step, r["bpb"], model)}
 
-    # the first validation pass: a baseline and the cost of evaluation, which sets the reserve
+    # The first validation pass gives a baseline and the cost of evaluation, which sets the time kept
+    # back for the final evaluation and saving; later passes update it (a cold first pass, or a GPU
+    # shared with another run, changes the speed). One warm-up batch first keeps start-up costs out.
+    bits_per_byte(model, val_x[: cfg.eval_batch_size], val_y[: cfg.eval_batch_size],
+                  batch_size=cfg.eval_batch_size, amp=amp)
     r0 = eval_val(0, 0, None)
-    per_token = r0["seconds"] / max(r0["bytes"], 1)
     final_tokens = int((held_y != IGNORE).sum()) + mem_x.numel() + r0["bytes"]
-    reserve_s = 1.5 * per_token * final_tokens + cfg.final_margin_s
+
+    def reserve_for(r: dict) -> float:
+        return 1.5 * r["seconds"] / max(r["bytes"], 1) * final_tokens + cfg.final_margin_s
+
+    reserve_s = reserve_for(r0)
     train_start = time.monotonic()
     deadline = started + budget_s - reserve_s
     log(f"[{cfg.arch}] step 0: validation {r0['bpb']:.3f} bits/byte in {r0['seconds']:.1f} s; keeping {reserve_s:.0f} s "
@@ -692,6 +712,8 @@ def train(cfg: TrainConfig, *, started: float | None = None, log: Callable[[str]
             if evaluate:
                 r = eval_val(step, tokens, mean_loss)
                 last_eval_step = step
+                reserve_s = reserve_for(r)
+                deadline = started + budget_s - reserve_s
                 msg += f" | val {r['bpb']:.4f} bpb ({r['seconds']:.1f} s){' best' if r['improved'] else ''}"
                 if r["improved"] and time.monotonic() - last_save >= cfg.save_every_s:
                     _save_progress(out, best, model, card_base, curve, cfg, step, tokens, started, reserve_s)
@@ -734,6 +756,7 @@ def train(cfg: TrainConfig, *, started: float | None = None, log: Callable[[str]
 def _training_section(cfg: TrainConfig, step, tokens, best, train_seconds, stopped_by, reserve_s, amp) -> dict:
     settings = {k: v for k, v in asdict(cfg).items() if k not in ("out", "model_overrides", "readme")}
     settings["amp_bf16"] = amp
+    settings["float32_matmul_precision"] = torch.get_float32_matmul_precision()
     return {"seed": cfg.seed, "steps": step, "tokens": tokens, "best_step": best.step,
             "train_seconds": round(train_seconds, 1), "stopped_by": stopped_by,
             "reserved_seconds": round(reserve_s, 1), "settings": settings,

@@ -18,10 +18,17 @@ import time
 _STARTED = time.monotonic()  # the --minutes budget counts from here
 
 import argparse  # noqa: E402
+import importlib.util  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # running from a checkout
+_ROOT = Path(__file__).resolve().parents[1]
+if importlib.util.find_spec("precision_lab") is None:  # running from a checkout without an install
+    sys.path.insert(0, str(_ROOT))
+    import precision_lab  # noqa: F401  (its submodules now resolve through the package)
+# With the repository root on sys.path, transformers' probes for Hugging Face's `kernels` package
+# (at import and again when a model module loads) would find this repository's kernels/ folder.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _ROOT]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
