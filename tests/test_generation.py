@@ -19,13 +19,17 @@ def _one_thread():
     torch.set_num_threads(n)
 
 
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # the kernels compiled where a GPU is present
+
+
 @pytest.fixture(scope="module", params=PRESETS)
 def model_tok(request):
-    return load_model(request.param)
+    return load_model(request.param, device=DEV)
 
 
 def _batch(tok):
-    return tok(["Once upon a time there", "The cat"], return_tensors="pt", padding=True, padding_side="left")
+    enc = tok(["Once upon a time there", "The cat"], return_tensors="pt", padding=True, padding_side="left")
+    return {k: v.to(DEV) for k, v in enc.items()}
 
 
 @pytest.mark.parametrize("policy", ["fp32", "split:fp16-sr/nvfp4@L4"])
@@ -36,6 +40,10 @@ def test_generate_matches_model_generate(model_tok, policy):
     ref = model.generate(**enc, max_new_tokens=10, do_sample=False, pad_token_id=257)
     res = generate(model, enc["input_ids"], enc["attention_mask"], max_new_tokens=10, graphs=False)
     assert torch.equal(res.tokens, ref)
+    if DEV == "cuda":  # the same decode steps replayed from CUDA graphs
+        res_g = generate(model, enc["input_ids"], enc["attention_mask"], max_new_tokens=10, graphs=True)
+        assert res_g.graphs["captured"] >= 1 and res_g.graphs["disabled_reason"] is None, res_g.graphs
+        assert torch.equal(res_g.tokens, ref)
     assert res.new_tokens == 9 and len(res.finished) == 2  # the last token needs no step
 
 
@@ -57,7 +65,7 @@ def test_mixer_decode_steps_on_the_kernels(model_tok, policy):
     engine's logits (fp32 tolerance; bf16 storage can flip a rounding), and the state lives in the
     packed device layout between steps."""
     model, tok = model_tok
-    ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(1)).to(DEV)
     res = {}
     for eng in ("decode", "triton-decode"):
         apply_policy(model, policy, engine=eng)
@@ -83,8 +91,9 @@ def test_score_branches_equals_separate_streams(model_tok):
     model, tok = model_tok
     apply_policy(model, "split:fp16-sr/nvfp4@L4")
     ctx = tok(["To be, or not to be", "Hi"], return_tensors="pt", padding=True, padding_side="left")
+    ctx = {k: v.to(DEV) for k, v in ctx.items()}
     branch_of = torch.tensor([0, 0, 1, 0])
-    forced = torch.randint(0, 256, (4, 5), generator=torch.Generator().manual_seed(2))
+    forced = torch.randint(0, 256, (4, 5), generator=torch.Generator().manual_seed(2)).to(DEV)
     seq_ids = torch.tensor([11, 12])
     logits = score_branches(model, ctx["input_ids"], ctx["attention_mask"], branch_of, forced, graphs=False,
                             seq_ids=seq_ids)

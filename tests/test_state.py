@@ -27,9 +27,16 @@ def _rel(a, b):
     return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
 
 
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # the kernels compiled where a GPU is present
+
+
+def _on(inp, dev=DEV):
+    return replace(inp, **{k: v.to(dev) for k, v in vars(inp).items() if isinstance(v, torch.Tensor)})
+
+
 def _inputs(kind, tokens, seed=0):
-    return random_inputs(kind, batch=2, tokens=tokens, heads=4, rows=8, cols=16, groups=2,
-                         dtype=torch.float32, seed=seed)
+    return _on(random_inputs(kind, batch=2, tokens=tokens, heads=4, rows=8, cols=16, groups=2,
+                             dtype=torch.float32, seed=seed))
 
 
 def _same_state(a: LayerState, b: LayerState):
@@ -88,6 +95,7 @@ def test_device_state_round_trip_is_lossless(kind, policy):
             assert (a is None and b is None) or torch.equal(a, b)
     # the device copy is what the kernels read: its window pointers and SR event counter
     assert ds.wlen.tolist() == [s.window] * 2 and ds.events.tolist() == [s.writes + 1] * 2
+    assert ds.update.data.device.type == s.update.device.type
 
 
 def test_nvfp4_values_without_codes_are_refused_and_elementwise_ones_reencode():
@@ -121,7 +129,7 @@ def test_select_rows_branches_both_storages():
     _, st = run_layer(inp, "split:fp16-sr/nvfp4@L8", engine="decode")
     idx = torch.tensor([1, 1, 0])
     sel = select_rows(st.state, idx)
-    assert torch.equal(sel.update, st.state.update[idx]) and sel.seq_ids.tolist() == [1, 1, 0]
+    assert torch.equal(sel.update, st.state.update[idx.to(sel.update.device)]) and sel.seq_ids.tolist() == [1, 1, 0]
     ds = select_rows(DeviceState.from_layer_state(st.state, 2), idx)
     _same_state(ds.to_layer_state(), sel)
 
@@ -164,12 +172,12 @@ def test_triton_decode_speculative_rounds_match_decode(kind):
 
 def test_triton_decode_falls_back_by_name():
     """What the kernels cannot hold runs on the torch decode engine, and says so."""
-    wide = random_inputs("gdn", batch=1, tokens=6, heads=2, rows=8, cols=32, dtype=torch.float32)
+    wide = _on(random_inputs("gdn", batch=1, tokens=6, heads=2, rows=8, cols=32, dtype=torch.float32))
     y0, _ = run_layer(wide, "shared:mxfp8@L4", engine="decode")
     y1, st = run_layer(wide, "shared:mxfp8@L4", engine="triton-decode")
     assert st.implementation.startswith("torch fallback (update format 'mxfp8' has no Triton codec)")
     assert torch.equal(y0, y1)
-    kda = random_inputs("kda", batch=1, tokens=5, heads=2, rows=8, cols=16, dtype=torch.float32)
+    kda = _on(random_inputs("kda", batch=1, tokens=5, heads=2, rows=8, cols=16, dtype=torch.float32))
     _, st = run_layer(kda, "fp32", engine="triton-decode")
     assert "no Triton decode kernel for kda" in st.implementation
     _, st = run_layer(_inputs("mamba2", 6), "conventional:bf16", engine="triton-decode",
