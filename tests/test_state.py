@@ -157,10 +157,12 @@ def test_cut_stream_continues_on_every_engine(kind):
     assert (state.window, state.step, state.writes) == (ref.state.window, ref.state.step, ref.state.writes)
 
 
+@pytest.mark.parametrize("n_drafts", [1, 2, 3])
 @pytest.mark.parametrize("kind", ["mamba2", "gdn"])
-def test_triton_decode_speculative_rounds_match_decode(kind):
+def test_triton_decode_speculative_rounds_match_decode(kind, n_drafts):
     inp = _inputs(kind, 26, seed=5)
-    drafts = Drafts(n=2, accept=[1, 3, 2, 3, 1, 2, 3, 3, 1, 2, 3, 2, 1, 1, 3])
+    T = 1 + n_drafts
+    drafts = Drafts(n=n_drafts, accept=[1 + (r * 7) % T for r in range(26)])
     for pol in ("shared:nvfp4-sr@L8", "split:fp16-sr/nvfp4@L8"):
         y0, s0 = run_layer(inp, pol, engine="decode", prefill_len=3, drafts=drafts)
         y1, s1 = run_layer(inp, pol, engine="triton-decode", prefill_len=3, drafts=drafts)
