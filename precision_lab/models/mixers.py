@@ -116,7 +116,8 @@ def branch_stream(cache, index: torch.Tensor):
     ctx = stream_context(cache, create=False)
     if ctx is not None:
         n_ctx = StreamContext(states={k: [select_rows(s, index) for s in v] for k, v in ctx.states.items()},
-                              seq_ids=None if ctx.seq_ids is None else ctx.seq_ids.index_select(0, index),
+                              seq_ids=None if ctx.seq_ids is None else ctx.seq_ids.index_select(
+                                  0, index.to(ctx.seq_ids.device)),
                               first_is_prefill=ctx.first_is_prefill, engine=ctx.engine, tokens=dict(ctx.tokens))
         setattr(new, _CTX_ATTR, n_ctx)
     return new
