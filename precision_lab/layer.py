@@ -1,10 +1,10 @@
-"""The layer API (DESIGN §4): one entry point for single-layer studies, tests and the simulator.
+"""The layer API (docs/design.md §4): one entry point for single-layer studies, tests and the simulator.
 
     from precision_lab import StatePolicy
     from precision_lab.layer import Mamba2Inputs, run_layer
     y, stats = run_layer(inputs, StatePolicy.parse("split:fp16-sr/nvfp4@L16"), engine="decode")
 
-Engines (all serve the same semantics, DESIGN §4; the ``decode`` engine is the ground truth):
+Engines (all serve the same semantics, docs/design.md §4; the ``decode`` engine is the ground truth):
 
 - ``"decode"``  token by token through the ReplaySSM state machine (``precision_lab.replay``);
                 the only engine that runs speculative decoding (``drafts=``).
@@ -16,12 +16,12 @@ R = P (Mamba-2 head dim) or V, and C = N (Mamba-2 state dim) or K. The last axis
 and is the axis reduced by S·q.
 
 Compute dtype: float32 or float64 inputs are computed in their own dtype (float64 for references);
-bf16/fp16 inputs are computed in float32 (DESIGN §4: "updates in fp32"). ``y`` is returned in the
+bf16/fp16 inputs are computed in float32 (docs/design.md §4: "updates in fp32"). ``y`` is returned in the
 inputs' dtype. The state format named ``fp32`` stores the compute dtype unchanged (so a float64 run
 of ``split:fp32/fp32`` is exact algebra); every other format rounds the fp32 value of the state and
 stores its float32 result (``precision_lab.replay.StateWriter``).
 
-Engines other than ``decode`` are implemented in modules owned elsewhere and imported lazily; they
+Engines other than ``decode`` are implemented in other modules and imported lazily; they
 are called as ``fn(inputs, policy, initial_state=..., prefill_len=..., state=..., layer_index=...,
 seq_ids=...) -> (y, LayerStats)`` and must accept and return the same ``LayerState``.
 """

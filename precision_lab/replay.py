@@ -1,4 +1,4 @@
-"""The ReplaySSM state machine (DESIGN §4) and the ``decode`` engine of ``run_layer``.
+"""The ReplaySSM state machine (docs/design.md §4) and the ``decode`` engine of ``run_layer``.
 
 Ground truth for every other engine. The math of the recurrences is in
 ``precision_lab.recurrences._core`` (step, output-only ``readout``, ``fold``, ``delta``); this

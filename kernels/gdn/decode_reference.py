@@ -1,7 +1,7 @@
 """Torch references of the GDN decode-step kernels (``decode.py``), fp32, in the kernels' order.
 
 Dense per-batch tensors (no pool, no slots); the math is in ``decode.py``'s docstring. Also
-``gdn_stream_reference``: a whole autoregressive stream under a ``StatePolicy`` (DESIGN §4).
+``gdn_stream_reference``: a whole autoregressive stream under a ``StatePolicy`` (docs/design.md §4).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Mamba-2 decode-step kernels (DESIGN §4, §7): conventional step, ReplaySSM step, speculative verify.
+"""Mamba-2 decode-step kernels (docs/design.md §4, §7): conventional step, ReplaySSM step, speculative verify.
 
 Per token (one head h of group g = h // (H/G); state S [P, N] of a pool slot):
     dt = softplus(dt_raw + dt_bias),  a = A·dt (log decay),  u = dt·x [P]
@@ -477,7 +477,7 @@ def mamba2_decode_stream(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: 
                          z: torch.Tensor | None = None, *, policy, S0: torch.Tensor | None = None,
                          seq_ids: torch.Tensor | None = None, layer: int = 0, slots: torch.Tensor | None = None,
                          pool_slots: int | None = None):
-    """Autoregressive decode of a whole stream with the kernels (DESIGN §4), one launch per token.
+    """Autoregressive decode of a whole stream with the kernels (docs/design.md §4), one launch per token.
 
     x [B, T, H, P]; dt [B, T, H]; B, C [B, T, G, N]; policy: StatePolicy (fp32 / conventional /
     shared / split); S0 [B, H, P, N] (zeros if None); slots [B] pool slots (default arange(B); -1

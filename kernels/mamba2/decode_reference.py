@@ -3,7 +3,7 @@
 Each function computes exactly what one kernel launch computes, on dense per-batch tensors (no
 pool, no slots): the tests gather the kernels' pool slots and compare. The math is in ``decode.py``'s
 docstring. Also ``mamba2_stream_reference``: a whole token stream under a ``StatePolicy``
-(autoregressive, DESIGN §4), the trajectory the kernels' driver must reproduce.
+(autoregressive, docs/design.md §4), the trajectory the kernels' driver must reproduce.
 """
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def mamba2_replay_step_ref(S_update, S_read, hist, x, dt, A, B, C, D=None, dt_bi
 
 def mamba2_stream_reference(x, dt, A, B, C, D=None, dt_bias=None, z=None, *, policy, S0=None,
                             seq_ids=None, layer: int = 0):
-    """A whole autoregressive decode stream (DESIGN §4) through the step references.
+    """A whole autoregressive decode stream (docs/design.md §4) through the step references.
 
     x [B, T, H, P] ...; policy: StatePolicy; S0 [B, H, P, N] initial state (zeros if None).
     Returns (y [B, T, H, P] fp32, final decoded update copy, final decoded read copy, writes).
