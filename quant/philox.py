@@ -15,8 +15,9 @@ All arithmetic runs on int64 tensors holding unsigned 32-bit values: int64 produ
 Counter layout for state writes (the documented contract every path follows; see ``sr_offsets``):
     key   : seed_lo = run seed (32 bits), seed_hi = layer index (32 bits)
     offset: bit 63      copy    (0 = update checkpoint, 1 = read copy)
-            bits 44..62 event   (write event of this sequence's state: prefill = 0, then one per
-                                 write; 19 bits, 524,288 writes)
+            bits 44..62 event   (write event of this sequence's state: 0 = the cast of the initial
+                                 state, then 1, 2, ... one per write — prefill, flush, conventional
+                                 step; 19 bits)
             bits 28..43 seq     (sequence index, 16 bits)
             bits 16..27 head    (head index, 12 bits)
             bits  0..15 element (row-major index inside the [R, C] state matrix, 16 bits)
