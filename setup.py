@@ -2,7 +2,7 @@
 
 The top-level folders quant/, kernels/ and evals/ install as precision_lab.quant,
 precision_lab.kernels and precision_lab.evals (their bare names collide with PyPI packages; see
-DESIGN §2). setuptools' find_packages would install them under their bare names, so the package
+docs/design.md §2). setuptools' find_packages would install them under their bare names, so the package
 list is built here with the prefix.
 """
 from pathlib import Path

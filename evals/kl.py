@@ -1,4 +1,4 @@
-"""KL-vs-length driver (DESIGN §8): KL(p_ref ‖ p_policy) per position under teacher forcing.
+"""KL-vs-length driver (docs/design.md §8): KL(p_ref ‖ p_policy) per position under teacher forcing.
 
 The fp32-state reference and every policy run in lockstep on the same tokens: the model is adapted
 with ``[fp32, *policies]`` and each SSM mixer serves row group g under policy g (shared weights, one

@@ -15,7 +15,7 @@ process that never imports lm-eval pays only the cost of reading this file.
     python -m precision_lab.evals.lmeval_plugin --install     # writes the .pth (editable installs)
     python -m precision_lab.evals.lmeval_plugin --check       # says whether lm_eval sees replayssm
 
-A regular (wheel) install ships the ``.pth`` itself (see the lead's setup.py); an editable install
+A regular (wheel) install ships the ``.pth`` itself (see setup.py); an editable install
 (``pip install -e .``) does not copy extra files into site-packages, hence ``--install``.
 In Python, ``import precision_lab.evals.lmeval_model`` registers the model directly.
 """

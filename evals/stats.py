@@ -1,4 +1,4 @@
-"""Paired statistics for accuracy under a state policy against the FP32-state run (DESIGN §9).
+"""Paired statistics for accuracy under a state policy against the FP32-state run (docs/design.md §9).
 
 Every comparison is *paired*: the same items are answered by the FP32 baseline and by the policy,
 so the unit of resampling is the item and the test counts discordant items. With 198 GPQA-Diamond

@@ -1,4 +1,4 @@
-"""precision_lab.kernels — see DESIGN §2. Installed as a subpackage of precision_lab."""
+"""precision_lab.kernels — see docs/design.md §2. Installed as a subpackage of precision_lab."""
 if __name__ == "kernels":  # a bare `import kernels` from the repo root would load a second, unrelated copy
     raise ImportError(
         "The folder 'kernels/' is installed as 'precision_lab.kernels'; import it under that name "

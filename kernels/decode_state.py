@@ -19,7 +19,7 @@ The codes are exactly the ``QTensor`` fields of the built-in quantizers (``preci
 which is how the torch references and the tests check them byte for byte.
 
 Device side: ``load_state`` returns a head's [BR, BC] tile as fp32 (decoded in registers) and
-``store_state`` rounds an fp32 tile and stores its codes. Element codecs are H2's integer helpers
+``store_state`` rounds an fp32 tile and stores its codes. Element codecs are the integer-bit helpers
 (``kernels/quant/codecs.py``); SR words come from ``scan_formats.sr_bits`` (quant/philox.py layout).
 """
 from __future__ import annotations

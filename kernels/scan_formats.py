@@ -1,7 +1,7 @@
 """State-format dispatch shared by the teacher-forced scan kernels (mamba2/scan.py, gdn/scan.py).
 
 ``quantize_tile`` rounds an fp32 tile of a state matrix to a storage format and returns the fp32
-values it stands for (what the next window reads). The element codecs are H2's integer-bit helpers
+values it stands for (what the next window reads). The element codecs are the integer-bit helpers
 (``codecs.py``), so the interpreter and the GPU run the same arithmetic as the torch quantizers.
 For NVFP4 the tile must be the whole [R, C] matrix (its global scale is the tile's amax); kernels
 that walk a matrix in row blocks take the amax over all blocks first (``tile_amax_bits``) and then

@@ -1,6 +1,6 @@
 """precision-lab: numerical precision of recurrent (SSM) states in hybrid LLMs.
 
-Public API (DESIGN §4–§6):
+Public API (docs/design.md §4–§6):
 
     from precision_lab import StatePolicy, run_layer, Mamba2Inputs, GDNInputs, KDAInputs
     y, stats = run_layer(inputs, StatePolicy.parse("split:fp16-sr/nvfp4@L16"), engine="decode")

@@ -1,8 +1,8 @@
-"""The teacher-forced engine (DESIGN §8).
+"""The teacher-forced engine (docs/design.md §8).
 
 Under teacher forcing the token stream is fixed, so each layer's outputs depend only on its own
 inputs: the model runs layer by layer over a whole *segment* of the stream (one transformers forward
-of S tokens), and each SSM layer applies the exact decode semantics of DESIGN §4 window by window
+of S tokens), and each SSM layer applies the exact decode semantics of docs/design.md §4 window by window
 through ``run_layer`` (engine ``scan`` in torch, ``triton`` on a GPU). Between segments everything a
 decode loop would carry is carried: every SSM layer's ``LayerState`` (update checkpoint, read copy,
 partial window buffer, step and write counters), the conv states and the attention KV caches (both

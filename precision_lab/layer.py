@@ -1,10 +1,10 @@
-"""The layer API (DESIGN §4): one entry point for single-layer studies, tests and the simulator.
+"""The layer API (docs/design.md §4): one entry point for single-layer studies, tests and the simulator.
 
     from precision_lab import StatePolicy
     from precision_lab.layer import Mamba2Inputs, run_layer
     y, stats = run_layer(inputs, StatePolicy.parse("split:fp16-sr/nvfp4@L16"), engine="decode")
 
-Engines (all serve the same semantics, DESIGN §4; ``precision_lab.engines`` declares them): ``"decode"``
+Engines (all serve the same semantics, docs/design.md §4; ``precision_lab.engines`` declares them): ``"decode"``
 (the ground truth, token by token in torch), ``"scan"`` (window-parallel teacher forcing in torch),
 ``"triton"`` (the teacher-forced Triton scans), ``"triton-decode"`` (the Triton decode-step kernels,
 token by token, state in the packed device layout). ``drafts=`` (speculative decoding) runs on
@@ -16,7 +16,7 @@ R = P (Mamba-2 head dim) or V, and C = N (Mamba-2 state dim) or K. The last axis
 and is the axis reduced by S·q.
 
 Compute dtype: float32 or float64 inputs are computed in their own dtype (float64 for references);
-bf16/fp16 inputs are computed in float32 (DESIGN §4: "updates in fp32"). ``y`` is returned in the
+bf16/fp16 inputs are computed in float32 (docs/design.md §4: "updates in fp32"). ``y`` is returned in the
 inputs' dtype. The state format named ``fp32`` stores the compute dtype unchanged (so a float64 run
 of ``split:fp32/fp32`` is exact algebra); every other format rounds the fp32 value of the state and
 stores its float32 result (``precision_lab.state.StateWriter``).

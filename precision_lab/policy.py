@@ -1,4 +1,4 @@
-"""State precision policies (DESIGN §4, §6).
+"""State precision policies (docs/design.md §4, §6).
 
 Grammar of a policy string (``StatePolicy.parse``; ``short_str()`` writes the same form back):
 
@@ -26,7 +26,7 @@ DEFAULT_L = 16
 class StatePolicy:
     """How an SSM layer stores its recurrent state.
 
-    mode:       fp32 | conventional | shared | split (DESIGN §4)
+    mode:       fp32 | conventional | shared | split (docs/design.md §4)
     update:     format of the update checkpoint (the state that feeds the recurrence)
     read:       format of the read copy (the state outputs are computed from between flushes)
     buffer_len: L, the ReplaySSM window (flush every L decode steps); ignored by fp32/conventional

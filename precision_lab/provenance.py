@@ -1,4 +1,4 @@
-"""Provenance every result JSON carries (STYLE.md §3): versions, git hash, device, command line."""
+"""Provenance every result JSON carries (docs/design.md §11): versions, git hash, device, command line."""
 from __future__ import annotations
 
 import datetime as _dt

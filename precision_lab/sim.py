@@ -17,7 +17,7 @@ Inputs (``make_inputs``; every setting is recorded in the result JSON):
   g = log α (KDA: per channel, jittered).
 
 Runs: every policy runs with float32 compute (the float32 inputs) on the ``scan`` engine, which
-applies the exact decode semantics of DESIGN §4 (it equals the token-by-token decode engine; see
+applies the exact decode semantics of docs/design.md §4 (it equals the token-by-token decode engine; see
 tests/test_scan.py); ``engine="decode"`` runs the token-by-token engine itself. The reference is
 the same float32 inputs cast to float64 and run through the unquantized recurrence in float64
 (``recurrences._core.chunked``, no state rounding at all). The first L-1 steps of a ReplaySSM run
@@ -27,7 +27,7 @@ appear from the first flush on (visible at step 16 in the plot).
 Error metric: per step t and sequence b, e_t = ‖y_t − y_ref,t‖ / ‖y_ref,t‖ over all heads and rows
 (the whole layer output of that token), averaged over the batch. The table reports, for each
 window end E (256, 1024, 4096, 16384, … ×4, and the last step), the mean of e_t over the ``avg``
-(default 256) steps ending at E — REFERENCE.md's "mean relative output error of the previous 256
+(default 256) steps ending at E — docs/reference.md §3: "mean relative output error of the previous 256
 steps". The JSON also holds the mean over the whole window (previous end + 1 … E) and the per-step
 curve averaged in log-spaced bins (for the log-log plot).
 """

@@ -1,4 +1,4 @@
-"""precision_lab.quant — quantizer protocol, registry, built-in formats, rounding and RNG (DESIGN §5).
+"""precision_lab.quant — quantizer protocol, registry, built-in formats, rounding and RNG (docs/design.md §5).
 
     q = get_quantizer("nvfp4")              # or "fp16-sr", "mypkg.mod:MyQ", a Quantizer instance
     qt = q.quantize(x, rbits=None, seed=None)

@@ -1,4 +1,4 @@
-"""The quantizer protocol (DESIGN §5): ``Quantizer`` and the packed ``QTensor`` it produces.
+"""The quantizer protocol (docs/design.md §5): ``Quantizer`` and the packed ``QTensor`` it produces.
 
 A format is a ``Quantizer`` subclass. Built-in formats implement ``quantize``/``dequantize`` bit
 exactly; a user's own quantizer only has to implement ``fake(x)`` to work everywhere on the torch

@@ -3,7 +3,7 @@
 Nothing here shares code with ``rounding.py``: every format's value set is enumerated from its
 field definition in float64, and rounding is a brute-force search for the grid neighbours of |x|
 (``np.searchsorted`` over the sorted finite values), with the tie, saturation and special-value
-policy of DESIGN §5 restated from scratch. Slow but obviously right; used to test the bit-level
+policy of docs/design.md §5 restated from scratch. Slow but obviously right; used to test the bit-level
 implementation at zero tolerance (codes, not just values).
 """
 from __future__ import annotations
@@ -106,7 +106,7 @@ def round_codes(name: str, x: np.ndarray, r: np.ndarray | None = None) -> np.nda
 
 
 def nvfp4(x: np.ndarray, r: np.ndarray | None = None, group: str = "matrix"):
-    """NVFP4 of x [..., R, C] (float32 array) by the DESIGN §5 chain, in numpy float32 arithmetic.
+    """NVFP4 of x [..., R, C] (float32 array) by the docs/design.md §5 chain, in numpy float32 arithmetic.
 
     group: "matrix" or "row" (which elements share S_enc). Returns (element codes [..., R, C],
     E4M3 scale codes [..., R, C/16], S_dec ([...] or [..., R]) float32).

@@ -1,12 +1,12 @@
 """CPU port of Philox 4x32-10, bit-identical to Triton's ``tl.randint`` / ``tl.randint4x``.
 
 Why a port: stochastic rounding (SR) in the torch references and in the Triton kernels must consume
-the *same* random bits, so that an SR run is reproducible and equal across paths (DESIGN §4).
+the *same* random bits, so that an SR run is reproducible and equal across paths (docs/design.md §4).
 
 Triton's ``tl.randint(seed, offset)`` runs Philox4x32 with
     key     = (seed & 0xffffffff, seed >> 32)        (seed taken as a 64-bit integer)
     counter = (offset & 0xffffffff, offset >> 32, 0, 0)
-and returns the first output word. Known answer (issue 2): seed 1234, offsets 0..3 →
+and returns the first output word. Known answer (tests/test_philox.py): seed 1234, offsets 0..3 →
 546353992, 2666454581, 1070188760, 3055983166.
 
 All arithmetic runs on int64 tensors holding unsigned 32-bit values: int64 products wrap modulo
@@ -15,12 +15,13 @@ All arithmetic runs on int64 tensors holding unsigned 32-bit values: int64 produ
 Counter layout for state writes (the documented contract every path follows; see ``sr_offsets``):
     key   : seed_lo = run seed (32 bits), seed_hi = layer index (32 bits)
     offset: bit 63      copy    (0 = update checkpoint, 1 = read copy)
-            bits 44..62 event   (write event of this sequence's state: prefill = 0, then one per
-                                 write; 19 bits, 524,288 writes)
+            bits 44..62 event   (write event of this sequence's state: 0 = the cast of the initial
+                                 state, then 1, 2, ... one per write — prefill, flush, conventional
+                                 step; 19 bits)
             bits 28..43 seq     (sequence index, 16 bits)
             bits 16..27 head    (head index, 12 bits)
             bits  0..15 element (row-major index inside the [R, C] state matrix, 16 bits)
-Each element draws one 32-bit word; quantizers use its low 16 bits (DESIGN §5).
+Each element draws one 32-bit word; quantizers use its low 16 bits (docs/design.md §5).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Name → quantizer registry (DESIGN §5).
+"""Name → quantizer registry (docs/design.md §5).
 
 Lookup order for ``get_quantizer(spec)``:
 1. a ``Quantizer`` instance (or any object with ``fake``) is returned as is;

@@ -1,8 +1,8 @@
 """Bit-level rounding shared by every format: round to nearest even (RNE) and the 16-bit
-stochastic rounding (SR) convention of DESIGN §5, written once on integer bit patterns.
+stochastic rounding (SR) convention of docs/design.md §5, written once on integer bit patterns.
 
 Why integers: fp32→fp8 casts differ between torch versions (saturate vs NaN on overflow) and
-Triton's interpreter rounds them wrongly (PITFALLS); there is no FP4 cast at all. Working on the
+Triton's interpreter rounds them wrongly (docs/pitfalls.md §1); there is no FP4 cast at all. Working on the
 IEEE bit pattern makes every rounding exact and identical on CPU and GPU, and is the arithmetic
 the Triton codecs (kernels/quant/codecs.py) reproduce.
 
@@ -18,7 +18,7 @@ The algorithm, for |x| with significand ``sig`` (implicit bit included) and unbi
     q     = sig >> shift                        truncated target significand, in units of 2^(e - M)
     rem   = sig mod 2^shift                     the dropped part; frac = rem / 2^shift
     RNE:  q += rem > half or (rem == half and q odd)
-    SR:   q += floor(frac · 2^16) + (r & 0xFFFF) >= 2^16        (DESIGN §5)
+    SR:   q += floor(frac · 2^16) + (r & 0xFFFF) >= 2^16        (docs/design.md §5)
     code  = ((e - emin) << M) + q               a carry out of the significand lands in the exponent
                                                 field by itself (also subnormal → normal, max → inf)
 Special values (the policy every format documents in ``precision-lab formats``):
@@ -42,7 +42,7 @@ __all__ = [
     "SR_BITS", "decode", "pack_nibbles", "round_to_code", "unpack_nibbles",
 ]
 
-SR_BITS = 16  # random bits per element consumed by stochastic rounding (DESIGN §5)
+SR_BITS = 16  # random bits per element consumed by stochastic rounding (docs/design.md §5)
 _SR_ONE = 1 << SR_BITS
 
 
@@ -88,7 +88,7 @@ BF16 = FloatFormat("bf16", 8, 7, 127, 0x7F7F, 0x7F80, 0x7FC0, saturate=False)
 FP16 = FloatFormat("fp16", 5, 10, 15, 0x7BFF, 0x7C00, 0x7E00, saturate=False)
 # OCP FP8: E4M3 "fn" has no inf and one NaN per sign (S.1111.111); max 448.
 E4M3 = FloatFormat("e4m3", 4, 3, 7, 0x7E, None, 0x7F, saturate=True)
-# E5M2 is IEEE-like (inf = S.11111.00); it is still clamped to max (57344), as DESIGN §5 asks for FP8.
+# E5M2 is IEEE-like (inf = S.11111.00); it is still clamped to max (57344), as docs/design.md §5 specifies for FP8.
 E5M2 = FloatFormat("e5m2", 5, 2, 15, 0x7B, 0x7C, 0x7E, saturate=True)
 # OCP E2M1 (the FP4 element of NVFP4/MXFP4): values 0, 0.5, 1, 1.5, 2, 3, 4, 6; no inf, no NaN.
 E2M1 = FloatFormat("e2m1", 2, 1, 1, 0x7, None, None, saturate=True)
@@ -209,7 +209,7 @@ def decode(codes: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
 
 
 def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
-    """4-bit codes [..., C] (C even) → uint8 [..., C/2]; element 2i in the low nibble (DESIGN §5)."""
+    """4-bit codes [..., C] (C even) → uint8 [..., C/2]; element 2i in the low nibble (docs/design.md §5)."""
     c = codes.to(torch.uint8)
     return c[..., 0::2] | (c[..., 1::2] << 4)
 

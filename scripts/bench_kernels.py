@@ -1,4 +1,4 @@
-"""Benchmark the decode-step kernels on the GPU (issue 4): conventional vs ReplaySSM vs fla peers.
+"""Benchmark the decode-step kernels on the GPU: conventional vs ReplaySSM vs fla peers.
 
     python scripts/bench_kernels.py -o reports/bench/bench_kernels.json [--quick] [--plots]
 
@@ -46,7 +46,7 @@ READ_FMTS = ["fp32", "bf16", "fp8e4m3", "nvfp4"]
 UPDATE_FMTS = ["fp32", "fp16-sr"]
 CONV_FMTS = ["fp32", "bf16", "fp16-sr", "bf16-sr"]
 COLD_BYTES = 256 << 20
-# Copy ceiling measured on this machine type (REFERENCE.md: 4246 GB/s, read + write counted). A
+# Copy ceiling measured on this machine type (docs/reference.md §4: 4246 GB/s, read + write counted). A
 # target "% of copy bandwidth" is judged against the larger of it and the in-run ceiling
 # (``memcpy_ceiling``), so a low in-run measurement can never flatter a kernel.
 REFERENCE_COPY_GBPS = 4246.0
@@ -672,7 +672,7 @@ def _find(rows, **kw):
 
 
 def summarise(rows, checks, ceiling) -> dict:
-    """Amortised window costs and the issue's targets; a speedup only where the kernels passed."""
+    """Amortised window costs and the targets; a speedup only where the kernels passed."""
     out = {}
     for op in ("mamba2", "gdn"):
         ok_conv = checks.get(f"{op}:fp32", {}).get("ok", False)
@@ -785,7 +785,7 @@ def plots(result: dict, outdir: Path) -> list[str]:
             if rr:
                 ax.plot([a for a, _ in rr], [b for _, b in rr], marker="o", label=kind)
         ax.axhline(result["ceiling"]["GBps"], color="k", ls="--", label="in-run torch memcpy")
-        ax.axhline(REFERENCE_COPY_GBPS, color="r", ls=":", label="REFERENCE.md copy ceiling")
+        ax.axhline(REFERENCE_COPY_GBPS, color="r", ls=":", label="copy ceiling (docs/reference.md §4)")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch")
         ax.set_ylabel("GB/s (bytes model)")
@@ -805,7 +805,7 @@ def markdown(result: dict) -> str:
 
     ceil = result["ceiling"]["GBps"]
     lines = [f"Device: {result['provenance'].get('device', '?')}; in-run torch memcpy {ceil:.0f} GB/s (read + write); "
-             f"targets judged against max(in-run, REFERENCE.md copy ceiling {REFERENCE_COPY_GBPS:.0f} GB/s). Correctness: "
+             f"targets judged against max(in-run, docs/reference.md §4 copy ceiling {REFERENCE_COPY_GBPS:.0f} GB/s). Correctness: "
              f"{sum(v['ok'] for v in result['correctness'].values())}/{len(result['correctness'])} checks passed.", ""]
     lines += ["### Targets (batch 256, L = 16, fp32 state)", "",
               "| op | metric | measured | target | met |", "|---|---|---|---|---|"]

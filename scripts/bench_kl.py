@@ -1,4 +1,4 @@
-"""Benchmark of the KL-vs-length machinery (issue 5), meant for one H200:
+"""Benchmark of the KL-vs-length machinery, meant for one H200:
 
 1. side by side on the same stream (bf16 weights): teacher-forced engine vs token-by-token decode
    through the same adapters and policies -> speedup (token-by-token is timed over its first

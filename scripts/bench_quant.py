@@ -19,7 +19,7 @@ Bytes model (explicit, per call; N = numel, M = number of matrices):
     nvfp4 dequantize   read N/2 + N/16 + 4M + write 4N
     fp8 quantize       read 4N + write N          fp8 dequantize   read N + write 4N
     fp16/bf16-sr quant read 4N + write 2N          (random bits drawn in the kernel: no bytes)
-Target (issue 2): NVFP4 quantize of an fp32 state at ≥ 80% of the measured copy bandwidth.
+Target: NVFP4 quantize of an fp32 state at ≥ 80% of the measured copy bandwidth.
 """
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ def test_resummarise_merges_the_operators_runs(tmp_path, capsys):
 
 @pytest.mark.parametrize("op", ["mamba2", "gdn"])
 def test_problem_buffer_sets_have_the_real_shapes(op):
-    """A buffer set at the REFERENCE.md shapes (batch 2, fp32 pools need no kernel to seed)."""
+    """A buffer set at the docs/reference.md §2 shapes (batch 2, fp32 pools need no kernel to seed)."""
     p = bench_kernels.PROBLEMS[op](2, "cpu", upd="fp32", read="fp32", ring=16, W=5, T=3)
     dims = bench_kernels.MAMBA2 if op == "mamba2" else bench_kernels.GDN
     H, R, C = (dims["H"], dims["P"], dims["N"]) if op == "mamba2" else (dims["Hv"], dims["V"], dims["K"])

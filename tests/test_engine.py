@@ -1,4 +1,4 @@
-"""The teacher-forced engine equals token-by-token decode through the same adapters (DESIGN §8).
+"""The teacher-forced engine equals token-by-token decode through the same adapters (docs/design.md §8).
 
 One adapted model per architecture holds the fp32 reference and one policy of every mode in
 lockstep; the stream is cut into a prefill and segments that start and end inside ReplaySSM windows

@@ -1,4 +1,4 @@
-"""``run_layer(engine="triton")`` against the decode engine (the ground truth, DESIGN §4).
+"""``run_layer(engine="triton")`` against the decode engine (the ground truth, docs/design.md §4).
 
 Every mode over 67 tokens with L = 8 (8 flushes and a partial window left in the buffer), both
 GDN folds, segment continuation (cuts inside windows, engines mixed), prefill, batch 1 with

@@ -181,7 +181,7 @@ def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, dev
 
 
 def test_recompute_differs_from_buffered_in_split_mode(device):
-    """The two folds are different functions when the read copy is lossy (DESIGN §4): the kernel's
+    """The two folds are different functions when the read copy is lossy (docs/design.md §4): the kernel's
     recompute flush must not silently fold the read-copy d's."""
     s = _replay_setup(device, "fp32", "nvfp4", W=5, T=1, exact=False)
     n = s["new"]

@@ -87,9 +87,9 @@ def test_custom_quantizer_failing_its_own_fake_is_reported():
 
     from precision_lab.quant import register_quantizer
 
-    register_quantizer("h3-test-broken", lambda: Broken(), overwrite=True)
-    with pytest.raises(ValueError, match="h3-test-broken.*failed on a probe"):
-        run_layer(random_inputs("mamba2", batch=1, tokens=4), "split:fp32/h3-test-broken")
+    register_quantizer("test-broken-probe", lambda: Broken(), overwrite=True)
+    with pytest.raises(ValueError, match="test-broken-probe.*failed on a probe"):
+        run_layer(random_inputs("mamba2", batch=1, tokens=4), "split:fp32/test-broken-probe")
 
 
 def test_custom_fake_only_quantizer_works():
@@ -102,9 +102,9 @@ def test_custom_fake_only_quantizer_works():
 
     from precision_lab.quant import register_quantizer
 
-    register_quantizer("h3-test-round3", lambda: Round3(), overwrite=True)
+    register_quantizer("test-round3", lambda: Round3(), overwrite=True)
     inp = random_inputs("mamba2", batch=1, tokens=20, dtype=torch.float32)
-    y, st = run_layer(inp, "split:fp32/h3-test-round3@L8")
+    y, st = run_layer(inp, "split:fp32/test-round3@L8")
     assert torch.equal(st.state.read, torch.round(st.state.update * 8) / 8)
     y0, _ = run_layer(inp, "fp32")
     assert not torch.allclose(y, y0)

@@ -1,4 +1,4 @@
-"""lm-eval integration (DESIGN §9): the ``replayssm`` model, task presets, the study runner and the
+"""lm-eval integration (docs/design.md §9): the ``replayssm`` model, task presets, the study runner and the
 plug-in registration, on the tiny Qwen3.5 preset with its local byte tokenizer and the shipped
 SYNTHETIC rows (offline, CPU)."""
 import json
@@ -72,7 +72,7 @@ def test_lossy_policy_changes_generations_and_decode_scores(stock):
     assert sum(a != b for a, b in zip(gen, stock["gen"])) >= 2
     ll = lm.loglikelihood(_ll(PAIRS))
     assert max(abs(a - b) for (a, _), (b, _) in zip(ll, stock["ll"])) > 1e-2
-    # Stock scoring is one prefill: the quantized decode state never enters it (PITFALLS, lm-eval).
+    # Stock scoring is one prefill: the quantized decode state never enters it (docs/pitfalls.md §8).
     lm.scoring = "stock"
     ll_stock = lm.loglikelihood(_ll(PAIRS))
     for (a, _), (b, _) in zip(ll_stock, stock["ll"]):

@@ -1,4 +1,4 @@
-"""Packaging promises of DESIGN §2: mapped subpackages, loud bare imports, the console script."""
+"""Packaging promises of docs/design.md §2: mapped subpackages, loud bare imports, the console script."""
 import subprocess
 import sys
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""The CPU Philox port equals Triton's tl.randint bit for bit (DESIGN §4), and the SR counter
+"""The CPU Philox port equals Triton's tl.randint bit for bit (docs/design.md §4), and the SR counter
 layout of quant/philox.py separates every field."""
 import torch
 import triton
@@ -6,7 +6,7 @@ import triton.language as tl
 from precision_lab.quant import philox
 
 
-def test_known_answer_from_the_issue():
+def test_known_answer_of_tl_randint():
     assert philox.randint(1234, torch.arange(4)).tolist() == [546353992, 2666454581, 1070188760, 3055983166]
 
 

@@ -1,4 +1,4 @@
-"""StatePolicy: parsing, canonical names, validation errors (DESIGN §6)."""
+"""StatePolicy: parsing, canonical names, validation errors (docs/design.md §6)."""
 import pytest
 
 from precision_lab import StatePolicy

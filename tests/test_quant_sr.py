@@ -1,4 +1,4 @@
-"""Stochastic rounding (DESIGN §5): round away from zero iff floor(frac · 2^16) + (r & 0xFFFF) >= 2^16.
+"""Stochastic rounding (docs/design.md §5): round away from zero iff floor(frac · 2^16) + (r & 0xFFFF) >= 2^16.
 Bracket, fixed points, exhaustive r, saturation, determinism under a seed, independence of counters."""
 import math
 
@@ -120,7 +120,7 @@ def test_seed_is_philox_over_element_index(qname):
     rb = philox.randint(11, torch.arange(x.numel()).reshape(x.shape))
     assert torch.equal(a, q.fake(x, rbits=rb))
     assert not torch.equal(a, q.fake(x, seed=12))
-    # any integer dtype holding the words works (uint32 as DESIGN §5 names it, int32 views, int64)
+    # any integer dtype holding the words works (uint32 as docs/design.md §5 names it, int32 views, int64)
     assert torch.equal(a, q.fake(x, rbits=rb.to(torch.uint32))) and torch.equal(a, q.fake(x, rbits=rb.to(torch.int32)))
     # only the low 16 bits matter
     assert torch.equal(a, q.fake(x, rbits=rb & 0xFFFF)) and torch.equal(a, q.fake(x, rbits=rb | (0x5A5A << 16)))

@@ -15,7 +15,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Naive references written from DESIGN §3 directly (per sequence and head, plain matrices), so the
+# Naive references written from docs/design.md §3 directly (per sequence and head, plain matrices), so the
 # batched/grouped code is checked against something that shares none of its indexing.
 # ---------------------------------------------------------------------------------------------
 def naive_mamba2(inp: Mamba2Inputs, S0=None):
@@ -37,7 +37,7 @@ def naive_mamba2(inp: Mamba2Inputs, S0=None):
 
 
 def naive_delta(inp, kda_decay: bool):
-    """GDN/KDA in the (I − β k kᵀ) form of DESIGN §3 (not the d-form the library uses)."""
+    """GDN/KDA in the (I − β k kᵀ) form of docs/design.md §3 (not the d-form the library uses)."""
     Bsz, T, Hk, K = inp.q.shape
     Hv, V = inp.v.shape[2:]
     y = torch.zeros(Bsz, T, Hv, V, dtype=torch.float64)

@@ -585,7 +585,7 @@ def test_bench_kernels_summary(tmp_path):
         for r in table(md, f"{op}: draft sweep"):
             assert r["ratio to one conventional step"] == "—"
             assert num(r["verify (µs)"]) == pytest.approx(s["drafts"][r["T"]]["verify_us"], rel=1e-3)
-        tg = {r["quantity"]: r for r in table(md, f"{op}: the issue's targets")}
+        tg = {r["quantity"]: r for r in table(md, f"{op}: targets (B")}
         assert tg["verify_T8_vs_conventional"]["met"] == "not measured"
         v = s["targets"]["replay_vs_conventional"]
         assert num(tg["replay_vs_conventional"]["measured"]) == pytest.approx(v["value"], rel=1e-3)

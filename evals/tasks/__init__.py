@@ -1,4 +1,4 @@
-"""Offline task presets for the lm-eval studies (DESIGN §9): GPQA-Diamond (CoT zero-shot),
+"""Offline task presets for the lm-eval studies (docs/design.md §9): GPQA-Diamond (CoT zero-shot),
 MMLU-Pro, MATH level 5 (the Open LLM Leaderboard "hard" set) and RULER needle-in-a-haystack.
 
 Each local task is a two-key override of the task YAML that lm-eval ships:

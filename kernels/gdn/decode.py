@@ -1,4 +1,4 @@
-"""Gated DeltaNet decode-step kernels (DESIGN §3, §4, §7): conventional step, ReplaySSM step, verify.
+"""Gated DeltaNet decode-step kernels (docs/design.md §3, §4, §7): conventional step, ReplaySSM step, verify.
 
 Per token, value head h (key head kh = h // (Hv/Hk), GVA); state S [V, K] of a pool slot:
     q, k ← l2norm(q), l2norm(k) (``x · rsqrt(Σx² + 1e-6)``, optional);  q̃ = scale · q;  α = e^g
@@ -13,7 +13,7 @@ state before position p applied to a vector x is
   both ``S_b q̃`` and ``S_b k`` and ``d = β (v − α S_{W-1} k)``, ``o = α S_{W-1} q̃ + (k·q̃) d``; the
   scores k_j·q̃, k_j·k come from a pre-kernel run once per key head. Writes only o and the record.
 * flush: the W buffered records are folded into the UPDATE checkpoint in fp32, in registers, one
-  record at a time (oldest first): ``recompute=True`` (DESIGN gdn_fold="recompute") runs the
+  record at a time (oldest first): ``recompute=True`` (docs/design.md §4, gdn_fold="recompute") runs the
   recurrence itself, d'_j = β_j (v_j − α_j S k_j), S ← α_j S + d'_j k_jᵀ — the reference's d'_j
   (output-only form from the update checkpoint) and closed-form fold, in another fp32 order;
   ``recompute=False`` ("buffered") folds the stored d's in closed form,

@@ -1,4 +1,4 @@
-"""Teacher-forced Triton scans for Gated DeltaNet (the KL engine's fast path; DESIGN §3, §4, §8).
+"""Teacher-forced Triton scans for Gated DeltaNet (the KL engine's fast path; docs/design.md §3, §4, §8).
 
 One program per (sequence, value head) carries that head's state [V, K] across the segment (one
 launch per segment); the checkpoints stay in the output buffers (L2-resident) and are walked in

@@ -1,4 +1,4 @@
-"""Mamba-2 decode-step kernels (DESIGN §4, §7): conventional step, ReplaySSM step, speculative verify.
+"""Mamba-2 decode-step kernels (docs/design.md §4, §7): conventional step, ReplaySSM step, speculative verify.
 
 Per token (one head h of group g = h // (H/G); state S [P, N] of a pool slot):
     dt = softplus(dt_raw + dt_bias),  a = A·dt (log decay),  u = dt·x [P]

@@ -1,4 +1,4 @@
-"""Teacher-forced Triton scans for Mamba-2 (the KL engine's fast path; DESIGN §4, §7, §8).
+"""Teacher-forced Triton scans for Mamba-2 (the KL engine's fast path; docs/design.md §4, §7, §8).
 
 Two kernels over the token stream of one segment (one launch per segment):
 

@@ -17,7 +17,7 @@ Conventions (all helpers are ``@triton.jit``; shapes are whatever block the call
   8 for FP8, 4 for E2M1 with the sign in bit 3). Store them with ``.to(tl.uint8)`` /
   ``.to(tl.int16)``, or turn them into a float block with ``decode_*``.
 * ``SR`` (constexpr): False = round to nearest, ties to even (RNE). True = stochastic rounding with
-  the project convention (DESIGN §5): with ``frac`` = position of |x| between its two grid
+  the project convention (docs/design.md §5): with ``frac`` = position of |x| between its two grid
   neighbours, round away from zero iff ``floor(frac·2^16) + (r & 0xFFFF) >= 2^16``.
 * Signed zeros keep their sign (-tiny → -0). NaN encodes to the format's canonical NaN with x's sign
   (E2M1 has no NaN: see ``encode_e2m1``). These are the codes of ``precision_lab.quant.rounding``.
@@ -43,7 +43,7 @@ Element codecs
                              of |x|, and every NaN is above +inf, so ``tl.max(abs_bits(x), axis)``
                              is an amax that PROPAGATES NaN (``tl.max`` on floats drops it).
 
-NVFP4 (DESIGN §5: NVIDIA's chain; one global scale per matrix, E4M3 scale per 16 elements)
+NVFP4 (docs/design.md §5: NVIDIA's chain; one global scale per matrix, E4M3 scale per 16 elements)
 ------------------------------------------------------------------------------------------
 ``nvfp4_global_scales(amax_bits)`` → ``(s_enc, s_dec)`` fp32 scalars from the matrix amax given as
     ``abs_bits`` (int32): ``s_enc = min(2688 / amax, FLT_MAX)`` (1 if amax is 0 or inf; NaN if

@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
     p.add_argument("--tokens", type=int, default=1024, help="tokens per document, prefill included (default 1024)")
     p.add_argument("--prefill", type=int, default=32, help="tokens served as prefill before decoding (default 32)")
     p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES),
-                   help="state policies compared with the fp32 reference (DESIGN §6 strings)")
+                   help="state policies compared with the fp32 reference (docs/design.md §6 strings)")
     p.add_argument("--seed", type=int, default=0, help="stochastic-rounding seed")
     p.add_argument("--batch-size", type=int, default=0, help="documents per batch (0: all; the resume unit)")
     p.add_argument("--segment", type=int, default=512, help="decode tokens per forward (memory knob)")

@@ -1,7 +1,7 @@
-"""The ``scan`` engine of ``run_layer``: window-parallel teacher forcing in torch (DESIGN §8).
+"""The ``scan`` engine of ``run_layer``: window-parallel teacher forcing in torch (docs/design.md §8).
 
 Under teacher forcing the whole token stream of a layer is known, so the ReplaySSM decode of
-DESIGN §4 can be evaluated a window at a time instead of a token at a time. The semantics are
+docs/design.md §4 can be evaluated a window at a time instead of a token at a time. The semantics are
 exactly those of the ``decode`` engine (``precision_lab.engines.decode``, the ground truth): which state
 each quantity comes from, when state is written, which SR bits each write draws. Only the
 arithmetic order of the *outputs* (and of the delta rule's d's) differs, so the two engines agree

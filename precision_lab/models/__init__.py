@@ -13,7 +13,7 @@ nothing is patched globally, other instances are untouched.
 
 Token-by-token cached generation. Every forward with a transformers cache continues one stream:
 the first call (the prompt) is the prefill, written once into the checkpoint; each later token is a
-decode step of the policy (DESIGN §4: ReplaySSM buffering and flush every L steps for shared/split,
+decode step of the policy (docs/design.md §4: ReplaySSM buffering and flush every L steps for shared/split,
 a rounded store every step for conventional). ``model.generate`` and manual loops
 (``model(input_ids=tok, cache=cache, use_cache=True)``) both work; use ``new_stream`` to create the
 cache when you want to set the SR sequence ids or the first-call-is-prefill flag. Decode steps run

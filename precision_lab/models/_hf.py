@@ -2,7 +2,7 @@
 
 transformers probes ``import kernels`` (Hugging Face's kernel hub) at import time. When the current
 directory is the repository root (``python -m pytest``, ``python -c``), that finds our top-level
-``kernels/`` folder, whose ``__init__`` refuses a bare import on purpose (DESIGN §2), and
+``kernels/`` folder, whose ``__init__`` refuses a bare import on purpose (docs/design.md §2), and
 transformers' import fails. The probe runs once per process, so we run it here with the repository
 root hidden from ``sys.path``; transformers then records the hub package as absent (it is not
 installed) and never probes again.

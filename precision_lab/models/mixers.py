@@ -8,7 +8,7 @@ to fp32 tolerance.
 
 Streams and caches. A forward with a transformers cache continues the stream kept beside that
 cache (``StreamContext``, attached to the cache object): the first call is the prefill (one
-checkpoint write, DESIGN §4) unless the context says otherwise, and every later token is a decode
+checkpoint write, docs/design.md §4) unless the context says otherwise, and every later token is a decode
 step. The conv state lives in the transformers cache (``cache.update_conv_state``, the same call in
 transformers 5.17 and 5.24, updated in place); the recurrent state (update checkpoint, read copy,
 partial window buffer, counters) is kept in the context, as a ``LayerState`` (torch engines) or,

@@ -4,11 +4,11 @@ random-init models with the shapes of published checkpoints (for speed work).
 A preset name works wherever a model is accepted (CLI ``--model``, ``load_model``, lm-eval
 ``pretrained=``). Tiny presets use the local byte tokenizer (``tokenizer.py``) and an init that makes
 state errors visible: random-init models at HF's default ``initializer_range`` (0.02) give
-near-uniform logits that hide quantization effects (PITFALLS.md), so tiny presets use 0.3 and give
+near-uniform logits that hide quantization effects (docs/pitfalls.md §6), so tiny presets use 0.3 and give
 their SSM heads slow decays (long memory), where state rounding accumulates the way it does in
 trained models.
 
-Shape presets copy the SSM/attention layer counts and state shapes of REFERENCE.md; the remaining
+Shape presets copy the SSM/attention layer counts and state shapes of docs/reference.md §2; the remaining
 sizes (hidden size, MLP width, vocabulary) are our best reading of the published configs and are
 marked as such in ``describe``. Their weights are random: they are for timing, not for KL numbers.
 """
@@ -112,7 +112,7 @@ _add(Preset(
     "tiny", "Mamba-2 (pure SSM, 8 heads of 16x32, 2 groups): 3 layers",
     init=_slow_decay_init))
 
-# Shapes from REFERENCE.md (SSM/attention layer counts and state shapes). Other sizes are assumptions.
+# Shapes from docs/reference.md §2 (SSM/attention layer counts and state shapes). Other sizes are assumptions.
 _add(Preset(
     "qwen3.5-4b-shape", "qwen3_5_text",
     {"vocab_size": 248320, "hidden_size": 2560, "intermediate_size": 9216, "num_hidden_layers": 32,

@@ -2,7 +2,7 @@
 
 Every UTF-8 byte is one token (ids 0..255), plus ``<|endoftext|>`` (256, also BOS/EOS) and
 ``<pad>`` (257). Encoding adds no special tokens (ByT5's tokenizer appends ``</s>`` to every encode,
-which breaks lm-eval's continuation scoring; see PITFALLS.md), and ``decode(encode(s)) == s`` for
+which breaks lm-eval's continuation scoring; see docs/pitfalls.md §7), and ``decode(encode(s)) == s`` for
 any string.
 """
 from __future__ import annotations

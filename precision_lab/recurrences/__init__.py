@@ -1,4 +1,4 @@
-"""Torch references of the SSM recurrences (DESIGN §3): Mamba-2, GDN, KDA.
+"""Torch references of the SSM recurrences (docs/design.md §3): Mamba-2, GDN, KDA.
 
 Each module has ``prepare(inputs) -> Prepared`` (the common per-head form of ``_core``),
 ``decode(inputs, initial_state)`` (conventional, token by token) and ``chunked_prefill``. The

@@ -132,7 +132,7 @@ def per_token(fn, x: torch.Tensor) -> torch.Tensor:
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float64 stays float64; everything else computes in float32 (DESIGN §4: updates in fp32)."""
+    """float64 stays float64; everything else computes in float32 (docs/design.md §4: updates in fp32)."""
     if not dtype.is_floating_point:
         raise TypeError(f"layer inputs must be floating point, got {dtype}")
     return torch.float64 if dtype == torch.float64 else torch.float32
@@ -227,7 +227,7 @@ def _decay_matrix(c: torch.Tensor) -> torch.Tensor:
 def window_outputs(S0: torch.Tensor, k: torch.Tensor, u: torch.Tensor, c: torch.Tensor,
                    q: torch.Tensor) -> torch.Tensor:
     """The output-only form at every position of a window at once (speculative verify of T drafts):
-    ``O = S₀ (e^{c} ⊙ Q) + M U`` with ``M[j, i] = (e^{c_j − c_i} ⊙ k_i)·q_j`` for i ≤ j (DESIGN §3's
+    ``O = S₀ (e^{c} ⊙ Q) + M U`` with ``M[j, i] = (e^{c_j − c_i} ⊙ k_i)·q_j`` for i ≤ j (docs/design.md §3's
     ``S₀ Q D + U (W ⊙ KᵀQ)``).
 
     S0 [B,H,R,C]; k, q [B,n,H,C]; u [B,n,H,R]; c [B,n,H,Ca]. Returns [B,n,H,R]; equals ``readout`` at

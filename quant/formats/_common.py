@@ -28,7 +28,7 @@ def as_float(x: torch.Tensor, fmt: str, *, keep_fp64: bool) -> torch.Tensor:
 
 def check_finite(x: torch.Tensor, fmt: str) -> None:
     """Formats that derive scales from the data refuse NaN/Inf: a non-finite state is a bug to surface,
-    and E2M1 cannot even encode it (DESIGN §5 NaN policy)."""
+    and E2M1 cannot even encode it (docs/design.md §5, NaN policy)."""
     bad = ~torch.isfinite(x)
     if bool(bad.any()):
         first = tuple(int(i) for i in torch.nonzero(bad)[0])

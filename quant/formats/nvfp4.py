@@ -1,6 +1,6 @@
 """NVFP4: E2M1 elements, an E4M3 scale per block of 16 along the last axis, an fp32 global scale.
 
-The chain is NVIDIA's reference, pinned by DESIGN §5; every step is one fp32 operation (RNE), in
+The chain is NVIDIA's reference, pinned by docs/design.md §5; every step is one fp32 operation (RNE), in
 this order, so a kernel doing the same operations agrees bit for bit:
 
     amax   = max |x| over the global-scale group        (default: the whole matrix [R, C])
@@ -61,7 +61,7 @@ def expand(t: torch.Tensor, fr: int, fc: int) -> torch.Tensor:
 
 
 class NVFP4Quantizer(Quantizer):
-    """NVFP4 per DESIGN §5 (see the module docstring for the chain, layout and options)."""
+    """NVFP4 per docs/design.md §5 (see the module docstring for the chain, layout and options)."""
 
     scale_format_base = "e4m3 per {b} + fp32 per {g}"
 

@@ -134,7 +134,7 @@ def render_scan(results: list[Result], ctx: Context) -> list:
 
 def render_kernels(results: list[Result], ctx: Context) -> list:
     """scripts/bench_kernels.py: rows of single-kernel timings plus a per-operator summary (amortised
-    window costs, speedups only where the correctness checks passed, the issue's targets)."""
+    window costs, speedups only where the correctness checks passed, the targets)."""
     blocks: list = []
     for r in results:
         if isinstance(r.data.get("summary"), dict) and isinstance(r.data.get("rows"), list):
@@ -324,7 +324,7 @@ def _kernels_summary(r: Result, ctx: Context) -> list:
             blocks.append(Table(["quantity", "measured", "target", "met"],
                                 [[k, fmt(v.get("value")), fmt(v.get("target")),
                                   {True: "yes", False: "NO"}.get(v.get("met"), "not measured")]
-                                 for k, v in tg.items()], caption=f"{op}: the issue's targets (B = 256, L = 16)"))
+                                 for k, v in tg.items()], caption=f"{op}: targets (B = 256, L = 16)"))
         blocks.append(prov)
     return blocks
 

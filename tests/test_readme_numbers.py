@@ -1,0 +1,251 @@
+"""Every measured number in README.md comes from a committed result file under reports/.
+
+``CLAIMS`` maps each README phrase (a format string) to the JSON file it comes from and the values
+that fill it, rounded as the README prints them. A claim passes when the README, with whitespace
+collapsed, contains the formatted phrase; so the test fails when the README's number changes and
+when the JSON changes enough to change the printed number. ``test_every_measured_number_is_tied``
+then checks that no number with a unit (µs, ms, s, GB/s, %, ×, or a float in e-notation) appears
+in the README outside a checked claim, apart from the few fixed values in ``NOT_MEASUREMENTS``.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+QUANT = "reports/bench/bench_quant.json"
+KERNELS = "reports/bench/bench_kernels.json"
+SCAN = "reports/bench/bench_scan.json"
+KL = "reports/bench/bench_kl_h200.json"
+SIM_32K = "reports/sim/mamba2-32768.json"
+SIM_4K = "reports/sim/mamba2-4096.json"
+SIM_1HEAD = "reports/sim/mamba2-8192-1head-tau1e4.json"
+EQUIV = "reports/sim/equivalence.json"
+
+
+@functools.cache
+def load(rel: str) -> dict:
+    return json.loads((ROOT / rel).read_text())
+
+
+@functools.cache
+def readme() -> str:
+    return re.sub(r"\s+", " ", (ROOT / "README.md").read_text())
+
+
+# --- values derived from the result files --------------------------------------------------------
+def scan_rows(d, **match):
+    return [t for t in d["timings"] if all(t.get(k) == v for k, v in match.items())]
+
+
+def scan_ms(d, arch, policy, batch=1):
+    (row,) = scan_rows(d, arch=arch, policy=policy, B=batch, kernel="replay")
+    return row["ms"]
+
+
+def kernel_rows(d, op, kernel, tag, read):
+    (row,) = [r for r in d["rows"] if r["op"] == op and r["kernel"] == kernel and r["tag"] == tag
+              and r["read"] == read and r["batch"] == 256]
+    return row
+
+
+def summ(d, op):
+    return d["summary"][op]
+
+
+def target(d, op, name):
+    return summ(d, op)["targets"][name]
+
+
+def b256(d, op):
+    return summ(d, op)["batch"]["256"]
+
+
+def sim_row(d, policy):
+    return "| " + policy + " | " + " | ".join(f"{v:.3g}" for v in d["results"][policy]["mean_rel_error_last"]) + " |"
+
+
+def sim_header(d):
+    ends = d["window_ends"]
+    return "| policy | " + " | ".join([f"1–{ends[0]:,}"] + [f"to {e:,}" for e in ends[1:]]) + " |"
+
+
+def equiv(d, part, key):
+    return [d["results"][a][part][key] for a in ("mamba2", "gdn", "kda")]
+
+
+def one(values):
+    (v,) = set(values)
+    return v
+
+
+# --- the table: README phrase -> result file -> values (rounded by the format spec) ---------------
+CLAIMS: list[tuple[str, str, object]] = [
+    # quantize kernels
+    ("NVFP4 quantize of a {:.0f} GiB fp32 state runs at {:.0f} GB/s, {:.1f} % of the {:.0f} GB/s copy "
+     "measured in the same run", QUANT,
+     lambda d: (d["state_bytes"] / 2**30, d["kernels"]["nvfp4 quantize"]["gbps"],
+                100 * d["kernels"]["nvfp4 quantize"]["frac_of_copy"], d["copy"]["gbps"])),
+    # float64 equivalence
+    ("one head, {}×{} state, L = {}): ReplaySSM equals conventional decode to {:.1e} (Mamba-2), {:.1e} "
+     "(GDN), {:.1e} (KDA) relative over {} steps with {} state writes instead of {}; speculative decoding "
+     "with {} drafts and random acceptance over {} rounds matches token-by-token decode to ≤ {:.1e} with "
+     "{} state writes against {} for a snapshot-per-draft baseline.", EQUIV,
+     lambda d: (*one(tuple(s) for s in equiv(d, "decode", "state")), one(equiv(d, "decode", "L")),
+                *equiv(d, "decode", "max_rel_diff"), one(equiv(d, "decode", "steps")),
+                one(equiv(d, "decode", "replay_state_writes")), one(equiv(d, "decode", "conventional_state_writes")),
+                one(equiv(d, "speculative", "drafts")), one(equiv(d, "speculative", "rounds")),
+                max(equiv(d, "speculative", "max_rel_diff")), one(equiv(d, "speculative", "replay_state_writes")),
+                one(equiv(d, "speculative", "snapshot_state_writes")))),
+    ("# float64: ReplaySSM = conventional; {} vs {} writes", EQUIV,
+     lambda d: (one(equiv(d, "decode", "replay_state_writes")), one(equiv(d, "decode", "conventional_state_writes")))),
+    # teacher-forced scan kernels
+    ("checked against its torch reference first ({}/{} passed)", SCAN,
+     lambda d: (sum(c["ok"] for c in d["checks"]), len(d["checks"]))),
+    ("processes {:,} tokens in {:.0f} ms (fp32) to {:.0f} ms (`split:fp16-sr/nvfp4`) at batch 1, and a "
+     "Nemotron-3-Super Mamba-2 layer in {:.0f} ms (fp32) to {:.0f} ms (`split:fp16-sr/nvfp4`)", SCAN,
+     lambda d: (d["shapes"]["T"], scan_ms(d, "gdn", "fp32"), scan_ms(d, "gdn", "split:fp16-sr/nvfp4"),
+                scan_ms(d, "mamba2", "fp32"), scan_ms(d, "mamba2", "split:fp16-sr/nvfp4"))),
+    ("latency-bound ({:.2f}–{:.1f} % of the {:.0f} GB/s copy ceiling measured in the same run, over batches "
+     "{}–{})", SCAN,
+     lambda d: (min(t["pct_of_copy"] for t in d["timings"] if "pct_of_copy" in t),
+                max(t["pct_of_copy"] for t in d["timings"] if "pct_of_copy" in t), d["copy_ceiling"]["GBps"],
+                min(t["B"] for t in d["timings"]), max(t["B"] for t in d["timings"]))),
+    # simulator
+    ("5 default policies ({:.0f} s)", SIM_4K, lambda d: (d["seconds"],)),
+    ("`reports/sim/mamba2-32768.json` ({:.0f} s on a 2-core CPU; the default {:,}-step run, "
+     "`reports/sim/mamba2-4096.json`, took {:.0f} s)", SIM_32K,
+     lambda d: (d["seconds"], load(SIM_4K)["settings"]["steps"], load(SIM_4K)["seconds"])),
+    ("{}", SIM_32K, lambda d: (sim_header(d),)),
+    *[("{}", SIM_32K, functools.partial(lambda p, d: (sim_row(d, p),), p))
+      for p in ("fp32", "conventional:nvfp4-sr", "shared:nvfp4-sr", "split:fp32/nvfp4", "split:fp16-sr/nvfp4")],
+    ("It levels off at {:.2f} here", SIM_32K,
+     lambda d: (d["results"]["shared:nvfp4-sr"]["mean_rel_error_last"][-1],)),
+    ("shared reaches conventional ({:.2f} → {:.2f} by {:,} steps)", SIM_1HEAD,
+     lambda d: (d["results"]["shared:nvfp4-sr"]["mean_rel_error_last"][0],
+                d["results"]["shared:nvfp4-sr"]["mean_rel_error_last"][-1], d["settings"]["steps"])),
+    # KL engine on the H200
+    ("128K tokens × (fp32 reference + {} policies) in {:.0f} s (target ≤ {} s), and the teacher-forced engine "
+     "{:.0f}× faster than token-by-token decode through the same adapters on the same {}-token stream "
+     "(token-by-token timed over {} steps and scaled; the JSON says so)", KL,
+     lambda d: (len(d["policies"]), d["long_run"]["seconds"], d["long_run"]["target_seconds"],
+                d["side_by_side"]["speedup"], d["side_by_side"]["decode_tokens"],
+                d["side_by_side"]["token_by_token_steps_timed"])),
+    # decode-step kernels, batch 256, L = 16
+    ("| conventional step, % of the {:.0f} GB/s copy ceiling | {:.1f} µs, {:.1f} % | {:.1f} µs, {:.1f} % | "
+     "≥ {:.0f} % |", KERNELS,
+     lambda d: (summ(d, "mamba2")["ceiling_for_targets_GBps"],
+                b256(d, "mamba2")["conventional_us"], target(d, "mamba2", "conventional_pct_ceiling")["value"],
+                b256(d, "gdn")["conventional_us"], target(d, "gdn", "conventional_pct_ceiling")["value"],
+                one([target(d, op, "conventional_pct_ceiling")["target"] for op in ("mamba2", "gdn")]))),
+    ("| ReplaySSM per token, amortised | {:.1f} µs | {:.1f} µs |", KERNELS,
+     lambda d: (b256(d, "mamba2")["replay_amortised_us"], b256(d, "gdn")["replay_amortised_us"])),
+    ("| ReplaySSM vs our conventional | {:.2f}× | {:.2f}× | ≥ {:.1f}× / {:.2f}× |", KERNELS,
+     lambda d: (target(d, "mamba2", "replay_vs_conventional")["value"], target(d, "gdn", "replay_vs_conventional")["value"],
+                target(d, "mamba2", "replay_vs_conventional")["target"], target(d, "gdn", "replay_vs_conventional")["target"])),
+    ("| vs flash-linear-attention ({:.1f} / {:.1f} µs) | {:.2f}× | {:.2f}× | ≥ {:.1f}× / {:.1f}× |", KERNELS,
+     lambda d: (b256(d, "mamba2")["fla_us"], b256(d, "gdn")["fla_us"],
+                target(d, "mamba2", "replay_vs_fla")["value"], target(d, "gdn", "replay_vs_fla")["value"],
+                target(d, "mamba2", "replay_vs_fla")["target"], target(d, "gdn", "replay_vs_fla")["target"])),
+    ("| non-flush step, NVFP4 vs fp32 read copy | {:.2f}× | {:.2f}× | ≥ {:.0f}× |", KERNELS,
+     lambda d: (target(d, "mamba2", "nvfp4_vs_fp32_read_nonflush")["value"],
+                target(d, "gdn", "nvfp4_vs_fp32_read_nonflush")["value"],
+                one([target(d, op, "nvfp4_vs_fp32_read_nonflush")["target"] for op in ("mamba2", "gdn")]))),
+    ("| verify T = 8 + amortised flush, vs one conventional step | {:.2f}× | {:.2f}× | ≤ {:.1f}× |", KERNELS,
+     lambda d: (target(d, "mamba2", "verify_T8_vs_conventional")["value"],
+                target(d, "gdn", "verify_T8_vs_conventional")["value"],
+                one([target(d, op, "verify_T8_vs_conventional")["target"] for op in ("mamba2", "gdn")]))),
+    ("GDN's conventional step sits just under its threshold ({:.1f} %;", KERNELS,
+     lambda d: (target(d, "gdn", "conventional_pct_ceiling")["value"],)),
+    ("The flushes cost {:.1f}–{:.1f} conventional steps", KERNELS,
+     lambda d: (min(b256(d, op)["flush_us"] / b256(d, op)["conventional_us"] for op in ("mamba2", "gdn")),
+                max(b256(d, op)["flush_us"] / b256(d, op)["conventional_us"] for op in ("mamba2", "gdn")))),
+    ("GDN's non-flush step runs at {:.0f} % of the {:.0f} GB/s copy ceiling", KERNELS,
+     lambda d: (100 * summ(d, "gdn")["read"]["fp32"]["nonflush_GBps"] / summ(d, "gdn")["ceiling_for_targets_GBps"],
+                summ(d, "gdn")["ceiling_for_targets_GBps"])),
+    ("the bytes bound of the NVFP4 read is {:.1f}× (Mamba-2) and {:.1f}× (GDN)", KERNELS,
+     lambda d: tuple(kernel_rows(d, op, "nonflush", "read", "fp32")["bytes"]
+                     / kernel_rows(d, op, "nonflush", "read", "nvfp4")["bytes"] for op in ("mamba2", "gdn"))),
+    ("FP8 reads give {:.1f}× / {:.1f}×", KERNELS,
+     lambda d: tuple(summ(d, op)["read"]["fp32"]["nonflush_us"] / summ(d, op)["read"]["fp8e4m3"]["nonflush_us"]
+                     for op in ("mamba2", "gdn"))),
+]
+
+# Numbers with a unit that are not measurements (definitions, limits, confidence levels).
+NOT_MEASUREMENTS = ("95 % CI", "states over 128×128", "≤ ~2^-21")
+
+
+def rendered(claim) -> str:
+    text, rel, values = claim
+    vals = values(load(rel))
+    assert isinstance(vals, tuple) and len(vals) == text.count("{"), f"{text!r}: values {vals!r}"
+    return text.format(*vals)
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=[f"{i:02d}-{c[1].split('/')[-1]}" for i, c in enumerate(CLAIMS)])
+def test_readme_number_matches_its_result_file(claim):
+    phrase = rendered(claim)
+    assert phrase in readme(), (f"README.md does not say what {claim[1]} says; expected the phrase\n  {phrase}\n"
+                                "(update the README from the JSON, or the JSON by re-measuring)")
+
+
+def test_readme_states_which_targets_are_met():
+    d = load(KERNELS)
+    met = sorted((op, name) for op in ("mamba2", "gdn") for name, t in summ(d, op)["targets"].items() if t["met"])
+    assert met == [("mamba2", "conventional_pct_ceiling")], met
+    assert "Only the Mamba-2 conventional target is met" in readme()
+    gdn = target(d, "gdn", "conventional_pct_ceiling")
+    assert gdn["value"] < gdn["target"]  # "just under its threshold"
+
+
+def test_readme_labels_the_kl_run_that_skipped_its_check():
+    d = load(KL)
+    skipped = d["provenance"]["settings"]["skip_check"] and d["side_by_side"]["speedup_valid"] is None
+    label = "in a run that **skipped its engine-agreement check** (`--skip-check`; `speedup_valid` is null in the JSON)"
+    assert (label in readme()) == skipped, ("the README's label of the KL benchmark must match whether its "
+                                           "engine-agreement check ran")
+    lr = d["long_run"]
+    assert lr["decode_tokens_done"] == lr["tokens"] - lr["prefill"], "the 128K-token time must be measured, not estimated"
+    assert lr["tokens"] // 1024 == 128
+
+
+def test_default_sim_takes_under_a_minute():
+    assert load(SIM_4K)["seconds"] < 60
+    assert "single synthetic Mamba-2 layer, 5 policies, 4096 steps, < 1 min on CPU" in readme()
+
+
+UNIT_NUMBER = re.compile(r"(?<![\w.^])\d[\d,]*(?:\.\d+)?(?:e-?\d+)?(?:\s?[–-]\s?\d[\d.]*)?\s?(?:µs|ms|s\b|GB/s|%|×|e-\d+)"
+                         r"|(?<![\w.])\d\.\d+e-\d+")
+
+
+def test_every_measured_number_is_tied():
+    text = readme()
+    covered: list[tuple[int, int]] = []
+    for claim in CLAIMS:
+        phrase = rendered(claim)
+        start = text.find(phrase)
+        while start >= 0:
+            covered.append((start, start + len(phrase)))
+            start = text.find(phrase, start + 1)
+    for phrase in NOT_MEASUREMENTS:
+        start = text.find(phrase)
+        while start >= 0:
+            covered.append((start, start + len(phrase)))
+            start = text.find(phrase, start + 1)
+    loose = [text[max(0, m.start() - 30):m.end() + 10] for m in UNIT_NUMBER.finditer(text)
+             if not any(a <= m.start() and m.end() <= b for a, b in covered)]
+    assert not loose, ("README numbers with no result file behind them (add a claim to CLAIMS, or remove the "
+                       "number):\n" + "\n".join(loose))
+
+
+def test_the_checks_can_fail():
+    """A changed digit is caught by the claim table and by the coverage scan."""
+    claim = CLAIMS[0]
+    phrase = rendered(claim)
+    tampered = phrase.replace(f"{load(QUANT)['kernels']['nvfp4 quantize']['gbps']:.0f}", "9999")
+    assert tampered != phrase and tampered not in readme()
+    assert UNIT_NUMBER.search("runs at 9999 GB/s") and UNIT_NUMBER.search("to 1.6e-16 (Mamba-2)")
