@@ -26,7 +26,7 @@ def _run(args) -> int:
     w = max(len(p["name"]) for p in presets) + 2
     print("presets (usable wherever a model is accepted: --model, load_model, lm-eval pretrained=):")
     for p in presets:
-        print(f"  {p['name'].ljust(w)}{p['kind']:6s} {p['dtype']:9s} {p['description']}")
+        print(f"  {p['name'].ljust(w)}{p['kind']:8s} {p['dtype']:9s} {p['description']}")
     print("\nadapted transformers SSM mixers (hub ids / local checkpoints of these architectures work too):")
     for name, cls in sorted(MIXERS.items()):
         print(f"  {name:28s} -> {cls.__name__}")

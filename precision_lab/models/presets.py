@@ -26,7 +26,8 @@ class Preset:
     name: str
     model_type: str            # transformers model_type (qwen3_5_text, nemotron_h, kimi_linear, mamba2)
     config: dict               # config kwargs
-    kind: str                  # "tiny" (tests/demos) or "shape" (random-init copy of a published shape)
+    kind: str                  # "tiny" (tests/demos), "shape" (random-init copy of a published shape) or
+    #                            "trained" (weights shipped in precision_lab/assets/models/<name>)
     describe: str
     default_dtype: str = "float32"
     init: Callable | None = field(default=None, compare=False)  # extra init applied after HF's
@@ -134,8 +135,34 @@ _add(Preset(
     "layers; hidden 3072, MLP 12288, vocab 131072 (non-SSM sizes assumed)", default_dtype="bfloat16"))
 
 
+# Trained byte-level hybrids shipped with the package (scripts/train_hybrid.py; docs/training.md):
+# weights, transformers config and model card in precision_lab/assets/models/<name>/.
+TRAINED = {
+    "gutenberg-qwen3.5": ("qwen3_5_text", "Qwen3.5-style hybrid trained on the Gutenberg (Shakespeare) train split: "
+                          "6 Gated DeltaNet + 2 attention layers, 7.4M parameters, byte vocabulary"),
+    "gutenberg-nemotron-h": ("nemotron_h", "Nemotron-H-style hybrid trained on the Gutenberg (Shakespeare) train "
+                             "split: 6 Mamba-2 + 2 attention + 6 MLP blocks, 7.4M parameters, byte vocabulary"),
+}
+for _name, (_mt, _desc) in TRAINED.items():
+    _add(Preset(_name, _mt, {}, "trained", _desc, default_dtype="float32"))
+
+
+def trained_folder(name: str):
+    """The folder of a shipped trained model (weights, config.json, card.json, README.md)."""
+    from importlib import resources
+
+    return resources.files("precision_lab.assets").joinpath("models", name)
+
+
+def trained_card(name: str) -> dict:
+    """The model card (card.json) of a shipped trained model."""
+    import json
+
+    return json.loads(trained_folder(name).joinpath("card.json").read_text())
+
+
 def list_presets() -> list[dict]:
-    """One dict per preset: name, kind ("tiny" | "shape"), architecture, description."""
+    """One dict per preset: name, kind ("tiny" | "shape" | "trained"), architecture, description."""
     return [{"name": p.name, "kind": p.kind, "model_type": p.model_type, "dtype": p.default_dtype,
              "description": p.describe} for p in PRESETS.values()]
 
@@ -145,7 +172,34 @@ def build_config(name: str):
     from transformers import AutoConfig
 
     p = PRESETS[name]
+    if p.kind == "trained":
+        return AutoConfig.from_pretrained(str(trained_folder(name)))
     return AutoConfig.for_model(p.model_type, **p.config)
+
+
+def load_trained(name: str, *, dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> torch.nn.Module:
+    """A shipped trained model, its weight files checked against the sha256 in its card first (a
+    damaged or truncated file is refused with the file's name). Weights load in ``dtype``
+    (default float32: the shipped bf16 weights upcast, so CPU runs compute in fp32)."""
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM
+
+    from precision_lab.training import verify_weights
+
+    folder = Path(str(trained_folder(name)))
+    if not (folder / "card.json").is_file():
+        raise FileNotFoundError(f"trained model {name!r}: {folder} holds no card.json (incomplete installation?)")
+    verify_weights(folder)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype or torch.float32)
+    except Exception as e:  # noqa: BLE001 - a damaged file that passed the checksum, or a config problem
+        raise ValueError(f"trained model {name!r} in {folder} cannot be loaded: {type(e).__name__}: {e}") from e
+    model = model.to(device)
+    model.eval()
+    model.requires_grad_(False)
+    model.precision_lab_source = {"preset": name, "kind": "trained", "folder": str(folder)}
+    return model
 
 
 def build_preset(name: str, *, dtype: torch.dtype | None = None, device: str | torch.device = "cpu",
@@ -155,6 +209,8 @@ def build_preset(name: str, *, dtype: torch.dtype | None = None, device: str | t
     from transformers import AutoModelForCausalLM
 
     p = PRESETS[name]
+    if p.kind == "trained":
+        return load_trained(name, dtype=dtype, device=device)
     config = build_config(name)
     dtype = dtype or getattr(torch, p.default_dtype)
     devices = [torch.device(device)] if torch.device(device).type == "cuda" else []
