@@ -1,11 +1,10 @@
-"""Import transformers safely from the repository root.
+"""Import transformers, preferring an installed Hugging Face ``kernels`` package to our folder.
 
-transformers probes ``import kernels`` (Hugging Face's kernel hub) at import time. When the current
-directory is the repository root (``python -m pytest``, ``python -c``), that finds our top-level
-``kernels/`` folder, whose ``__init__`` refuses a bare import on purpose (DESIGN §2), and
-transformers' import fails. The probe runs once per process, so we run it here with the repository
-root hidden from ``sys.path``; transformers then records the hub package as absent (it is not
-installed) and never probes again.
+transformers probes for the optional package ``kernels`` (Hugging Face's kernel hub). From the
+repository root that probe finds our top-level ``kernels/`` folder, whose bare import is an empty
+module the probe reads as "not installed" (``kernels/__init__.py``), so any import order works.
+Running the first probe with the repository root hidden from ``sys.path`` lets transformers find the
+real package instead when it is installed.
 """
 from __future__ import annotations
 
