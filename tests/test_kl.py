@@ -96,7 +96,7 @@ def test_corrupted_and_foreign_files_are_reported_not_overwritten(tmp_path):
 
 
 def test_clear_errors(tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match="fewer than the 100000"):
+    with pytest.raises(ValueError, match="0 of 4 documents with >= 100000 tokens"):
         run_kl(_cfg(tmp_path, "short", tokens=100000))
     with pytest.raises(ValueError, match="unknown model"):
         run_kl(_cfg(tmp_path, "m", model="tiny-nonesuch"))
