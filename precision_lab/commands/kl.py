@@ -14,7 +14,7 @@ EPILOG = """examples:
 
 
 def add_parser(sub) -> None:
-    from precision_lab.evals.kl import DEFAULT_POLICIES
+    from precision_lab.evals.kl import DEFAULT_BATCH_TOKENS, DEFAULT_POLICIES
 
     p = sub.add_parser("kl", help="KL(fp32 state || policy) vs generated length under teacher forcing",
                        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -28,7 +28,9 @@ def add_parser(sub) -> None:
     p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES),
                    help="state policies compared with the fp32 reference (DESIGN §6 strings)")
     p.add_argument("--seed", type=int, default=0, help="stochastic-rounding seed")
-    p.add_argument("--batch-size", type=int, default=0, help="documents per batch (0: all; the resume unit)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="documents per batch, the unit that is saved and resumed (default: as many as fit in "
+                   f"{DEFAULT_BATCH_TOKENS} tokens, at least 1; 0: all in one batch)")
     p.add_argument("--segment", type=int, default=512, help="decode tokens per forward (memory knob)")
     p.add_argument("--engine", default="auto", choices=["auto", "scan", "triton", "decode"],
                    help="auto: triton on CUDA, torch scan elsewhere")
@@ -36,23 +38,43 @@ def add_parser(sub) -> None:
     p.add_argument("--dtype", default=None, help="weight dtype (float32, bfloat16); default: preset's / bf16")
     p.add_argument("--model-seed", type=int, default=0, help="weight seed of presets")
     p.add_argument("--skip-short", action="store_true", help="skip documents shorter than --tokens")
-    p.add_argument("--out", default=None, help="output directory (default runs/kl/<model>)")
+    p.add_argument("--out", default=None,
+                   help="output directory (default: runs/kl/<model>-<hash of the settings>, so a run with other "
+                   "settings gets its own folder and the same command resumes in the same one)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=_run)
 
 
-def _run(args) -> int:
+def default_out(cfg) -> str:
+    """runs/kl/<model>-<8 hex digits>: the digits hash every setting that changes the results (after
+    normalisation, so equivalent spellings of a policy share a folder), not where or how it runs."""
+    import hashlib
+    import json
+    import re
+    from dataclasses import asdict
     from pathlib import Path
+
+    settings = {k: v for k, v in asdict(cfg.normalized()).items() if k not in ("out", "progress", "plot")}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+    model = re.sub(r"[^A-Za-z0-9._-]+", "_", cfg.model).strip("._") or "model"
+    return str(Path("runs") / "kl" / f"{model}-{digest}")
+
+
+def _run(args) -> int:
+    from dataclasses import replace
 
     from precision_lab.evals.kl import KLConfig, format_table, run_kl
 
-    out = args.out or str(Path("runs") / "kl" / args.model.replace("/", "_"))
     cfg = KLConfig(model=args.model, data=args.data, docs=args.docs, tokens=args.tokens, prefill=args.prefill,
                    policies=tuple(args.policies), seed=args.seed, batch_size=args.batch_size, segment=args.segment,
                    engine=args.engine, dtype=args.dtype, model_seed=args.model_seed, skip_short=args.skip_short,
-                   out=out, device=args.device, progress=not args.no_progress, plot=not args.no_plot)
+                   out=args.out or "", device=args.device, progress=not args.no_progress, plot=not args.no_plot)
+    if not args.out:
+        cfg = replace(cfg, out=default_out(cfg))
+        print(f"kl: output folder {cfg.out} (rerun the same command to resume; --out to choose another)")
+    out = cfg.out
     try:
         summary = run_kl(cfg)
     except RuntimeError as e:
