@@ -53,6 +53,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: the per-step ops are small, and extra threads only "
                    "contend on a shared machine)")
+    p.add_argument("--force", action="store_true", help="overwrite OUT.json / OUT.png if they exist "
+                   "(without it, an existing result is kept and the run refused before any work)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=run)
@@ -73,12 +75,19 @@ def run(args) -> int:
         torch.set_num_threads(threads)
 
 
+def _refuse_to_overwrite(paths, force: bool) -> None:
+    existing = [str(p) for p in paths if p.exists()]
+    if existing and not force:
+        raise ValueError(f"{' and '.join(existing)} already exist(s); pass --force to overwrite, or -o another path")
+
+
 def _run(args, sim) -> int:
     import json
     from pathlib import Path
 
     if args.mode == "equivalence":
         out = Path(args.output or "runs/sim/equivalence")
+        _refuse_to_overwrite([out.with_suffix(".json")], args.force)
         result = sim.equivalence_result([args.arch] if args.arch else sim.ARCHS, seed=args.seed)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(result, indent=1))
@@ -90,6 +99,8 @@ def _run(args, sim) -> int:
                         input_scale=args.input_scale, seed=args.seed, sr_seed=args.sr_seed,
                         policies=tuple(args.policies), avg=args.avg, engine=args.engine)
     out = Path(args.output or f"runs/sim/{cfg.arch}-{cfg.steps}")
+    sim.parse_policies(cfg)  # a bad policy fails here, before the header and any work
+    _refuse_to_overwrite([out.with_suffix(".json")] + ([] if args.no_plot else [out.with_suffix(".png")]), args.force)
     print(f"simulating a {cfg.arch} layer: {cfg.steps} steps, batch {cfg.batch}, {cfg.heads} heads of "
           f"{cfg.rows}x{cfg.cols}, {len(cfg.policies)} policies")
     result = sim.run_sim(cfg)
