@@ -76,3 +76,43 @@ def test_console_script_help_lists_subcommands():
     r = subprocess.run([sys.executable, "-m", "precision_lab.cli", "--help"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "formats" in r.stdout
+
+
+_REGISTERED_AFTER_EDITABLE_INSTALL = """
+import site, sys
+site.addsitedir({site!r})                 # the editable wheel, as pip unpacks it into site-packages
+sys.path.append({deps!r})                 # lm-eval and the other dependencies, without their .pth files
+from lm_eval.api.registry import get_model
+cls = get_model("replayssm")
+import precision_lab
+print(cls.__name__, precision_lab.__file__)
+"""
+
+
+def test_an_editable_install_registers_replayssm_with_lm_eval(tmp_path):
+    # Build the editable wheel of a copy of the project (pip install -e does the same), unpack it into
+    # an empty site directory, and ask lm-eval for the model in a fresh interpreter that has no other
+    # start-up hooks: the install alone must make `lm_eval --model replayssm` resolve.
+    import shutil
+    import sysconfig
+    import zipfile
+
+    project = tmp_path / "project"
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, project / name)
+    for folder in ("precision_lab", "quant", "kernels", "evals"):
+        shutil.copytree(ROOT / folder, project / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    build = ("from setuptools import build_meta; "
+             f"print(build_meta.build_editable({str(tmp_path / 'dist')!r}))")
+    r = subprocess.run([sys.executable, "-c", build], cwd=project, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    wheel = tmp_path / "dist" / r.stdout.strip().splitlines()[-1]
+    site_dir = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(site_dir)
+    code = _REGISTERED_AFTER_EDITABLE_INSTALL.format(deps=sysconfig.get_paths()["purelib"], site=str(site_dir))
+    r = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    name, where = r.stdout.split()
+    assert name == "ReplaySSMLM" and Path(where).is_relative_to(project)
