@@ -1,7 +1,7 @@
-"""``precision-lab kl``: KL divergence from fp32-state decoding vs generated length (teacher forcing)."""
+"""precision-lab kl: KL divergence from fp32-state decoding vs generated length (teacher forcing)."""
 from __future__ import annotations
 
-import argparse
+from . import HelpFormatter, add_out_option
 
 EPILOG = """examples:
   precision-lab kl                                   # offline demo: tiny-nemotron-h, built-in text, CPU, ~1 min
@@ -10,6 +10,8 @@ EPILOG = """examples:
       --policies shared:nvfp4 split:fp32/nvfp4 split:fp16-sr/nvfp4 --segment 8192 --out runs/kl-qwen4b
   torchrun --nproc-per-node 4 -m precision_lab.cli kl --model Qwen/Qwen3.5-4B --data pg19 --docs 16 ...
   (rerun the same command after an interruption: finished batches are kept, the rest is computed)
+
+Outputs in the output folder: summary.json (kind "kl"), kl_vs_length.png, run.json and batches/.
 """
 
 
@@ -17,7 +19,9 @@ def add_parser(sub) -> None:
     from precision_lab.evals.kl import DEFAULT_BATCH_TOKENS, DEFAULT_POLICIES
 
     p = sub.add_parser("kl", help="KL(fp32 state || policy) vs generated length under teacher forcing",
-                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description="KL divergence of each state policy from fp32-state decoding, by generated "
+                       "length, under teacher forcing: the fp32 reference and every policy run in lockstep on the "
+                       "same tokens.", epilog=EPILOG, formatter_class=HelpFormatter)
     p.add_argument("--model", default="tiny-nemotron-h", help="preset (precision-lab models), hub id or local path")
     p.add_argument("--data", default="default",
                    help="'default' (offline built-in text), 'pg19' (emozilla/pg19-test via datasets), or a "
@@ -25,8 +29,8 @@ def add_parser(sub) -> None:
     p.add_argument("--docs", type=int, default=4, help="number of documents (default 4)")
     p.add_argument("--tokens", type=int, default=1024, help="tokens per document, prefill included (default 1024)")
     p.add_argument("--prefill", type=int, default=32, help="tokens served as prefill before decoding (default 32)")
-    p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES),
-                   help="state policies compared with the fp32 reference (DESIGN §6 strings)")
+    p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), metavar="POLICY",
+                   help="state policies compared with the fp32 reference (policy strings as in precision-lab sim)")
     p.add_argument("--seed", type=int, default=0, help="stochastic-rounding seed")
     p.add_argument("--batch-size", type=int, default=None,
                    help="documents per batch, the unit that is saved and resumed (default: as many as fit in "
@@ -35,14 +39,14 @@ def add_parser(sub) -> None:
     p.add_argument("--engine", default="auto", choices=["auto", "scan", "triton", "decode"],
                    help="auto: triton on CUDA, torch scan elsewhere")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--dtype", default=None, help="weight dtype (float32, bfloat16); default: preset's / bf16")
+    p.add_argument("--dtype", default=None, help="weight dtype: float32, bfloat16 (default: the preset's, bfloat16 "
+                   "for checkpoints)")
     p.add_argument("--model-seed", type=int, default=0, help="weight seed of presets")
     p.add_argument("--skip-short", action="store_true", help="skip documents shorter than --tokens")
-    p.add_argument("--out", default=None,
-                   help="output directory (default: runs/kl/<model>-<hash of the settings>, so a run with other "
+    add_out_option(p, help="output folder (default: runs/kl/<model>-<hash of the settings>, so a run with other "
                    "settings gets its own folder and the same command resumes in the same one)")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-plot", action="store_true", help="skip kl_vs_length.png")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=_run)
 
