@@ -1,4 +1,4 @@
-"""Package discovery only; everything else lives in pyproject.toml.
+"""Package discovery and the lm-eval start-up hook; everything else lives in pyproject.toml.
 
 The top-level folders quant/, kernels/ and evals/ install as precision_lab.quant,
 precision_lab.kernels and precision_lab.evals (their bare names collide with PyPI packages; see
@@ -23,20 +23,54 @@ for folder, name in MAPPED.items():
 
 
 
-class build_py_with_lmeval_hook(build_py):
-    """Also install precision_lab_lmeval.pth, which registers the lm-eval model 'replayssm' at
-    interpreter start-up (lm-eval 0.4.13 has no plug-in discovery; see evals/lmeval_plugin.py).
-    Editable installs do not copy it: run `python -m precision_lab.evals.lmeval_plugin --install`."""
+# The start-up hook that registers the lm-eval model 'replayssm' in every interpreter (lm-eval 0.4.13
+# has no plug-in discovery; see evals/lmeval_plugin.py, whose PTH_NAME / PTH_LINE these must equal).
+LMEVAL_PTH = "precision_lab_lmeval.pth"
+LMEVAL_PTH_LINE = "import precision_lab.evals.lmeval_plugin as _pl_lmeval; _pl_lmeval.install()\n"
 
-    PTH = "precision_lab_lmeval.pth"
+
+class build_py_with_lmeval_hook(build_py):
+    """A regular (wheel) install: ship the hook at the top of site-packages."""
 
     def run(self):
         super().run()
-        (Path(self.build_lib) / self.PTH).write_text(
-            "import precision_lab.evals.lmeval_plugin as _pl_lmeval; _pl_lmeval.install()\n")
+        (Path(self.build_lib) / LMEVAL_PTH).write_text(LMEVAL_PTH_LINE)
 
     def get_outputs(self, include_bytecode=True):
-        return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / self.PTH)]
+        return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / LMEVAL_PTH)]
 
 
-setup(packages=packages, package_dir=package_dir, cmdclass={"build_py": build_py_with_lmeval_hook})
+class _AlsoShipTheHook:
+    """Wraps setuptools' editable strategy: the editable wheel gets the hook too, since an editable
+    install copies nothing from build_py into site-packages."""
+
+    def __init__(self, strategy):
+        self.strategy = strategy
+
+    def __enter__(self):
+        self.strategy.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.strategy.__exit__(*exc)
+
+    def __call__(self, wheel, files, mapping):
+        self.strategy(wheel, files, mapping)
+        wheel.writestr(LMEVAL_PTH, LMEVAL_PTH_LINE)
+
+
+cmdclass = {"build_py": build_py_with_lmeval_hook}
+try:
+    from setuptools.command.editable_wheel import editable_wheel
+
+    if hasattr(editable_wheel, "_select_strategy"):  # setuptools >= 64; otherwise: lmeval_plugin --install
+
+        class editable_wheel_with_lmeval_hook(editable_wheel):
+            def _select_strategy(self, *args, **kwargs):
+                return _AlsoShipTheHook(super()._select_strategy(*args, **kwargs))
+
+        cmdclass["editable_wheel"] = editable_wheel_with_lmeval_hook
+except ImportError:
+    pass
+
+setup(packages=packages, package_dir=package_dir, cmdclass=cmdclass)

@@ -18,7 +18,9 @@ Output directory (``--out``):
                               documents (per-document mean KL resampled), provenance
     kl_vs_length.png          mean KL per log2 length bucket with 95% CIs over documents
 
-Resuming: completed batch files are verified (fingerprint, checksum, shapes) and kept; missing
+Resuming: documents are processed in batches (by default as many as fit in
+``DEFAULT_BATCH_TOKENS`` tokens, at least one), each written when complete. On a rerun, completed
+batch files are verified (fingerprint, checksum, shapes), kept and listed in one log line; missing
 batches are computed; a batch interrupted mid-way is recomputed from its start. A corrupted or
 foreign file stops the run with a message naming it; nothing is overwritten. Data parallel:
 ``torchrun --nproc-per-node K`` gives batch k to rank k mod K; rank 0 merges. Batches have the same
@@ -41,6 +43,9 @@ import numpy as np
 import torch
 
 SCHEMA_VERSION = 1
+# A batch of documents is the unit of checkpointing (and of data parallelism): by default as many
+# documents as fit in this many tokens, at least one, so an interruption loses little work.
+DEFAULT_BATCH_TOKENS = 2048
 DEFAULT_POLICIES = ("conventional:bf16", "shared:nvfp4", "split:fp32/nvfp4", "split:fp16-sr/nvfp4")
 
 
@@ -55,7 +60,7 @@ class KLConfig:
     prefill: int = 32
     policies: tuple[str, ...] = DEFAULT_POLICIES
     seed: int = 0
-    batch_size: int = 0            # documents per batch (0: all documents in one batch)
+    batch_size: int | None = None  # documents per batch (None: DEFAULT_BATCH_TOKENS' worth; 0: all in one)
     segment: int = 512             # decode tokens per forward
     engine: str = "auto"
     dtype: str | None = None       # model weights (default: preset's / bf16 for checkpoints)
@@ -78,7 +83,12 @@ class KLConfig:
             raise ValueError("no policy to compare with the fp32 reference (give e.g. --policies shared:nvfp4)")
         if self.prefill < 0 or self.prefill >= self.tokens:
             raise ValueError(f"--prefill must be in [0, tokens) = [0, {self.tokens}), got {self.prefill}")
-        bs = self.batch_size or self.docs
+        if self.batch_size is None:
+            bs = max(1, DEFAULT_BATCH_TOKENS // self.tokens)
+        elif self.batch_size < 0:
+            raise ValueError(f"--batch-size must be >= 0 (0: all documents in one batch), got {self.batch_size}")
+        else:
+            bs = self.batch_size or self.docs
         return KLConfig(**{**asdict(self), "policies": tuple(pols), "batch_size": min(bs, self.docs)})
 
 
@@ -353,6 +363,20 @@ def _check_run_file(out: Path, run_meta: dict) -> None:
         os.replace(tmp, path)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _spans(ks: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out, start = [], ks[0]
+    for a, b in zip(ks, [*ks[1:], None]):
+        if b != a + 1:
+            out.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    return ", ".join(out)
+
+
 def run_kl(cfg: KLConfig, *, rank: int | None = None, world: int | None = None,
            stop_after_batches: int | None = None, log=print) -> dict | None:
     """Run (or resume) a KL study; returns the summary dict on the merging rank, else None.
@@ -393,13 +417,19 @@ def run_kl(cfg: KLConfig, *, rank: int | None = None, world: int | None = None,
     bs = cfg.batch_size
     batches = [list(range(i, min(i + bs, len(docs)))) for i in range(0, len(docs), bs)]
     decode_n = cfg.tokens - cfg.prefill
-    todo = []
+    todo, found = [], []
     for k, idx in enumerate(batches):
         path = bdir / f"batch_{k:05d}.npz"
         if path.exists():
             read_batch(path, fingerprint)  # verify now; raises on corrupted / foreign files
+            found.append(k)
         elif k % world == rank:
             todo.append((k, idx, path))
+    if found:
+        log(f"kl: resuming {out}: {len(found)} of {len(batches)} batches already complete "
+            f"(batch {_spans(found)}: {_count(sum(len(batches[k]) for k in found), 'document')}), "
+            f"{len(todo)} to compute"
+            + (f" on rank {rank}" if world > 1 else ""))
     total_tokens = len(todo) * cfg.tokens * bs
     bar = None
     if cfg.progress and todo:

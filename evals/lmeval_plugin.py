@@ -12,11 +12,12 @@ This module does that with the standard start-up hook: a one-line ``.pth`` file 
 (``"precision_lab.evals.lmeval_model:ReplaySSMLM"``). Nothing heavy is imported at start-up, and a
 process that never imports lm-eval pays only the cost of reading this file.
 
-    python -m precision_lab.evals.lmeval_plugin --install     # writes the .pth (editable installs)
+    python -m precision_lab.evals.lmeval_plugin --install     # writes the .pth by hand
     python -m precision_lab.evals.lmeval_plugin --check       # says whether lm_eval sees replayssm
 
-A regular (wheel) install ships the ``.pth`` itself (see setup.py); an editable install
-(``pip install -e .``) does not copy extra files into site-packages, hence ``--install``.
+Installing precision-lab writes the ``.pth`` (setup.py adds it to both the regular and the editable
+wheel, so ``pip install -e .`` is enough); ``--install`` writes it by hand, e.g. into another
+environment's site-packages with ``--site-dir``.
 In Python, ``import precision_lab.evals.lmeval_model`` registers the model directly.
 """
 from __future__ import annotations

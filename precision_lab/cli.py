@@ -1,14 +1,28 @@
 """``precision-lab`` command line. Each subcommand lives in ``precision_lab/commands/<name>.py``
 and exposes ``add_parser(subparsers)``; heavy imports stay inside the command's run function so
-``precision-lab --help`` is instant."""
+``precision-lab --help`` is instant. Every subcommand uses ``commands.HelpFormatter`` (defaults
+shown) and spells its output option ``-o/--out``."""
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
 
+from . import __version__
+from .commands import HelpFormatter
+
 # (module under precision_lab.commands) in the order --help lists them
 COMMANDS = ("formats", "sim", "kl", "lm_eval", "report", "models")
+
+# The paths are the commands' default outputs: sim --steps 4096 writes runs/sim/mamba2-4096.json,
+# kl writes runs/kl/<model>-<hash of the settings>/ (and prints it).
+EPILOG = """examples:
+  precision-lab formats
+  precision-lab sim --steps 4096
+  precision-lab kl
+  precision-lab report runs/sim/mamba2-4096.json runs/kl/tiny-nemotron-h-*/ -o runs/reports/my-study
+  precision-lab COMMAND --help      # each command's options and examples
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,19 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="precision-lab",
         description="Numerical precision of recurrent (SSM) states in hybrid LLMs: quantizers, ReplaySSM "
         "decode in shared and split precision, KL-vs-length and lm-eval studies, reports.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  precision-lab formats\n  precision-lab sim --steps 4096\n  precision-lab kl\n"
-        "  precision-lab report runs/kl/summary.json -o reports/my-study",
+        formatter_class=HelpFormatter, epilog=EPILOG,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            mod = importlib.import_module(f"precision_lab.commands.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"precision_lab.commands.{name}":
-                continue  # command not built yet
-            raise
-        mod.add_parser(sub)
+        importlib.import_module(f"precision_lab.commands.{name}").add_parser(sub)
     return parser
 
 

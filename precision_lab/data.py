@@ -17,7 +17,8 @@ Sources (``load_documents(source, ...)``):
 - a ``.txt`` file          one document; a directory: every ``*.txt`` in it, sorted by name
 
 Documents keep their order in the source; a document shorter than the tokens asked for is an
-error that names it (never silently padded or skipped), unless ``skip_short=True``.
+error (never silently padded or skipped), unless ``skip_short=True``. The error comes once and says
+how many documents are long enough and which settings would work.
 """
 from __future__ import annotations
 
@@ -122,25 +123,54 @@ def load_documents(source: str, tokenizer, *, n_docs: int, tokens: int, skip_sho
     """The first ``n_docs`` documents of ``source`` (from index ``offset``), each tokenised and cut
     to exactly ``tokens`` tokens (no special tokens added).
 
-    Raises ValueError naming the document when one is shorter than ``tokens`` (``skip_short`` skips
-    such documents instead) or when the source has fewer than ``n_docs`` usable documents.
+    Raises one ValueError when the source cannot serve the request: a document in the way is
+    shorter than ``tokens`` (``skip_short`` skips such documents instead), or too few documents are
+    long enough. The message says how many are long enough and which settings would work.
     """
     if n_docs < 1 or tokens < 2:
         raise ValueError(f"need n_docs >= 1 and tokens >= 2, got n_docs={n_docs}, tokens={tokens}")
     docs = read_source(source)[offset:]
     out: list[Document] = []
+    lengths: list[int] = []
     for d in docs:
         ids = tokenizer(d.text, add_special_tokens=False)["input_ids"]
+        lengths.append(len(ids))
         if len(ids) < tokens:
             if skip_short:
                 continue
-            title = d.meta.get("short_book_title") or d.meta.get("title") or d.doc_id
-            raise ValueError(f"document {d.doc_id} ({title!r}) has {len(ids)} tokens, fewer than the {tokens} asked "
-                             f"for; ask for fewer tokens (--tokens {len(ids)}) or pass --skip-short")
+            break
         d.tokens = torch.tensor(ids[:tokens], dtype=torch.int64)
         d.meta["source_tokens"] = len(ids)
         out.append(d)
         if len(out) == n_docs:
             return out
-    raise ValueError(f"data source {source!r} has only {len(out)} documents with >= {tokens} tokens, "
-                     f"{n_docs} asked for")
+    # Measure every document once, so one message can say what would work.
+    lengths += [len(tokenizer(d.text, add_special_tokens=False)["input_ids"]) for d in docs[len(lengths):]]
+    raise ValueError(_shortage(source, docs, lengths, n_docs, tokens, skip_short))
+
+
+def _shortage(source, docs: list[Document], lengths: list[int], n_docs: int, tokens: int, skip_short: bool) -> str:
+    """Why ``source`` cannot give ``n_docs`` documents of ``tokens`` tokens, and what would."""
+    n_long = sum(n >= tokens for n in lengths)
+    msg = (f"data source {source!r} has {n_long} of {len(lengths)} documents with >= {tokens} tokens "
+           f"(longest: {max(lengths, default=0)}); {n_docs} asked for")
+    first_short = next((i for i, n in enumerate(lengths) if n < tokens), None)
+    if not skip_short and first_short is not None and n_long:
+        d = docs[first_short]
+        title = d.meta.get("short_book_title") or d.meta.get("title") or d.doc_id
+        msg += f"; the first too short is {d.doc_id} ({title!r}, {lengths[first_short]} tokens)"
+    skip = "" if first_short is None else " --skip-short"
+    fixes = []
+    if len(lengths) >= n_docs:
+        in_order = min(lengths[:n_docs])
+        longest = sorted(lengths, reverse=True)[n_docs - 1]
+        if in_order >= 2:
+            fixes.append(f"--tokens {in_order} (the first {n_docs} documents)")
+        if longest > in_order and longest >= 2:
+            fixes.append(f"--tokens {longest} --skip-short (the {n_docs} longest)")
+    if n_long >= n_docs and not skip_short:
+        fixes.append(f"--skip-short (keeps --tokens {tokens})")
+    elif 0 < n_long < n_docs:
+        fixes.append(f"--docs {n_long}{skip} (keeps --tokens {tokens})")
+    fixes.append("a source with longer or more documents (--data pg19, or a local .txt/.jsonl/.parquet)")
+    return f"{msg}. What would work: {'; or '.join(fixes)}"

@@ -64,6 +64,15 @@ class StatePolicy:
             return text if seed is None else replace(text, seed=seed)
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"empty policy string {text!r}")
+        try:
+            return cls._parse(text, seed)
+        except ValueError as e:
+            if str(e).startswith(f"policy {text!r}"):
+                raise
+            raise ValueError(f"policy {text!r}: {e}") from None  # the field checks of __post_init__
+
+    @classmethod
+    def _parse(cls, text: str, seed: int | None) -> StatePolicy:
         body, *options = text.strip().split("@")
         kwargs: dict = {} if seed is None else {"seed": seed}
         for opt in options:

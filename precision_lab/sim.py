@@ -205,18 +205,32 @@ def reference_outputs(inp) -> torch.Tensor:
     return p.finish(y)
 
 
-def run_sim(cfg: SimConfig, log=print) -> dict:
-    """Run every policy of ``cfg`` and return the result dict (kind "sim"; see the module docstring)."""
-    from .layer import run_layer
+def parse_policies(cfg: SimConfig) -> list:
+    """The StatePolicy of every policy string of ``cfg``, with every format resolved now, so a typo
+    in the last policy fails before any work. Errors name the policy; duplicates are refused."""
     from .policy import StatePolicy
-    from .provenance import provenance
 
-    policies = [StatePolicy.parse(s, seed=cfg.sr_seed) for s in cfg.policies]
+    policies = []
+    for text in cfg.policies:
+        pol = StatePolicy.parse(text, seed=cfg.sr_seed)
+        try:
+            pol.quantizers()
+        except (ValueError, ImportError, TypeError) as e:
+            raise ValueError(f"policy {text!r}: {e}") from e
+        policies.append(pol)
     names = [p.short_str() for p in policies]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate policies: {names}")
-    for pol in policies:  # resolve every format now: a typo in the last policy should not cost the run
-        pol.quantizers()
+    return policies
+
+
+def run_sim(cfg: SimConfig, log=print) -> dict:
+    """Run every policy of ``cfg`` and return the result dict (kind "sim"; see the module docstring)."""
+    from .layer import run_layer
+    from .provenance import provenance
+
+    policies = parse_policies(cfg)
+    names = [p.short_str() for p in policies]
     t0 = time.perf_counter()
     inp = make_inputs(cfg)
     y_ref = reference_outputs(inp)

@@ -60,16 +60,21 @@ class Quantizer:
     stochastic: bool = False
 
     def quantize(self, x: torch.Tensor, rbits: torch.Tensor | None = None, seed: int | None = None) -> QTensor:
-        """x: float tensor [..., R, C]. rbits: integer tensor of x's shape (low 16 bits used) for SR
-        formats; seed: draw rbits from Philox with counters = element index (for ad-hoc use; the
-        state machine always passes rbits from the documented counter layout)."""
+        """x: float tensor [..., R, C] of any float dtype (float16/bfloat16 are widened to float32
+        exactly). rbits: integer tensor of x's shape (low 16 bits used) for SR formats; seed: draw
+        rbits from Philox with counters = element index (for ad-hoc use; the state machine always
+        passes rbits from the documented counter layout). Formats that derive scales from the data
+        (NVFP4, scaled FP8) refuse empty tensors with a ValueError."""
         raise NotImplementedError(f"{type(self).__name__} implements only fake(); it has no packed form")
 
     def dequantize(self, qt: QTensor) -> torch.Tensor:
+        """QTensor → float32 tensor of qt.shape, whatever dtype the quantized input had."""
         raise NotImplementedError(f"{type(self).__name__} implements only fake(); it has no packed form")
 
     def fake(self, x: torch.Tensor, rbits: torch.Tensor | None = None, seed: int | None = None) -> torch.Tensor:
-        """Quantize then dequantize: float32 tensor of x's shape."""
+        """Quantize then dequantize: a float32 tensor of x's shape, also for float16/bfloat16 input
+        (the values are exactly representable in float32; cast back with ``.to(x.dtype)`` if needed,
+        which for a format wider than x's dtype rounds again)."""
         return self.dequantize(self.quantize(x, rbits=rbits, seed=seed))
 
     def short_str(self) -> str:

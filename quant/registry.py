@@ -2,7 +2,10 @@
 
 Lookup order for ``get_quantizer(spec)``:
 1. a ``Quantizer`` instance (or any object with ``fake``) is returned as is;
-2. ``"package.module:attr"`` imports attr; a class or factory is called with the options;
+2. ``"package.module:attr"`` imports attr; a class or factory is called with the options. A module
+   that is not importable from ``sys.path`` is looked up in the current directory too (as other
+   command-line tools that take ``module:attr`` do), so ``mypkg/myq.py`` beside you works without
+   setting ``PYTHONPATH``; the directory is on ``sys.path`` only for that import;
 3. names registered with ``register_quantizer`` (the built-ins register themselves);
 4. the entry-point group ``precision_lab.quantizers`` (loaded on first miss).
 An unknown name raises ``ValueError`` listing every known name.
@@ -10,6 +13,8 @@ An unknown name raises ``ValueError`` listing every known name.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +68,28 @@ def _instantiate(factory: Callable[..., Any], options: dict[str, Any], label: st
     return q
 
 
+def _import_user_module(name: str):
+    """Import ``name`` from sys.path, else from the current directory (for that import only)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        # Retry only when the missing module is the one asked for or a parent of it: an ImportError
+        # raised inside the user's module is theirs to see unchanged.
+        if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
+            raise
+        cwd = os.getcwd()
+        if any(os.path.abspath(p or os.curdir) == cwd for p in sys.path):
+            raise
+        sys.path.insert(0, cwd)
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as e2:
+            raise ModuleNotFoundError(f"{e2} (looked on sys.path and in the current directory {cwd})",
+                                      name=e2.name) from None
+        finally:
+            sys.path.remove(cwd)
+
+
 def get_quantizer(spec: Any, **options: Any) -> Quantizer:
     """Resolve a format name, ``"module:attr"`` string or Quantizer instance to a Quantizer."""
     if not isinstance(spec, str):
@@ -72,7 +99,7 @@ def get_quantizer(spec: Any, **options: Any) -> Quantizer:
     if ":" in spec:
         mod_name, _, attr = spec.partition(":")
         try:
-            obj = getattr(importlib.import_module(mod_name), attr)
+            obj = getattr(_import_user_module(mod_name), attr)
         except (ImportError, AttributeError) as e:
             raise ValueError(f"cannot load custom quantizer {spec!r}: {e}") from e
         return obj if hasattr(obj, "fake") and not isinstance(obj, type) else _instantiate(obj, options, spec)

@@ -22,8 +22,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 import pytest  # noqa: E402
 
-# transformers probes for Hugging Face's `kernels` package on import; from the repo root that finds
-# our kernels/ folder, whose guard refuses bare imports. Run the probe once with the root hidden.
+# transformers probes for Hugging Face's `kernels` package; run that probe once, up front.
 from precision_lab.models._hf import import_transformers  # noqa: E402
 
 import_transformers()

@@ -32,10 +32,39 @@ def test_local_pg19_parquet(tmp_path, tok):
     assert [d.meta["short_book_title"] for d in docs] == ["Book 0", "Book 2"]    # the short one skipped
     assert docs[0].tokens.tolist() == [ord("a")] * 256 and docs[1].tokens.shape == (256,)
     assert docs[0].meta["url"].endswith("1000") and docs[0].meta["source_tokens"] == 300
-    with pytest.raises(ValueError, match=r"Book 1.*50 tokens, fewer than the 256"):
+    # lengths 300, 50, 400, 600: one message says how many are long enough and every setting that works
+    with pytest.raises(ValueError) as e:
         load_documents(str(p), tok, n_docs=2, tokens=256)
-    with pytest.raises(ValueError, match="only 3 documents"):
+    assert str(e.value).startswith(f"data source {str(p)!r} has 3 of 4 documents with >= 256 tokens (longest: 600); "
+                                   "2 asked for; the first too short is ")
+    assert "'Book 1', 50 tokens" in str(e.value)
+    assert str(e.value).split("What would work: ")[1].split("; or ")[:3] == [
+        "--tokens 50 (the first 2 documents)", "--tokens 400 --skip-short (the 2 longest)",
+        "--skip-short (keeps --tokens 256)"]
+    with pytest.raises(ValueError) as e:
         load_documents(str(p), tok, n_docs=4, tokens=100, skip_short=True)
+    assert "has 3 of 4 documents with >= 100 tokens" in str(e.value)
+    assert str(e.value).split("What would work: ")[1].split("; or ")[:2] == [
+        "--tokens 50 (the first 4 documents)", "--docs 3 --skip-short (keeps --tokens 100)"]
+
+
+def test_the_default_text_says_once_what_would_work(tmp_path, tok):
+    import re
+
+    with pytest.raises(ValueError) as e:
+        load_documents("default", tok, n_docs=4, tokens=4096)
+    assert "has 0 of 4 documents with >= 4096 tokens" in str(e.value)
+    fitting = int(re.search(r"--tokens (\d+) \(the first 4 documents\)", str(e.value)).group(1))
+    assert len(load_documents("default", tok, n_docs=4, tokens=fitting)) == 4        # the suggestion works
+    with pytest.raises(ValueError):
+        load_documents("default", tok, n_docs=4, tokens=fitting + 1)               # and is the longest that does
+    with pytest.raises(ValueError) as e:                                            # --skip-short: the same account
+        load_documents("default", tok, n_docs=4, tokens=4096, skip_short=True)
+    assert "has 0 of 4 documents" in str(e.value) and f"--tokens {fitting} " in str(e.value)
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(ValueError) as e:                                            # nothing impossible suggested
+        load_documents(str(tmp_path / "empty.txt"), tok, n_docs=1, tokens=1024)
+    assert "has 0 of 1 documents" in str(e.value) and "--tokens" not in str(e.value)
 
 
 def test_jsonl_txt_dir_and_default(tmp_path, tok):

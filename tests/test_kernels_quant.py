@@ -301,18 +301,47 @@ def test_bench_script_smoke(tmp_path, device):
     assert (tmp_path / "bench_quant.png").stat().st_size > 0
 
 
-def test_without_gpu_or_interpreter_the_api_says_what_to_do(monkeypatch):
-    """On CPU without TRITON_INTERPRET=1 a launch would die in triton ("0 active drivers"); the API
-    must refuse with a message that says how to proceed, and fallback=True must still serve."""
+def test_without_gpu_or_interpreter_the_reference_serves_the_same_codes(monkeypatch):
+    """On CPU without TRITON_INTERPRET=1 a launch would die in triton ("0 active drivers"): by default
+    quantize/dequantize are served by the torch reference with the same codes and say so;
+    fallback=False refuses with a message that says how to proceed."""
     from precision_lab.kernels import runtime
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     x = torch.randn(2, 4, 32)
     assert runtime.triton_unavailable_reason(x.device) is not None
     assert runtime.triton_unavailable_reason("cuda") is None
+    for fmt, kw in (("nvfp4", {}), ("nvfp4-row-sr", {"seed": 3}), ("fp8e4m3", {}), ("bf16-sr", {"seed": 5})):
+        qt = tq.quantize(x, fmt, **kw)
+        assert qt.meta["implementation"] == "torch-reference"
+        assert "TRITON_INTERPRET" in qt.meta["fallback_reason"]
+        assert_same_qtensor(qt, ref_quantize(x, fmt, **kw))
+        assert torch.equal(tq.dequantize(qt), ref_dequantize(qt))
     with pytest.raises(NotImplementedError, match="TRITON_INTERPRET is not 1"):
-        tq.quantize(x, "nvfp4")
-    qt = tq.quantize(x, "nvfp4", fallback=True)
-    assert qt.meta["implementation"] == "torch-reference"
+        tq.quantize(x, "nvfp4", fallback=False)
+    with pytest.raises(NotImplementedError, match="TRITON_INTERPRET is not 1"):
+        tq.dequantize(ref_quantize(x, "nvfp4"), fallback=False)
+    with pytest.raises(NotImplementedError, match="no Triton kernel"):  # not a device question: still asked for
+        tq.quantize(torch.randn(16, 16), "nvfp4-2d")
     with pytest.raises(RuntimeError, match="set TRITON_INTERPRET=1"):
         runtime.require_triton(x.device, "test")
+
+
+def test_readme_quantize_kernel_snippet_runs_as_written_on_cpu():
+    """The README's Quantizers and quantize-kernel snippets, run in that order in a fresh process
+    without TRITON_INTERPRET (a user's CPU set-up)."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    quant = next(b for b in blocks if "from precision_lab.quant import get_quantizer" in b)
+    kernel = next(b for b in blocks if "from precision_lab.kernels.quant import quantize" in b)
+    code = quant + kernel + "assert qt.meta['implementation'] == 'torch-reference'\nprint(x_hat.shape)\n"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().endswith("torch.Size([4, 64, 128])")

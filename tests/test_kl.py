@@ -96,7 +96,7 @@ def test_corrupted_and_foreign_files_are_reported_not_overwritten(tmp_path):
 
 
 def test_clear_errors(tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match="fewer than the 100000"):
+    with pytest.raises(ValueError, match="0 of 4 documents with >= 100000 tokens"):
         run_kl(_cfg(tmp_path, "short", tokens=100000))
     with pytest.raises(ValueError, match="unknown model"):
         run_kl(_cfg(tmp_path, "m", model="tiny-nonesuch"))
@@ -134,3 +134,43 @@ def test_cli_kl_small(tmp_path, capsys):
     assert np.all(np.isfinite(kl)) and kl.max() > 0
     assert main(["kl", "--model", "nope/none", "--out", str(tmp_path / "x"), "--no-progress"]) == 2
     assert "cannot load model 'nope/none'" in capsys.readouterr().err
+
+
+def test_default_batches_checkpoint_long_runs_document_by_document():
+    from precision_lab.evals.kl import DEFAULT_BATCH_TOKENS
+
+    assert KLConfig(docs=4, tokens=1024).normalized().batch_size == DEFAULT_BATCH_TOKENS // 1024
+    assert KLConfig(docs=8, tokens=131072).normalized().batch_size == 1
+    assert KLConfig(docs=3, tokens=40).normalized().batch_size == 3           # never more than the documents
+    assert KLConfig(docs=5, tokens=40, batch_size=0).normalized().batch_size == 5   # 0: all in one batch
+    with pytest.raises(ValueError, match="batch-size"):
+        KLConfig(batch_size=-1).normalized()
+
+
+def test_cli_default_folder_per_setting_and_resume_says_what_it_found(tmp_path, monkeypatch, capsys):
+    import precision_lab.evals.kl as klmod
+
+    from precision_lab.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(klmod, "DEFAULT_BATCH_TOKENS", 40)                    # one document per batch here
+    args = ["kl", "--model", "tiny-mamba2", "--docs", "2", "--tokens", "40", "--prefill", "4", "--policies",
+            "shared:nvfp4", "--no-progress", "--no-plot", "--device", "cpu"]
+    assert main(args) == 0
+    (out,) = (tmp_path / "runs" / "kl").iterdir()
+    assert out.name.startswith("tiny-mamba2-") and str(out.relative_to(tmp_path)) in capsys.readouterr().out
+    first = json.loads((out / "summary.json").read_text())
+    # interrupted after its first batch: the same command resumes in the same folder and says so
+    (out / "batches" / "batch_00001.npz").unlink()
+    (out / "summary.json").unlink()
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert (f"kl: resuming {out.relative_to(tmp_path)}: 1 of 2 batches already complete (batch 0: 1 document), "
+            "1 to compute") in printed
+    assert _results(json.loads((out / "summary.json").read_text())) == _results(first)
+    # other settings: their own folder, not a refusal
+    assert main([*args, "--seed", "1"]) == 0
+    assert len(list((tmp_path / "runs" / "kl").iterdir())) == 2
+    # the same policy spelled differently is the same run
+    assert main([*args[:-5], "shared:nvfp4@L16", *args[-4:]]) == 0
+    assert "resuming" in capsys.readouterr().out and len(list((tmp_path / "runs" / "kl").iterdir())) == 2

@@ -123,3 +123,67 @@ def test_models_command(capsys):
     assert main(["models"]) == 0
     out = capsys.readouterr().out
     assert "tiny-nemotron-h" in out and "qwen3.5-4b-shape" in out and "Qwen3_5GatedDeltaNet" in out
+
+
+# Timed after the imports: what is measured is the hub traffic, whose retries take 30-60 s.
+_LOAD_TIMED = """
+import time
+from precision_lab.models import load_model
+from precision_lab.models._hf import import_transformers
+import_transformers()
+from transformers import AutoModelForCausalLM, AutoTokenizer
+t = time.perf_counter()
+try:
+    load_model({name!r})
+except ValueError as e:
+    print(round(time.perf_counter() - t, 2), e)
+"""
+
+
+@pytest.mark.parametrize("offline", ["1", None])
+def test_a_model_the_hub_cannot_serve_fails_fast(tmp_path, offline):
+    # no network (a hub endpoint that refuses connections) or offline mode, and nothing cached: the
+    # error comes within seconds, not after a minute of retries inside from_pretrained
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))
+    if offline:
+        env["HF_HUB_OFFLINE"] = offline
+    r = subprocess.run([sys.executable, "-c", _LOAD_TIMED.format(name="does/not-exist")], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    seconds, _, message = r.stdout.strip().partition(" ")
+    assert float(seconds) < 15, r.stdout
+    assert "'does/not-exist'" in message and ("HF_HUB_OFFLINE" if offline else "127.0.0.1:9") in message
+
+
+def test_a_name_that_cannot_be_a_hub_id_fails_before_any_hub_call(monkeypatch):
+    monkeypatch.setattr(M, "hub_unreachable_reason", lambda *a, **k: pytest.fail("the hub was asked"))
+    for name in ("a--b/c", "-x/y", "owner/na me", "a/b/c"):
+        with pytest.raises(ValueError, match="not a hub id"):
+            M.load_model(name)
+
+
+def test_a_cached_hub_model_loads_without_the_hub(tmp_path):
+    # the same unreachable hub, but the model is in the local cache: it loads from there at once
+    import os
+    import subprocess
+    import sys
+
+    model, tok = M.load_model("tiny-mamba2")
+    snap = tmp_path / "hf" / "hub" / "models--someone--tiny" / "snapshots" / ("0" * 40)
+    model.save_pretrained(snap)
+    tok.save_pretrained(snap)
+    (snap.parent.parent / "refs").mkdir()
+    (snap.parent.parent / "refs" / "main").write_text("0" * 40)
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))
+    code = _LOAD_TIMED.split("t = time")[0] + ("t = time.perf_counter(); m, _ = load_model('someone/tiny'); "
+                                                "print(round(time.perf_counter() - t, 2), type(m).__name__)")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    seconds, name = r.stdout.split()
+    assert float(seconds) < 15 and name == type(model).__name__

@@ -55,8 +55,10 @@ def test_file_stem_is_path_safe():
     ],
 )
 def test_parse_errors_are_clear(text, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as e:
         StatePolicy.parse(text)
+    if text:  # every error names the policy it is about, once
+        assert str(e.value).startswith(f"policy {text!r}: ") and str(e.value).count(f"policy {text!r}") == 1
 
 
 def test_one_copy_modes_reject_two_formats():

@@ -1,6 +1,7 @@
 """Hand-picked rounding cases with their bit patterns, the special-value policy, bad input, and an
 SQNR floor per format (a sanity check on top of the bit tests)."""
 import math
+import re
 import struct
 
 import pytest
@@ -276,3 +277,28 @@ def test_fp32_format_from_float64_is_the_ieee_cast():
     assert torch.equal(got.view(torch.int32), x.float().view(torch.int32))
     bits = R.round_to_code(torch.tensor([math.nan, -math.nan]), R.FP32)
     assert bits.tolist() == [0x7FC00000, -(1 << 31) | 0x7FC00000]
+
+
+@pytest.mark.parametrize("name", known_quantizers())
+@pytest.mark.parametrize("shape", [(0, 32), (2, 0, 32), (0,)])
+def test_empty_tensors_round_trip_or_are_refused_clearly(name, shape):
+    q = get_quantizer(name)
+    x = torch.empty(shape)
+    kw = {"seed": 0} if q.stochastic else {}
+    scaled_by_data = (q.scale_format or "").startswith(("e4m3", "fp32"))  # scales derived from the data's max
+    if scaled_by_data:
+        with pytest.raises(ValueError, match=rf"^{name}: cannot quantize an empty tensor \(shape {re.escape(str(shape))}"):
+            q.quantize(x, **kw)
+    else:
+        y = q.fake(x, **kw)
+        assert y.shape == shape and y.dtype == torch.float32
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16-sr", "fp8e4m3", "nvfp4", "mxfp8"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_input_comes_back_as_float32_as_documented(name, dtype):
+    q = get_quantizer(name)
+    x = torch.linspace(-3, 3, 64, dtype=dtype).reshape(2, 32)
+    kw = {"seed": 0} if q.stochastic else {}
+    assert q.dequantize(q.quantize(x, **kw)).dtype == torch.float32 and q.fake(x, **kw).dtype == torch.float32
+    assert "float32" in type(q).dequantize.__doc__ and "float16/bfloat16" in type(q).fake.__doc__

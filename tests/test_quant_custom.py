@@ -2,6 +2,10 @@
 ``precision_lab.quantizers``; ``precision-lab formats`` lists it."""
 import importlib
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -91,3 +95,36 @@ def test_formats_command(capsys):
                   "scale_format": "e4m3 per 16 + fp32 per matrix", "rounding": "rne",
                   "special": "NaN/Inf input: error; zero block: scale 0"}
     assert all("nvfp4" in r["name"] for r in rows)
+
+
+def _user_package(root, pkg):
+    (root / pkg).mkdir()
+    (root / pkg / "__init__.py").write_text("")
+    (root / pkg / "myq.py").write_text("import torch\n\n\nclass Eighths:\n    def fake(self, x):\n"
+                                       "        return torch.round(x * 8) / 8\n")
+
+
+def test_module_colon_class_from_the_current_directory(tmp_path, monkeypatch):
+    # a user's mypkg/myq.py beside them, no PYTHONPATH: found, and sys.path is left as it was
+    _user_package(tmp_path, "cwd_quant_pkg")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if os.path.abspath(p or ".") != str(tmp_path)])
+    before = list(sys.path)
+    q = get_quantizer("cwd_quant_pkg.myq:Eighths")
+    assert fake_quantize(q, torch.tensor([0.3, -1.06])).tolist() == [0.25, -1.0]
+    assert sys.path == before
+    with pytest.raises(ValueError, match="current directory"):
+        get_quantizer("cwd_quant_pkg.nope:Eighths")
+
+
+def test_policy_with_a_custom_quantizer_from_the_current_directory_in_the_cli(tmp_path):
+    # the console script puts its own folder on sys.path, not the current directory (unlike python -m)
+    _user_package(tmp_path, "cli_quant_pkg")
+    script = Path(sys.executable).parent / "precision-lab"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([str(script), "sim", "--steps", "32", "--heads", "1", "--rows", "16", "--cols", "16",
+                        "--avg", "8", "--policies", "fp32", "conventional:cli_quant_pkg.myq:Eighths",
+                        "--no-plot", "-o", str(tmp_path / "out")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "conventional:cli_quant_pkg.myq:Eighths" in json.loads((tmp_path / "out.json").read_text())["results"]

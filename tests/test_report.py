@@ -679,3 +679,33 @@ def test_git_hash_named_in_the_environment_wins(monkeypatch):
     assert git_hash() == "0123abc"
     monkeypatch.delenv("PRECISION_LAB_GIT")
     assert git_hash() != "0123abc"
+
+
+def test_rebuild_touches_only_files_the_report_wrote(tmp_path, inputs):
+    out = tmp_path / "r"
+    build_report([inputs["sim"][0], inputs["bench-quant"][0]], out)
+    (out / "figures" / "my-plot.png").write_bytes(b"user's own figure")   # the user's files, beside the report
+    (out / "notes.md").write_text("mine")
+    build_report([inputs["sim"][0]], out)
+    assert (out / "figures" / "my-plot.png").read_bytes() == b"user's own figure"
+    assert (out / "notes.md").read_text() == "mine"
+    assert not (out / "figures" / "bench-quant.png").exists()               # the report's own stale figure: gone
+    assert sorted(p.name for p in (out / "figures").iterdir()) == ["my-plot.png", "sim-mamba2-300.png"]
+    # a file of the user's where the report would write one: refused, nothing changed
+    fresh = tmp_path / "fresh"
+    (fresh / "figures").mkdir(parents=True)
+    (fresh / "index.md").write_text("my own index")
+    with pytest.raises(ResultError, match="did not write it"):
+        build_report([inputs["sim"][0]], fresh)
+    assert (fresh / "index.md").read_text() == "my own index" and not (fresh / "index.html").exists()
+
+
+def test_a_report_built_before_manifests_is_rebuilt_without_touching_other_files(tmp_path, inputs):
+    from precision_lab.report.build import MANIFEST
+
+    out = tmp_path / "r"
+    build_report([inputs["sim"][0], inputs["bench-quant"][0]], out)
+    (out / MANIFEST).unlink()
+    (out / "figures" / "my-plot.png").write_bytes(b"user's own figure")
+    build_report([inputs["sim"][0]], out)
+    assert sorted(p.name for p in (out / "figures").iterdir()) == ["my-plot.png", "sim-mamba2-300.png"]

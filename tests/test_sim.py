@@ -102,3 +102,22 @@ def test_equivalence_mode(tmp_path, capsys):
     dec = res["results"]["gdn"]["decode"]
     assert dec["max_rel_diff"] <= 1e-12 and (dec["replay_state_writes"], dec["conventional_state_writes"]) == (62, 1000)
     assert "62" in printed and "1000" in printed
+
+
+def test_sim_cli_checks_policies_and_output_before_any_work(tmp_path, capsys):
+    out = tmp_path / "s"
+    small = ["sim", "--steps", "32", "--heads", "1", "--rows", "16", "--cols", "16", "--avg", "8", "--no-plot",
+             "-o", str(out)]
+    for bad, named in (("shared:nofmt", "policy 'shared:nofmt': unknown quantization format"),
+                       ("shared:nvfp4@L0", "policy 'shared:nvfp4@L0': buffer length")):
+        assert main([*small, "--policies", "fp32", bad]) == 2
+        printed = capsys.readouterr()
+        assert printed.out == "" and named in printed.err      # no header before the refusal
+    assert main([*small, "--policies", "fp32"]) == 0
+    first = out.with_suffix(".json").read_text()
+    capsys.readouterr()
+    assert main([*small, "--policies", "fp32", "--seed", "1"]) == 2   # an existing result is not overwritten
+    printed = capsys.readouterr()
+    assert printed.out == "" and "--force" in printed.err and out.with_suffix(".json").read_text() == first
+    assert main([*small, "--policies", "fp32", "--seed", "1", "--force"]) == 0
+    assert json.loads(out.with_suffix(".json").read_text())["settings"]["seed"] == 1

@@ -2,7 +2,7 @@
 
     from precision_lab.kernels.quant import quantize, dequantize, nvfp4_quantize
     qt = quantize(x, "nvfp4")          # == get_quantizer("nvfp4").quantize(x), bit for bit
-    x_hat = dequantize(qt)
+    x_hat = dequantize(qt)             # where Triton cannot run, the torch reference serves both
 
 ``codecs`` holds the ``@triton.jit`` encode/decode helpers other kernels import.
 """

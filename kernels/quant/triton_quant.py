@@ -314,28 +314,24 @@ def _format_name(fmt: str | Quantizer) -> str:
 
 
 def quantize(x: torch.Tensor, fmt: str | Quantizer, *, rbits: torch.Tensor | None = None,
-             seed: int | None = None, fallback: bool = False) -> QTensor:
-    """``get_quantizer(fmt).quantize(x, rbits, seed)`` served by the Triton kernels.
+             seed: int | None = None, fallback: bool | None = None) -> QTensor:
+    """``get_quantizer(fmt).quantize(x, rbits, seed)`` served by the Triton kernels where they can run.
 
     fmt: a name in ``TRITON_FORMATS`` (or a built-in Quantizer with such a ``short_str()``).
-    Returns the same QTensor as the reference, bit for bit; ``qt.meta["implementation"]`` records
-    what served the call. Formats or inputs without a Triton path (e.g. "nvfp4-2d", scaled FP8,
-    float64 input) raise NotImplementedError, or with ``fallback=True`` are served by the torch
-    reference (``meta["implementation"] = "torch-reference"``).
+    Returns the same QTensor as the reference, bit for bit; ``qt.meta["implementation"]`` says what
+    served the call: ``"triton"`` or ``"torch-reference"`` (then ``qt.meta["fallback_reason"]`` says why).
+    fallback: None (default) serves CPU tensors with the torch reference when Triton cannot run
+        there (no GPU and ``TRITON_INTERPRET`` is not 1): same codes and scales, slower. Formats or
+        inputs without a Triton path (e.g. "nvfp4-2d", scaled FP8, float64 input) raise
+        NotImplementedError. True: the reference serves those too. False: never fall back.
     """
     name = _format_name(fmt)
-    if name not in TRITON_FORMATS:
-        why = f"format {name!r} has no Triton kernel"
-    elif not isinstance(x, torch.Tensor) or x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        why = f"input dtype {getattr(x, 'dtype', type(x).__name__)}"
-    else:
-        why = triton_unavailable_reason(x.device)
+    why = _fallback_reason("quantize", name, getattr(x, "dtype", type(x).__name__), getattr(x, "device", None),
+                           fallback)
     if why is not None:
-        if not fallback:
-            raise NotImplementedError(f"Triton quantize: {why} (Triton formats: {', '.join(TRITON_FORMATS)}); "
-                                      "pass fallback=True to use the torch reference")
         qt = get_quantizer(fmt).quantize(x, rbits=rbits, seed=seed)
         qt.meta["implementation"] = "torch-reference"
+        qt.meta["fallback_reason"] = why
         return qt
     sr = name.endswith("-sr")
     base = name[:-3] if sr else name
@@ -348,15 +344,35 @@ def quantize(x: torch.Tensor, fmt: str | Quantizer, *, rbits: torch.Tensor | Non
     return QTensor(data, None, None, tuple(x.shape), name, {"implementation": "triton"})
 
 
-def dequantize(qt: QTensor) -> torch.Tensor:
-    """QTensor of a format in ``TRITON_FORMATS`` → float32 of qt.shape (Triton decode)."""
+def _fallback_reason(what: str, name: str, dtype, device, fallback: bool | None) -> str | None:
+    """None when the Triton path serves; else why the torch reference serves instead. Raises
+    NotImplementedError when ``fallback`` does not allow the reference for that reason."""
+    automatic = False
+    if name not in TRITON_FORMATS:
+        why = f"format {name!r} has no Triton kernel"
+    elif dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        why = f"input dtype {dtype}"
+    else:
+        why = triton_unavailable_reason(device)
+        automatic = True  # same codes from the reference, so serving them is no surprise
+    if why is None or fallback or (fallback is None and automatic):
+        return why
+    hint = "" if fallback is False else "; pass fallback=True to use the torch reference"
+    raise NotImplementedError(f"Triton {what}: {why} (Triton formats: {', '.join(TRITON_FORMATS)}){hint}")
+
+
+def dequantize(qt: QTensor, *, fallback: bool | None = None) -> torch.Tensor:
+    """QTensor of a format in ``TRITON_FORMATS`` → float32 of qt.shape (Triton decode).
+
+    fallback: as in ``quantize``. By default a QTensor on a device where Triton cannot run is
+    decoded by the torch reference (``get_quantizer(qt.format).dequantize``: the same values).
+    """
     name = qt.format
+    if _fallback_reason("dequantize", name, torch.float32, qt.data.device, fallback) is not None:
+        return get_quantizer(name).dequantize(qt)
     base = name[:-3] if name.endswith("-sr") else name
     if base in ("nvfp4", "nvfp4-row"):
         return nvfp4_dequantize(qt)
     if base in _FP8:
         return cast_dequantize(qt.data.view(_FP8[base][1]))
-    if base in ("bf16", "fp16"):
-        return cast_dequantize(qt.data)
-    raise NotImplementedError(f"Triton dequantize: format {name!r} has no Triton kernel "
-                              f"(Triton formats: {', '.join(TRITON_FORMATS)})")
+    return cast_dequantize(qt.data)

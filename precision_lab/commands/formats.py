@@ -7,6 +7,8 @@ import json
 import math
 from typing import Any
 
+from . import HelpFormatter
+
 EPILOG = """examples:
   precision-lab formats                 # table of every registered format
   precision-lab formats --json          # the same as JSON (one object per format)
@@ -19,7 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "formats", help="list the registered quantization formats",
         description="List every registered quantization format (built-ins and plugins of the entry-point "
         "group 'precision_lab.quantizers') with bits per element, block size, scale format and rounding.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EPILOG, formatter_class=HelpFormatter)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--filter", default=None, metavar="TEXT", help="only formats whose name contains TEXT")
     p.set_defaults(func=run)

@@ -1,7 +1,7 @@
-"""``precision-lab kl``: KL divergence from fp32-state decoding vs generated length (teacher forcing)."""
+"""precision-lab kl: KL divergence from fp32-state decoding vs generated length (teacher forcing)."""
 from __future__ import annotations
 
-import argparse
+from . import HelpFormatter, add_out_option
 
 EPILOG = """examples:
   precision-lab kl                                   # offline demo: tiny-nemotron-h, built-in text, CPU, ~1 min
@@ -10,14 +10,18 @@ EPILOG = """examples:
       --policies shared:nvfp4 split:fp32/nvfp4 split:fp16-sr/nvfp4 --segment 8192 --out runs/kl-qwen4b
   torchrun --nproc-per-node 4 -m precision_lab.cli kl --model Qwen/Qwen3.5-4B --data pg19 --docs 16 ...
   (rerun the same command after an interruption: finished batches are kept, the rest is computed)
+
+Outputs in the output folder: summary.json (kind "kl"), kl_vs_length.png, run.json and batches/.
 """
 
 
 def add_parser(sub) -> None:
-    from precision_lab.evals.kl import DEFAULT_POLICIES
+    from precision_lab.evals.kl import DEFAULT_BATCH_TOKENS, DEFAULT_POLICIES
 
     p = sub.add_parser("kl", help="KL(fp32 state || policy) vs generated length under teacher forcing",
-                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description="KL divergence of each state policy from fp32-state decoding, by generated "
+                       "length, under teacher forcing: the fp32 reference and every policy run in lockstep on the "
+                       "same tokens.", epilog=EPILOG, formatter_class=HelpFormatter)
     p.add_argument("--model", default="tiny-nemotron-h", help="preset (precision-lab models), hub id or local path")
     p.add_argument("--data", default="default",
                    help="'default' (offline built-in text), 'pg19' (emozilla/pg19-test via datasets), or a "
@@ -25,34 +29,56 @@ def add_parser(sub) -> None:
     p.add_argument("--docs", type=int, default=4, help="number of documents (default 4)")
     p.add_argument("--tokens", type=int, default=1024, help="tokens per document, prefill included (default 1024)")
     p.add_argument("--prefill", type=int, default=32, help="tokens served as prefill before decoding (default 32)")
-    p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES),
-                   help="state policies compared with the fp32 reference (docs/design.md §6 strings)")
+    p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), metavar="POLICY",
+                   help="state policies compared with the fp32 reference (policy strings as in precision-lab sim)")
     p.add_argument("--seed", type=int, default=0, help="stochastic-rounding seed")
-    p.add_argument("--batch-size", type=int, default=0, help="documents per batch (0: all; the resume unit)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="documents per batch, the unit that is saved and resumed (default: as many as fit in "
+                   f"{DEFAULT_BATCH_TOKENS} tokens, at least 1; 0: all in one batch)")
     p.add_argument("--segment", type=int, default=512, help="decode tokens per forward (memory knob)")
     p.add_argument("--engine", default="auto", choices=["auto", "scan", "triton", "decode"],
                    help="auto: triton on CUDA, torch scan elsewhere")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--dtype", default=None, help="weight dtype (float32, bfloat16); default: preset's / bf16")
+    p.add_argument("--dtype", default=None, help="weight dtype: float32, bfloat16 (default: the preset's, bfloat16 "
+                   "for checkpoints)")
     p.add_argument("--model-seed", type=int, default=0, help="weight seed of presets")
     p.add_argument("--skip-short", action="store_true", help="skip documents shorter than --tokens")
-    p.add_argument("--out", default=None, help="output directory (default runs/kl/<model>)")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--no-plot", action="store_true")
+    add_out_option(p, help="output folder (default: runs/kl/<model>-<hash of the settings>, so a run with other "
+                   "settings gets its own folder and the same command resumes in the same one)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-plot", action="store_true", help="skip kl_vs_length.png")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=_run)
 
 
-def _run(args) -> int:
+def default_out(cfg) -> str:
+    """runs/kl/<model>-<8 hex digits>: the digits hash every setting that changes the results (after
+    normalisation, so equivalent spellings of a policy share a folder), not where or how it runs."""
+    import hashlib
+    import json
+    import re
+    from dataclasses import asdict
     from pathlib import Path
+
+    settings = {k: v for k, v in asdict(cfg.normalized()).items() if k not in ("out", "progress", "plot")}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+    model = re.sub(r"[^A-Za-z0-9._-]+", "_", cfg.model).strip("._") or "model"
+    return str(Path("runs") / "kl" / f"{model}-{digest}")
+
+
+def _run(args) -> int:
+    from dataclasses import replace
 
     from precision_lab.evals.kl import KLConfig, format_table, run_kl
 
-    out = args.out or str(Path("runs") / "kl" / args.model.replace("/", "_"))
     cfg = KLConfig(model=args.model, data=args.data, docs=args.docs, tokens=args.tokens, prefill=args.prefill,
                    policies=tuple(args.policies), seed=args.seed, batch_size=args.batch_size, segment=args.segment,
                    engine=args.engine, dtype=args.dtype, model_seed=args.model_seed, skip_short=args.skip_short,
-                   out=out, device=args.device, progress=not args.no_progress, plot=not args.no_plot)
+                   out=args.out or "", device=args.device, progress=not args.no_progress, plot=not args.no_plot)
+    if not args.out:
+        cfg = replace(cfg, out=default_out(cfg))
+        print(f"kl: output folder {cfg.out} (rerun the same command to resume; --out to choose another)")
+    out = cfg.out
     try:
         summary = run_kl(cfg)
     except RuntimeError as e:

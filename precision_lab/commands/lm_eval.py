@@ -1,7 +1,7 @@
 """``precision-lab lm-eval``: lm-eval tasks under several state policies, compared with FP32."""
 from __future__ import annotations
 
-import argparse
+from . import HelpFormatter, add_out_option
 
 EPILOG = """examples:
   # smoke run on the shipped synthetic rows (offline, CPU, a minute)
@@ -30,28 +30,30 @@ def add_parser(subparsers) -> None:
                     "by token through the policy's ReplaySSM path), keep per-sample outputs, and report accuracy "
                     "deltas with paired bootstrap CIs, exact McNemar p-values and accuracy by FP32 generation-"
                     "length quartile (results JSON kind 'lmeval').",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EPILOG, formatter_class=HelpFormatter)
     p.add_argument("--model", required=True, help="preset (tiny-qwen3.5, ...), hub id or local path")
     p.add_argument("--policies", nargs="+", default=["fp32"], metavar="POLICY",
-                   help="state policies (fp32 is always run first as the baseline)")
+                   help="state policies (fp32 is always run first as the baseline, whether listed or not)")
     p.add_argument("--tasks", nargs="+", required=True, metavar="TASK",
                    help="task presets (gpqa, mmlu_pro, math_hard, ruler_niah) or lm-eval task names")
-    p.add_argument("--out", required=True, help="output folder (resumable)")
+    add_out_option(p, required=True, help="output folder (rerun the same command to resume)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--data-dir", help="folder of local rows in the upstream dataset formats")
     src.add_argument("--synthetic", action="store_true", help="use the shipped SYNTHETIC rows (tests, smoke runs)")
-    p.add_argument("--include-path", nargs="*", default=[], help="extra lm-eval task folders")
+    p.add_argument("--include-path", nargs="*", default=[], metavar="DIR", help="extra lm-eval task folders")
     p.add_argument("--seed", type=int, default=0, help="stochastic-rounding seed (default 0)")
-    p.add_argument("--engine", default="auto", choices=("auto", "decode", "scan", "triton"))
+    p.add_argument("--engine", default="auto", choices=("auto", "decode", "scan", "triton"),
+                   help="engine of the policy mixers (auto: the decode engine for single-token steps; triton on "
+                   "CUDA and the torch scan elsewhere for longer forwards)")
     p.add_argument("--scoring", default="stock", choices=("stock", "decode"),
                    help="loglikelihood requests: stock prefill scoring or through the decode path")
-    p.add_argument("--batch-size", default="1")
+    p.add_argument("--batch-size", default="1", help="lm-eval batch size (an integer or 'auto')")
     p.add_argument("--limit", type=float, default=None, help="items per task (lm-eval --limit)")
     p.add_argument("--gen-kwargs", default=None, help="override generation kwargs, e.g. max_gen_toks=1024")
-    p.add_argument("--num-fewshot", type=int, default=None)
-    p.add_argument("--apply-chat-template", action="store_true")
+    p.add_argument("--num-fewshot", type=int, default=None, help="few-shot examples (default: the task's own)")
+    p.add_argument("--apply-chat-template", action="store_true", help="format prompts with the model's chat template")
     p.add_argument("--model-args", default="", help="extra HFLM args, e.g. dtype=bfloat16,max_length=40000")
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", default=None, help="torch device, e.g. cuda:0 (default: lm-eval's choice)")
     p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples (default 10000)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=run)

@@ -1,12 +1,13 @@
 """``precision-lab models``: list the model presets and the supported architectures."""
 from __future__ import annotations
 
-import argparse
+from . import HelpFormatter
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("models", help="list model presets and supported architectures",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="List the model presets (usable wherever a model is accepted) and the "
+                       "transformers SSM mixers the adapters support.", formatter_class=HelpFormatter,
                        epilog="examples:\n  precision-lab models\n  precision-lab models --json\n"
                        "  precision-lab kl --model tiny-nemotron-h")
     p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -1,11 +1,11 @@
-"""``precision-lab sim``: the single-layer precision simulator (``precision_lab.sim``)."""
+"""precision-lab sim: the single-layer precision simulator (precision_lab.sim)."""
 from __future__ import annotations
 
-import argparse
+from . import HelpFormatter, add_out_option
 
 EPILOG = """examples:
   precision-lab sim                                   # Mamba-2 layer, 4096 steps, the five default policies
-  precision-lab sim --steps 32768 -o reports/sim/mamba2-32k
+  precision-lab sim --steps 32768 -o runs/sim/mamba2-32k
   precision-lab sim --arch gdn --policies fp32 shared:fp8e4m3-sr split:bf16-sr/nvfp4
   precision-lab sim --decay 0.99 0.99999 --input-scale 3 --seed 1
   precision-lab sim --mode equivalence                # float64 ReplaySSM = conventional, write counts
@@ -23,7 +23,7 @@ def add_parser(subparsers) -> None:
         "sim", help="single synthetic SSM layer: output error of state policies vs float64",
         description="Run one synthetic SSM layer under several state policies (float32 compute, the scan "
         "engine = exact decode semantics) and compare each output with a float64 unquantized run.",
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
+        formatter_class=HelpFormatter, epilog=EPILOG)
     p.add_argument("--mode", choices=("error", "equivalence"), default="error",
                    help="error: the error-vs-length study (default); equivalence: float64 ReplaySSM vs "
                    "conventional decode and speculative decoding, with write counts")
@@ -47,12 +47,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("--engine", choices=("scan", "decode"), default="scan",
                    help="scan: window-parallel (default); decode: token by token (same semantics, slower)")
     p.add_argument("--avg", type=int, default=d.avg, help="steps averaged at each window end (default %(default)s)")
-    p.add_argument("-o", "--output", default=None,
-                   help="output path without extension (default runs/sim/<arch>-<steps>, or "
+    add_out_option(p, metavar="PATH", help="output path without extension (default runs/sim/<arch>-<steps>, or "
                    "runs/sim/equivalence)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: the per-step ops are small, and extra threads only "
                    "contend on a shared machine)")
+    p.add_argument("--force", action="store_true", help="overwrite OUT.json / OUT.png if they exist "
+                   "(without it, an existing result is kept and the run refused before any work)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=run)
@@ -73,12 +74,19 @@ def run(args) -> int:
         torch.set_num_threads(threads)
 
 
+def _refuse_to_overwrite(paths, force: bool) -> None:
+    existing = [str(p) for p in paths if p.exists()]
+    if existing and not force:
+        raise ValueError(f"{' and '.join(existing)} already exist(s); pass --force to overwrite, or -o another path")
+
+
 def _run(args, sim) -> int:
     import json
     from pathlib import Path
 
     if args.mode == "equivalence":
-        out = Path(args.output or "runs/sim/equivalence")
+        out = Path(args.out or "runs/sim/equivalence")
+        _refuse_to_overwrite([out.with_suffix(".json")], args.force)
         result = sim.equivalence_result([args.arch] if args.arch else sim.ARCHS, seed=args.seed)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(result, indent=1))
@@ -89,7 +97,9 @@ def _run(args, sim) -> int:
                         cols=args.cols, groups=args.groups, decay=tuple(args.decay), jitter=args.jitter,
                         input_scale=args.input_scale, seed=args.seed, sr_seed=args.sr_seed,
                         policies=tuple(args.policies), avg=args.avg, engine=args.engine)
-    out = Path(args.output or f"runs/sim/{cfg.arch}-{cfg.steps}")
+    out = Path(args.out or f"runs/sim/{cfg.arch}-{cfg.steps}")
+    sim.parse_policies(cfg)  # a bad policy fails here, before the header and any work
+    _refuse_to_overwrite([out.with_suffix(".json")] + ([] if args.no_plot else [out.with_suffix(".png")]), args.force)
     print(f"simulating a {cfg.arch} layer: {cfg.steps} steps, batch {cfg.batch}, {cfg.heads} heads of "
           f"{cfg.rows}x{cfg.cols}, {len(cfg.policies)} policies")
     result = sim.run_sim(cfg)

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ._hf import import_transformers
+from ._hf import hub_unreachable_reason, import_transformers
 from .mixers import branch_stream
 from .presets import PRESETS, build_preset, list_presets
 
@@ -47,7 +47,8 @@ def load_model(name_or_path_or_preset: str, *, dtype: torch.dtype | str | None =
 
     name_or_path_or_preset: a preset name (``precision-lab models`` lists them), a local directory
         or a hub id (through ``from_pretrained``; real checkpoints default to bf16 weights — the SSM
-        state is always computed and kept in fp32 by the policy mixers).
+        state is always computed and kept in fp32 by the policy mixers). A hub id that is not in the
+        local cache while the hub cannot be reached (offline mode, no network) fails at once.
     dtype:  weight dtype (default: the preset's, or bfloat16 for checkpoints)
     device: where the model lives
     seed:   weight seed for presets (same seed, same weights)
@@ -65,13 +66,31 @@ def load_model(name_or_path_or_preset: str, *, dtype: torch.dtype | str | None =
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local = Path(name).expanduser()
-    if not local.exists() and (name.startswith((".", "/", "~")) or name.count("/") != 1):
-        raise ValueError(f"unknown model {name!r}: not a preset ({', '.join(PRESETS)}), not a local "
-                         "directory and not a hub id (owner/name)")
+    hub_kwargs = {}
+    if not local.exists():
+        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+        not_found = (f"unknown model {name!r}: not a preset ({', '.join(PRESETS)}), not a local directory "
+                     "and not a hub id (owner/name)")
+        if name.startswith((".", "/", "~")) or name.count("/") != 1:
+            raise ValueError(not_found)
+        try:
+            validate_repo_id(name)
+        except HFValidationError as e:
+            raise ValueError(f"{not_found}: {e}") from None
+        unreachable = hub_unreachable_reason()
+        if unreachable is not None:
+            if not isinstance(try_to_load_from_cache(name, "config.json"), str):
+                raise ValueError(f"cannot load model {name!r}: it is not in the local hub cache and the hub cannot "
+                                 f"be reached ({unreachable}); presets: {', '.join(PRESETS)}")
+            hub_kwargs["local_files_only"] = True  # cached: load it without a minute of retries
     try:
+        # adapter_kwargs: transformers' look-up of a PEFT adapter does not inherit local_files_only
         model = AutoModelForCausalLM.from_pretrained(str(local) if local.exists() else name,
-                                                     dtype=dtype or torch.bfloat16)
-        tok = AutoTokenizer.from_pretrained(str(local) if local.exists() else name)
+                                                     dtype=dtype or torch.bfloat16, **hub_kwargs,
+                                                     **({"adapter_kwargs": dict(hub_kwargs)} if hub_kwargs else {}))
+        tok = AutoTokenizer.from_pretrained(str(local) if local.exists() else name, **hub_kwargs)
     except OSError as e:
         raise ValueError(f"cannot load model {name!r} ({e}); presets: {', '.join(PRESETS)}") from e
     model = model.to(device)

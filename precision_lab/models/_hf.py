@@ -1,11 +1,10 @@
-"""Import transformers safely from the repository root.
+"""Import transformers, preferring an installed Hugging Face ``kernels`` package to our folder.
 
-transformers probes ``import kernels`` (Hugging Face's kernel hub) at import time. When the current
-directory is the repository root (``python -m pytest``, ``python -c``), that finds our top-level
-``kernels/`` folder, whose ``__init__`` refuses a bare import on purpose (docs/design.md §2), and
-transformers' import fails. The probe runs once per process, so we run it here with the repository
-root hidden from ``sys.path``; transformers then records the hub package as absent (it is not
-installed) and never probes again.
+transformers probes for the optional package ``kernels`` (Hugging Face's kernel hub). From the
+repository root that probe finds our top-level ``kernels/`` folder, whose bare import is an empty
+module the probe reads as "not installed" (``kernels/__init__.py``), so any import order works.
+Running the first probe with the repository root hidden from ``sys.path`` lets transformers find the
+real package instead when it is installed.
 """
 from __future__ import annotations
 
@@ -28,3 +27,35 @@ def import_transformers():
     finally:
         sys.path[:] = saved
     return transformers
+
+
+def hub_unreachable_reason(timeout: float = 3.0) -> str | None:
+    """None when the model hub may be reachable; else why it is not (offline mode, or its host does
+    not answer within ``timeout`` seconds). Without this check an unreachable hub costs about a
+    minute of retries inside ``from_pretrained`` before its error."""
+    import os
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "offline mode (HF_HUB_OFFLINE is set)"
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None  # traffic goes through a proxy; a direct probe would say nothing
+    url = urlparse(constants.ENDPOINT)
+    host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+
+    def connect():
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+
+    pool = ThreadPoolExecutor(max_workers=1)  # name resolution has no timeout of its own
+    try:
+        pool.submit(connect).result(timeout=timeout + 1)
+    except Exception as e:  # noqa: BLE001 - any failure to connect means the same to the caller
+        return f"cannot connect to {constants.ENDPOINT} ({type(e).__name__}: {e or 'timed out'})"
+    finally:
+        pool.shutdown(wait=False)
+    return None

@@ -36,14 +36,18 @@ SECTION_TITLES = {
 }
 
 
+MANIFEST = ".precision-lab-report.json"
+
+
 def build_report(paths, out_dir, title: str | None = None) -> Path:
     """Write the report for result files ``paths`` into ``out_dir``; returns ``out_dir/index.html``.
 
     paths:   result JSON files (or run folders holding summary.json / lmeval.json)
-    out_dir: the report folder (created; index.md, index.html, figures/ and data/ inside it are
-             replaced, other files left alone)
-    Raises ``ResultError`` (a ValueError) for corrupted, foreign or mixed inputs; nothing in
-    ``out_dir`` changes then.
+    out_dir: the report folder (created). A rebuild removes or replaces only files an earlier build
+             wrote (listed in ``out_dir/.precision-lab-report.json``); any other file is left alone,
+             and a file of the user's where the report would write one is refused.
+    Raises ``ResultError`` (a ValueError) for corrupted, foreign or mixed inputs and for such name
+    clashes; nothing in ``out_dir`` changes then.
     """
     results = load_results(list(paths))
     out = Path(out_dir)
@@ -53,17 +57,39 @@ def build_report(paths, out_dir, title: str | None = None) -> Path:
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
     try:
         _build(results, stage, title or f"precision-lab report: {out.resolve().name}")
-        out.mkdir(exist_ok=True)
-        for sub in ("figures", "data"):  # the report owns these: replaced whole, no stale files
-            if (out / sub).exists():
-                shutil.rmtree(out / sub)
-            if (stage / sub).exists():
-                os.replace(stage / sub, out / sub)
-        for name in ("index.md", "index.html"):
-            os.replace(stage / name, out / name)
+        new = sorted(str(f.relative_to(stage)) for f in stage.rglob("*") if f.is_file())
+        owned = _files_written_before(out)
+        clashes = [f for f in new if (out / f).exists() and f not in owned]
+        if clashes:
+            raise ResultError(f"{out}: {', '.join(clashes[:3])}{' ...' if len(clashes) > 3 else ''} already exist(s) "
+                              "and precision-lab report did not write it; nothing was changed. Move it or choose "
+                              "another -o folder")
+        for f in owned:  # the previous build's files: replaced, or removed when this build has no such file
+            (out / f).unlink(missing_ok=True)
+        for f in new:
+            (out / f).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(stage / f, out / f)
+        (out / MANIFEST).write_text(json.dumps({"written_by": "precision-lab report", "files": new}, indent=1))
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return out / "index.html"
+
+
+def _files_written_before(out: Path) -> set[str]:
+    """Files (relative paths) an earlier build wrote into ``out``: the manifest's list or, for a
+    report built before manifests existed, its index files and the figures/data its index.md names."""
+    manifest = out / MANIFEST
+    if manifest.exists():
+        try:
+            return {str(f) for f in json.loads(manifest.read_text())["files"]}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ResultError(f"{manifest}: unreadable ({e}); it lists the files an earlier report build wrote. "
+                              "Delete the report folder or choose another -o folder") from e
+    index = out / "index.md"
+    if not index.exists() or "Built by `precision-lab report`" not in index.read_text(encoding="utf-8"):
+        return set()
+    named = re.findall(r"\b((?:figures|data)/[\w.+-]+\.(?:png|json))", index.read_text(encoding="utf-8"))
+    return {"index.md", "index.html", *named}
 
 
 def _build(results: list[Result], out: Path, title: str) -> None:

@@ -36,6 +36,14 @@ def check_finite(x: torch.Tensor, fmt: str) -> None:
                          f"{x[first].item()}); this format computes scales from the data and has no NaN/Inf encoding")
 
 
+def check_not_empty(x: torch.Tensor, fmt: str) -> None:
+    """Formats that derive scales from the data's maximum have no scale for no data."""
+    if x.numel() == 0:
+        raise ValueError(f"{fmt}: cannot quantize an empty tensor (shape {tuple(x.shape)}): this format derives its "
+                         "scales from the data's maximum; pass at least one element (unscaled formats such as "
+                         "fp16 or fp8e4m3 accept empty tensors)")
+
+
 def split_matrix(x: torch.Tensor, fmt: str) -> torch.Tensor:
     """View x as [..., R, C]; a 1-D vector [C] is one matrix of one row."""
     if x.dim() == 0:

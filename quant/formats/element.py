@@ -20,7 +20,15 @@ import torch
 from ..base import QTensor, Quantizer
 from ..registry import register_quantizer
 from ..rounding import BF16, E4M3, E5M2, FP16, FP32, FloatFormat, decode, round_to_code
-from ._common import FLT_MAX, as_float, check_finite, check_qtensor, resolve_rbits, split_matrix
+from ._common import (
+    FLT_MAX,
+    as_float,
+    check_finite,
+    check_not_empty,
+    check_qtensor,
+    resolve_rbits,
+    split_matrix,
+)
 
 _ELEMENTS: dict[str, FloatFormat] = {"fp32": FP32, "bf16": BF16, "fp16": FP16, "fp8e4m3": E4M3, "fp8e5m2": E5M2}
 _STORAGE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -65,6 +73,7 @@ class ElementQuantizer(Quantizer):
         rb = resolve_rbits(self, x, rbits, seed)
         scale = None
         if self.scale != "none":
+            check_not_empty(x, self.name)
             check_finite(x, self.name)
             xm = split_matrix(x, self.name)
             amax = xm.abs().amax(dim=(-2, -1) if self.scale == "mat" else -1, keepdim=True)

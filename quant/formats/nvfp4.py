@@ -39,6 +39,7 @@ from ._common import (
     as_float,
     check_divisible,
     check_finite,
+    check_not_empty,
     check_qtensor,
     resolve_rbits,
     split_matrix,
@@ -106,6 +107,7 @@ class NVFP4Quantizer(Quantizer):
         shape = tuple(x.shape)
         x = as_float(x, self.name, keep_fp64=False)
         rb = resolve_rbits(self, x, rbits, seed)
+        check_not_empty(x, self.name)
         check_finite(x, self.name)
         xm = split_matrix(x, self.name)
         r, c = xm.shape[-2:]
