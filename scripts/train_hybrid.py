@@ -26,6 +26,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 if importlib.util.find_spec("precision_lab") is None:  # running from a checkout without an install
     sys.path.insert(0, str(_ROOT))
 import precision_lab  # noqa: E402,F401  (imported before the root leaves sys.path: submodules then resolve through it)
+
 # With the repository root on sys.path, transformers' probes for Hugging Face's `kernels` package
 # (at import and again when a model module loads) would find this repository's kernels/ folder.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _ROOT]
