@@ -25,6 +25,14 @@ SIM_32K = "reports/sim/mamba2-32768.json"
 SIM_4K = "reports/sim/mamba2-4096.json"
 SIM_1HEAD = "reports/sim/mamba2-8192-1head-tau1e4.json"
 EQUIV = "reports/sim/equivalence.json"
+QWEN_CARD = "precision_lab/assets/models/gutenberg-qwen3.5/card.json"
+NEMO_CARD = "precision_lab/assets/models/gutenberg-nemotron-h/card.json"
+
+
+def card_row(c):
+    m = c["ssm_memory"]
+    return (c["parameters"] / 1e6, c["training"]["best_step"], c["results"]["heldout_bpb"],
+            m["counts"][">=100"], m["counts"][">=1000"], m["counts"][">=10000"], m["n_heads"])
 
 
 @functools.cache
@@ -85,6 +93,11 @@ def one(values):
 
 # --- the table: README phrase -> result file -> values (rounded by the format spec) ---------------
 CLAIMS: list[tuple[str, str, object]] = [
+    # the shipped trained models (their cards)
+    ("| `gutenberg-qwen3.5` | 6 Gated DeltaNet + 2 attention | {:.2f}M | {} | {:.3f} | {} / {} / {} of {} |",
+     QWEN_CARD, card_row),
+    ("| `gutenberg-nemotron-h` | 6 Mamba-2 + 2 attention + 6 MLP | {:.2f}M | {} | {:.3f} | {} / {} / {} of {} |",
+     NEMO_CARD, card_row),
     # quantize kernels
     ("NVFP4 quantize of a {:.0f} GiB fp32 state runs at {:.0f} GB/s, {:.1f} % of the {:.0f} GB/s copy "
      "measured in the same run", QUANT,
@@ -244,7 +257,7 @@ def test_every_measured_number_is_tied():
 
 def test_the_checks_can_fail():
     """A changed digit is caught by the claim table and by the coverage scan."""
-    claim = CLAIMS[0]
+    (claim,) = [c for c in CLAIMS if c[1] == QUANT and "NVFP4 quantize" in c[0]]
     phrase = rendered(claim)
     tampered = phrase.replace(f"{load(QUANT)['kernels']['nvfp4 quantize']['gbps']:.0f}", "9999")
     assert tampered != phrase and tampered not in readme()
