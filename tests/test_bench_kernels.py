@@ -1,16 +1,17 @@
-"""The CPU-side pieces of scripts/bench_kernels.py: launch-shape candidates, finding the fla peers'
-autotuners, merging per-operator result files (the timings themselves need the GPU)."""
+"""The CPU-side pieces of the decode-kernel benchmark (precision_lab.bench): launch-shape
+candidates, finding the fla peers' autotuners, merging per-operator result files, buffer sets (the
+timings themselves need the GPU)."""
 import json
 import sys
 import types
-from pathlib import Path
 
 import pytest
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import bench_kernels  # noqa: E402
+from precision_lab.bench import decode_kernels as bench_kernels
+from precision_lab.bench import peers, problems
+from precision_lab.bench.tables import decode_kernel_tables
 
 
 def test_tune_candidates_join_spaces_and_drop_keywords_a_wrapper_lacks(monkeypatch):
@@ -36,11 +37,11 @@ def test_fla_autotuners_are_found_behind_heuristics(monkeypatch):
     mod.kernel, mod.other = wrapped, 3
     monkeypatch.setitem(sys.modules, "fla.ops.toy", mod)
     monkeypatch.setitem(sys.modules, "not_fla.ops", types.SimpleNamespace(k=tuned))
-    assert sum(f is tuned for f in bench_kernels._fla_autotuners()) == 1
+    assert sum(f is tuned for f in peers.fla_autotuners()) == 1
     also = types.ModuleType("fla.ops.toy_again")  # the same kernel reached twice is one autotuner
     also.kernel = tuned
     monkeypatch.setitem(sys.modules, "fla.ops.toy_again", also)
-    assert sum(f is tuned for f in bench_kernels._fla_autotuners()) == 1
+    assert sum(f is tuned for f in peers.fla_autotuners()) == 1
 
 
 def _part(op, ceiling, check_ok=True):
@@ -52,13 +53,14 @@ def _part(op, ceiling, check_ok=True):
                      for k, us in (("conventional", 500.0), ("nonflush", 250.0), ("flush", 1000.0))]}
 
 
-def test_resummarise_merges_the_operators_runs(tmp_path, capsys):
+def test_resummarise_merges_the_operators_runs(tmp_path):
     a, b = tmp_path / "m2.json", tmp_path / "gdn.json"
     a.write_text(json.dumps(_part("mamba2", 4100.0)))
     b.write_text(json.dumps(_part("gdn", 4200.0, check_ok=False)))
     out = tmp_path / "merged" / "bench_kernels.json"
-    assert bench_kernels.main(["--resummarise", str(a), str(b), "-o", str(out)]) == 0
+    returned = bench_kernels.resummarise([a, b], out)
     res = json.loads(out.read_text())
+    assert res == json.loads(json.dumps(returned))
     assert len(res["rows"]) == 6 and set(res["correctness"]) == {"mamba2:fp32", "mamba2:shared:fp32", "gdn:fp32",
                                                                  "gdn:shared:fp32"}
     assert res["ceiling"]["GBps"] == 4200.0  # the higher copy measurement is the ceiling
@@ -68,14 +70,14 @@ def test_resummarise_merges_the_operators_runs(tmp_path, capsys):
     assert m2["replay_amortised_us"] == pytest.approx((15 * 250 + 1000) / 16)
     assert m2["speedup_vs_conventional"] == pytest.approx(500 / ((15 * 250 + 1000) / 16))
     assert "speedup_vs_conventional" not in res["summary"]["gdn"]["batch"]["256"]  # its checks failed
-    assert "### Targets" in capsys.readouterr().out
+    assert "### Targets" in decode_kernel_tables(res)
 
 
 @pytest.mark.parametrize("op", ["mamba2", "gdn"])
 def test_problem_buffer_sets_have_the_real_shapes(op):
-    """A buffer set at the REFERENCE.md shapes (batch 2, fp32 pools need no kernel to seed)."""
-    p = bench_kernels.PROBLEMS[op](2, "cpu", upd="fp32", read="fp32", ring=16, W=5, T=3)
-    dims = bench_kernels.MAMBA2 if op == "mamba2" else bench_kernels.GDN
+    """A buffer set at the benchmark's model shapes (batch 2, fp32 pools need no kernel to seed)."""
+    p = problems.PROBLEMS[op](2, "cpu", upd="fp32", read="fp32", ring=16, W=5, T=3)
+    dims = problems.MAMBA2 if op == "mamba2" else problems.GDN
     H, R, C = (dims["H"], dims["P"], dims["N"]) if op == "mamba2" else (dims["Hv"], dims["V"], dims["K"])
     for pool in (p.upd, p.read):
         assert pool.data.shape == (2, H, R, C) and pool.data.abs().sum() > 0

@@ -280,19 +280,14 @@ def test_codecs_docstring_documents_every_helper():
     assert not missing, f"codecs helpers without documentation in the module docstring: {missing}"
 
 
-def test_bench_script_smoke(tmp_path, device):
-    """scripts/bench_quant.py end to end on a tiny state (CPU: interpreter, --smoke): every kernel's
-    reference check passes and the JSON has the agreed layout. Its timings mean nothing here."""
-    import importlib.util
+def test_bench_smoke(tmp_path, device):
+    """The quantizer benchmark end to end on a tiny state (CPU: interpreter, a smoke run): every
+    kernel's reference check passes and the JSON has the agreed layout. Its timings mean nothing here."""
     import json
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_quant.py"
-    spec = importlib.util.spec_from_file_location("bench_quant", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    rc = bench.main(["--smoke", "--shape", "3", "2", "16", "32", "--check-chunk", "2", "--rep-ms", "5",
-                     "--out-dir", str(tmp_path)])
+    from precision_lab.bench import quant_kernels
+
+    rc = quant_kernels.run(shape=(3, 2, 16, 32), check_chunk=2, rep_ms=5, out_dir=tmp_path, device=str(device))
     out = json.loads((tmp_path / "bench_quant.json").read_text())
     assert rc == 0
     assert out["kind"] == "bench-quant" and out["schema_version"] == 1 and "provenance" in out

@@ -519,12 +519,8 @@ def test_bench_sweeps_and_generic(tmp_path):
 
 
 def make_bench_kernels_real_schema() -> dict:
-    """scripts/bench_kernels.py's result: fixture timing rows, its own summarise() on top."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_kernels", Path(__file__).parents[1] / "scripts/bench_kernels.py")
-    bk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bk)
+    """The decode-kernel benchmark's result: fixture timing rows, its own summarise() on top."""
+    from precision_lab.bench import decode_kernels as bk
     ceiling = {"bytes": 1 << 31, "us": 500.0, "GBps": 4295.0, "timing": "CUDA graph"}
     rows = []
 
