@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     return kl_engine.run(model=args.model, policies=args.policies, tokens=args.tokens, prefill=args.prefill,
                          segment=args.segment, time_limit=args.time_limit, side_tokens=args.side_tokens,
                          tbt_tokens=args.tbt_tokens, check_tokens=args.check_tokens, engine=args.engine,
-                         device=args.device, skip_check=args.skip_check, out=args.out, settings=vars(args))
+                         device=args.device, skip_check=args.skip_check, out=args.out)
 
 
 if __name__ == "__main__":

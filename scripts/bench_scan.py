@@ -48,8 +48,7 @@ def main(argv=None) -> int:
 
     return scan_kernels.run(T=args.T, batches=args.batches, policies=args.policies,
                             recurrent_batches=args.recurrent_batches, reps=args.reps, time_budget=args.time_budget,
-                            check_T=args.check_T, tol=args.tol, out_dir=args.out_dir, smoke=args.smoke,
-                            argv=sys.argv[1:] if argv is None else argv)
+                            check_T=args.check_T, tol=args.tol, out_dir=args.out_dir, smoke=args.smoke)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,16 @@ import triton.language as tl
 
 from precision_lab.bench import decode_kernels as bench_kernels
 from precision_lab.bench import peers, problems
+from precision_lab.bench.schema import (
+    Ceiling,
+    DecodeKernelsResult,
+    Device,
+    KernelCheck,
+    KernelRow,
+    Provenance,
+    load,
+    to_json,
+)
 from precision_lab.bench.tables import decode_kernel_tables
 
 
@@ -44,13 +54,18 @@ def test_fla_autotuners_are_found_behind_heuristics(monkeypatch):
     assert sum(f is tuned for f in peers.fla_autotuners()) == 1
 
 
-def _part(op, ceiling, check_ok=True):
-    return {"kind": "bench-kernels", "partial": True,
-            "provenance": {"git": "abc1234", "device": "NVIDIA H200", "command": f"--ops {op}", "seconds": 9.0},
-            "ceiling": {"GBps": ceiling},
-            "correctness": {f"{op}:fp32": {"ok": check_ok}, f"{op}:shared:fp32": {"ok": check_ok}},
-            "rows": [{"op": op, "tag": "batch", "kernel": k, "batch": 256, "us": us, "GBps": 1.0, "pct_ceiling": 1.0}
-                     for k, us in (("conventional", 500.0), ("nonflush", 250.0), ("flush", 1000.0))]}
+def _part(op, ceiling, check_ok=True, peer="0.6.0"):
+    """A per-operator checkpoint as ``run`` writes it after each operator (fixture numbers)."""
+    prov = Provenance(created="2026-12-01T00:00:00+00:00", command=f"--ops {op}", git="abc1234", versions={},
+                      device=Device(gpu="NVIDIA H200"), seconds=9.0, settings={"ops": [op]})
+    return to_json(DecodeKernelsResult(
+        provenance=prov, ceiling=Ceiling(method="torch copy_ (events)", bytes=1 << 31, us=500.0, GBps=ceiling,
+                                         timing="events"),
+        peers={"flash-linear-attention": peer}, partial=True,
+        correctness={f"{op}:fp32": KernelCheck(rel_err={"y": 0.0}, tol=1e-5, ok=check_ok),
+                     f"{op}:shared:fp32": KernelCheck(rel_err={"y": 0.0}, tol=1e-5, ok=check_ok)},
+        rows=[KernelRow(op=op, tag="batch", kernel=k, batch=256, us=us, GBps=1.0, pct_ceiling=1.0)
+              for k, us in (("conventional", 500.0), ("nonflush", 250.0), ("flush", 1000.0))]))
 
 
 def test_resummarise_merges_the_operators_runs(tmp_path):
@@ -60,17 +75,21 @@ def test_resummarise_merges_the_operators_runs(tmp_path):
     out = tmp_path / "merged" / "bench_kernels.json"
     returned = bench_kernels.resummarise([a, b], out)
     res = json.loads(out.read_text())
-    assert res == json.loads(json.dumps(returned))
+    assert res == to_json(returned) and load(res) == returned
+    assert res["schema_version"] == 2 and res["partial"] is False
     assert len(res["rows"]) == 6 and set(res["correctness"]) == {"mamba2:fp32", "mamba2:shared:fp32", "gdn:fp32",
                                                                  "gdn:shared:fp32"}
     assert res["ceiling"]["GBps"] == 4200.0  # the higher copy measurement is the ceiling
-    assert res["provenance"]["device"] == "NVIDIA H200" and res["provenance"]["git"] == "abc1234"
+    assert res["provenance"]["device"]["gpu"] == "NVIDIA H200" and res["provenance"]["git"] == "abc1234"
     assert [p["command"] for p in res["provenance"]["merged_from"]] == ["--ops mamba2", "--ops gdn"]
+    assert res["peers"] == {"flash-linear-attention": "0.6.0"}
     m2 = res["summary"]["mamba2"]["batch"]["256"]
     assert m2["replay_amortised_us"] == pytest.approx((15 * 250 + 1000) / 16)
     assert m2["speedup_vs_conventional"] == pytest.approx(500 / ((15 * 250 + 1000) / 16))
-    assert "speedup_vs_conventional" not in res["summary"]["gdn"]["batch"]["256"]  # its checks failed
-    assert "### Targets" in decode_kernel_tables(res)
+    assert res["summary"]["gdn"]["batch"]["256"]["speedup_vs_conventional"] is None  # its checks failed
+    tables = decode_kernel_tables(returned)
+    assert "### Targets" in tables and "| mamba2 | 256 | 500.0 | 1 | 250.0 | 1000.0 | 296.9 | — | 1.68 | — |" in tables
+    assert (out.parent / "bench_kernels_batch.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize("op", ["mamba2", "gdn"])

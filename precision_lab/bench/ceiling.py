@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .schema import Ceiling, CopyTry
 from .timing import time_launches
 
 #: copy bandwidth of one H200 (read + write counted), measured on the machine type the committed
@@ -30,11 +31,9 @@ def _copy_kernel(src, dst, n, BLOCK: tl.constexpr):
     tl.store(dst + offs, tl.load(src + offs, mask=m), mask=m)
 
 
-def copy_ceiling(dev, n: int = 1 << 29) -> dict:
-    """Copy bandwidth of ``n`` fp32 elements (default 2 GiB; bytes read + written counted).
-
-    Returns the best try as ``{"method", "bytes", "us", "GBps", "timing"}`` with every try under
-    ``"tries"``."""
+def copy_ceiling(dev, n: int = 1 << 29) -> Ceiling:
+    """Copy bandwidth of ``n`` fp32 elements (default 2 GiB; bytes read + written counted): the best
+    try, with every try under ``tries``."""
     src = torch.randn(n, device=dev)
     dst = torch.empty_like(src)
     tries = []
@@ -42,8 +41,8 @@ def copy_ceiling(dev, n: int = 1 << 29) -> dict:
         grid = (triton.cdiv(n, block),)
         us, how = time_launches(lambda i, g=grid, b=block: _copy_kernel[g](src, dst, n, BLOCK=b, num_warps=8), 1,
                                 min_launches=20)
-        tries.append({"method": f"triton copy BLOCK={block}", "bytes": 8 * n, "us": us, "GBps": 8 * n / us / 1e3,
-                      "timing": how})
+        tries.append(CopyTry(method=f"triton copy BLOCK={block}", bytes=8 * n, us=us, GBps=8 * n / us / 1e3,
+                             timing=how))
     if not torch.equal(src, dst):
         raise RuntimeError("the copy kernel of the memory ceiling copied wrong values")
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -55,8 +54,6 @@ def copy_ceiling(dev, n: int = 1 << 29) -> dict:
         e1.synchronize()
         times.append(e0.elapsed_time(e1) * 1e3)
     us = statistics.median(times)
-    tries.append({"method": "torch copy_ (events)", "bytes": 8 * n, "us": us, "GBps": 8 * n / us / 1e3,
-                  "timing": "events"})
-    best = dict(max(tries, key=lambda r: r["GBps"]))
-    best["tries"] = tries
-    return best
+    tries.append(CopyTry(method="torch copy_ (events)", bytes=8 * n, us=us, GBps=8 * n / us / 1e3, timing="events"))
+    best = max(tries, key=lambda r: r.GBps)
+    return Ceiling(method=best.method, bytes=best.bytes, us=best.us, GBps=best.GBps, timing=best.timing, tries=tries)

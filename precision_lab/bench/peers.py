@@ -18,14 +18,17 @@ from .timing import n_sets, time_launches
 FLA_PACKAGES = ("flash-linear-attention", "fla-core")
 
 
-def peer_versions(packages=FLA_PACKAGES) -> dict[str, str]:
-    """{distribution: version} of the installed peer packages (absent ones left out)."""
+def fla_versions() -> dict[str, str | None]:
+    """{distribution: version} of the installed flash-linear-attention packages; an fla importable
+    without package metadata (a source checkout on the path) as {"fla": its __version__}."""
     out = {}
-    for name in packages:
+    for name in FLA_PACKAGES:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             pass
+    if not out and sys.modules.get("fla") is not None:
+        out["fla"] = getattr(sys.modules["fla"], "__version__", None)
     return out
 
 

@@ -5,24 +5,23 @@ One run:
 2. checks every kernel against the torch reference (precision_lab.quant) on the device, bit for bit
    (codes, block scales, global scales; dequantized values), chunk by chunk over the leading axis;
    a kernel whose check fails gets no throughput number;
-3. times each kernel and a device-to-device copy of x (the memory ceiling) with
+3. measures the copy ceiling (``ceiling.copy_ceiling``) and times each kernel with
    triton.testing.do_bench (median; the L2 is flushed before every call, and x is ≫ the 50 MB L2);
-4. writes bench_quant.json (kind "bench-quant") and bench_quant.png (GB/s bars, copy ceiling line).
+4. writes bench_quant.json (kind "bench-quant", ``schema.QuantKernelsResult``) and bench_quant.png
+   (GB/s bars, copy ceiling line).
 
 Bytes per call: ``byte_models.QUANT_BYTES_MODEL``. Target: NVFP4 quantize of an fp32 state at
 ≥ 80% of the measured copy bandwidth.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
-from precision_lab.provenance import provenance
-
 from .byte_models import QUANT_BYTES_MODEL, quant_bytes
 from .problems import quant_state
+from .schema import QuantKernel, QuantKernelsResult, QuantTarget, ReferenceTime, dump, run_provenance
 from .timing import do_bench_ms
 
 SEED = 1234  # Philox key for the SR kernels
@@ -46,6 +45,8 @@ def run(*, shape=(256, 128, 64, 128), out_dir="reports/bench", rep_ms: float = 2
     check failed)."""
     dev = str(device)
     smoke = dev != "cuda"
+    settings = {"shape": list(shape), "rep_ms": rep_ms, "check_chunk": check_chunk, "target": target}
+    run_provenance(smoke=smoke, settings=settings)  # no commit to record: stop before spending device time
 
     def sync() -> None:
         if dev == "cuda":
@@ -56,6 +57,7 @@ def run(*, shape=(256, 128, 64, 128), out_dir="reports/bench", rep_ms: float = 2
     from precision_lab.kernels.quant.reference import quantize as ref_q
     from precision_lab.quant.philox import randint
 
+    from .ceiling import copy_ceiling
     from .plots import quant_plot
 
     shape = tuple(shape)
@@ -144,57 +146,42 @@ def run(*, shape=(256, 128, 64, 128), out_dir="reports/bench", rep_ms: float = 2
     def bench(fn) -> float:
         return do_bench_ms(fn, rep_ms, smoke=smoke)
 
-    copy_dst = [torch.empty_like(x)]
-    copy_ms = bench(lambda: copy_dst[0].copy_(x))
-    copy_bytes = 8 * N
-    copy_gbps = copy_bytes / copy_ms / 1e6
-    print(f"copy ceiling: {copy_ms:.4f} ms, {copy_gbps:.0f} GB/s", flush=True)
-    copy_dst.clear()
+    ceiling = None if smoke else copy_ceiling(dev)
+    if ceiling is not None:
+        print(f"copy ceiling: {ceiling.GBps:.0f} GB/s ({ceiling.method})", flush=True)
+    kernels: dict[str, QuantKernel] = {}
     for name, (fn, nbytes) in cases.items():
         r = results[name]
-        r["bytes"] = int(nbytes)
-        if r["check"] != "pass":
+        k = kernels[name] = QuantKernel(check=r["check"], check_detail=r["check_detail"], bytes=int(nbytes))
+        if k.check != "pass":
             print(f"{name:22s} not timed: correctness check failed", flush=True)
             continue
         ms = bench(fn)
-        r.update(median_ms=ms, gbps=nbytes / ms / 1e6, frac_of_copy=nbytes / ms / 1e6 / copy_gbps,
-                 elements_per_s=N / ms * 1e3)
-        print(f"{name:22s} {ms:8.4f} ms  {r['gbps']:7.0f} GB/s  {100 * r['frac_of_copy']:5.1f}% of copy", flush=True)
+        k.median_ms, k.GBps, k.elements_per_s = ms, nbytes / ms / 1e6, N / ms * 1e3
+        k.frac_of_copy = k.GBps / ceiling.GBps if ceiling else None
+        print(f"{name:22s} {ms:8.4f} ms  {k.GBps:7.0f} GB/s"
+              + (f"  {100 * k.frac_of_copy:5.1f}% of copy" if ceiling else ""), flush=True)
 
     # the torch reference on the same tensor, for scale (one chunk, extrapolated per element)
     ref_time = None
-    if results["nvfp4 quantize"]["check"] == "pass":
+    if kernels["nvfp4 quantize"].check == "pass":
         xs = x[:check_chunk]
         ref_ms = bench(lambda: ref_q(xs, "nvfp4"))
-        ref_time = {"median_ms_chunk": ref_ms, "chunk_shape": list(xs.shape),
-                    "median_ms_full_extrapolated": ref_ms * N / xs.numel()}
+        ref_time = ReferenceTime(median_ms_chunk=ref_ms, chunk_shape=list(xs.shape),
+                                 median_ms_full_extrapolated=ref_ms * N / xs.numel())
         print(f"torch reference nvfp4 quantize: {ref_ms:.3f} ms per chunk {tuple(xs.shape)}", flush=True)
 
-    nv = results["nvfp4 quantize"]
-    tgt = {"kernel": "nvfp4 quantize", "fraction_of_copy": target,
-           "achieved_fraction": nv.get("frac_of_copy"),
-           "met": bool(nv.get("frac_of_copy", 0.0) >= target)}
-    out = {
-        "kind": "bench-quant",
-        "schema_version": 1,
-        "provenance": provenance(bench="scripts/bench_quant.py", shape=list(shape), dtype="float32",
-                                 timing="triton.testing.do_bench median, L2 flushed before each call",
-                                 rep_ms=rep_ms, sr_seed=SEED,
-                                 gpu_name=torch.cuda.get_device_name(0) if dev == "cuda" else None,
-                                 smoke=smoke,
-                                 implementation="precision_lab.kernels.quant.triton_quant"),
-        "state_bytes": 4 * N,
-        "n_elements": N,
-        "n_matrices": M,
-        "copy": {"median_ms": copy_ms, "bytes": copy_bytes, "gbps": copy_gbps},
-        "kernels": results,
-        "torch_reference_nvfp4": ref_time,
-        "target": tgt,
-        "bytes_model": QUANT_BYTES_MODEL,
-    }
+    achieved = kernels["nvfp4 quantize"].frac_of_copy
+    out = QuantKernelsResult(
+        provenance=run_provenance(smoke=smoke, settings=settings), ceiling=ceiling, peers={}, shape=list(shape),
+        dtype="float32", timing="triton.testing.do_bench median, L2 flushed before each call",
+        implementation="precision_lab.kernels.quant.triton_quant", sr_seed=SEED, state_bytes=4 * N, n_elements=N,
+        n_matrices=M, kernels=kernels, torch_reference_nvfp4=ref_time,
+        target=QuantTarget(kernel="nvfp4 quantize", fraction_of_copy=target, achieved_fraction=achieved,
+                           met=achieved is not None and achieved >= target),
+        bytes_model=dict(QUANT_BYTES_MODEL))
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench_quant.json").write_text(json.dumps(out, indent=2) + "\n")
+    dump(out, out_dir / "bench_quant.json")
     quant_plot(out, out_dir / "bench_quant.png")
-    print(f"wrote {out_dir / 'bench_quant.json'} and bench_quant.png; target met: {tgt['met']}", flush=True)
-    return 0 if all(r["check"] == "pass" for r in results.values()) else 1
+    print(f"wrote {out_dir / 'bench_quant.json'} and bench_quant.png; target met: {out.target.met}", flush=True)
+    return 0 if all(k.check == "pass" for k in kernels.values()) else 1
