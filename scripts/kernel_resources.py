@@ -9,9 +9,10 @@ For every launch the wrappers would make, the kernel launch is replaced by ``tri
 ``cuda:90`` with the same arguments (pointer alignment and divisibility-by-16 of integer arguments
 specialised as the runtime would), and the cubin is read with the ``cuobjdump`` that ships with
 Triton. Columns: REG registers per thread, STACK bytes of spill stack per thread, smem bytes,
-convert_layout ops in the TTGIR, SASS instructions, and a digest of the SASS text: a change that
-claims to leave a kernel's code alone (moving a helper, renaming a constant) must leave the digest
-of every launch as it was. Use it before spending device time: a flush at 255 registers with a
+convert_layout ops in the TTGIR, SASS instructions, and a digest of the SASS text: equal digests
+before and after a change mean the same machine code (a refactor that keeps them needs no GPU
+re-check; one that changes them, even by reordering independent operations, needs the kernel tests
+on a GPU). Use it before spending device time: a flush at 255 registers with a
 stack had spilled on the GPU too. The local Triton may be newer than the GPU machine's, so the
 numbers are indicative.
 """
@@ -163,7 +164,7 @@ def gdn_configs(B=2):
 def scan_configs(op: str, B=1, T=64):
     """The teacher-forced scans of one operator at its real shape: the replay scan (shared NVFP4,
     split fp16-SR/NVFP4, fp32) and the recurrent scan (bf16, NVFP4-SR)."""
-    from precision_lab.kernels.scan_formats import KERNEL_FORMATS
+    from precision_lab.kernels.common.formats import KERNEL_FORMATS
 
     if op == "mamba2":
         import precision_lab.kernels.mamba2.scan as mod

@@ -4,7 +4,7 @@ their dtypes, and nothing it does not have to read or write.
 """
 from __future__ import annotations
 
-from precision_lab.kernels.decode_state import format_code
+from precision_lab.kernels.common.formats import KERNEL_FORMATS, matrix_bytes
 
 from .problems import state_dims
 
@@ -16,10 +16,7 @@ IN_BYTES = 2  # bf16 activations of the decode-step benchmark
 # ---------------------------------------------------------------------------------------------
 def state_bytes(fmt: str, R: int, C: int) -> float:
     """Storage bytes of one [R, C] state matrix in fmt (NVFP4: codes + E4M3 scales + global scale)."""
-    code, _ = format_code(fmt)
-    if code == 5:
-        return R * C / 2 + R * C / 16 + 4
-    return R * C * {0: 4, 1: 2, 2: 2, 3: 1, 4: 1}[code]
+    return matrix_bytes(KERNEL_FORMATS[fmt][0], R, C)
 
 
 def token_bytes(op) -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from precision_lab.kernels.common.formats import FMT_FP32
 from precision_lab.kernels.decode_state import PackedState, format_code
 from precision_lab.kernels.gdn.decode import GDNRecords, gdn_conventional_step, gdn_replay_step
 from precision_lab.kernels.mamba2.decode import Mamba2Records, mamba2_conventional_step, mamba2_replay_step
@@ -38,7 +39,7 @@ def _pool(fmt, B, H, R, C, dev):
     """A pool of B slots in fmt. fp32 pools hold random states; others start at 0 (code 0 is 0.0 in every
     format) and are given real values by one conventional step of the problem (``_seed_pools``), so no
     format is ever timed on zeros and no CPU quantizer runs on GB-sized states."""
-    if format_code(fmt)[0] == 0:
+    if format_code(fmt)[0] == FMT_FP32:
         return PackedState(fmt, 0.1 * torch.randn(B, H, R, C, device=dev), None, None, R, C)
     p = PackedState.empty(fmt, B, H, R, C, device=dev)
     for t in (p.data, p.scale, p.gscale):
@@ -50,7 +51,7 @@ def _pool(fmt, B, H, R, C, dev):
 def _seed_pools(prob):
     for name in ("upd", "read"):
         pool = getattr(prob, name)
-        if pool is not None and format_code(pool.fmt)[0] != 0:
+        if pool is not None and format_code(pool.fmt)[0] != FMT_FP32:
             keep = prob.upd
             prob.upd = pool
             prob.conventional()

@@ -42,10 +42,10 @@ def _call_parts(inp, policy, s0):
 
 def kernel_call(inp, policy, s0):
     """A closure running the scan kernel that run_layer(engine='triton') would pick (no edges)."""
+    from precision_lab.kernels.common.formats import FMT_FP32, KERNEL_FORMATS
     from precision_lab.kernels.engine import FP32_CHUNK
     from precision_lab.kernels.gdn.scan import gdn_recurrent_scan, gdn_replay_scan
     from precision_lab.kernels.mamba2.scan import mamba2_recurrent_scan, mamba2_replay_scan
-    from precision_lab.kernels.scan_formats import FMT_FP32, KERNEL_FORMATS
 
     uf, us = KERNEL_FORMATS[policy.update]
     rf, rs = KERNEL_FORMATS[policy.read]
