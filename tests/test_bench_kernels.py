@@ -1,6 +1,7 @@
 """The CPU-side pieces of the decode-kernel benchmark (precision_lab.bench): launch-shape
 candidates, finding the fla peers' autotuners, merging per-operator result files, buffer sets (the
 timings themselves need the GPU)."""
+import dataclasses
 import json
 import sys
 import types
@@ -18,6 +19,7 @@ from precision_lab.bench.schema import (
     KernelCheck,
     KernelRow,
     Provenance,
+    dump,
     load,
     to_json,
 )
@@ -102,3 +104,47 @@ def test_problem_buffer_sets_have_the_real_shapes(op):
         assert pool.data.shape == (2, H, R, C) and pool.data.abs().sum() > 0
     assert p.wlen.tolist() == [5, 5] and p.slots.tolist() == [0, 1] and p.rec.ring == 16
     assert (p.x if op == "mamba2" else p.v).shape[:2] == (2, 3)
+
+
+def test_run_records_every_row_and_writes_what_the_report_reads(tmp_path, monkeypatch):
+    """run()'s bookkeeping on the CPU, with the GPU parts (checks, ceiling, timings, peer) replaced by
+    fixture values: every row tagged and logged, a checkpoint per operator, the summary on top, and a
+    result file of the current version."""
+    from precision_lab.report import build_report
+
+    dk = bench_kernels
+    monkeypatch.setenv("PRECISION_LAB_GIT", "abc1234")
+    names = ("fp32", "shared:fp32", "split:fp32/nvfp4", "verify-T4", "verify-T4-flush")
+    monkeypatch.setattr(dk, "check_correctness", lambda dev, ops: {
+        f"{op}:{n}": {"rel_err": {"y": 1e-7}, "tol": 1e-5, "ok": True} for op in ops for n in names})
+    monkeypatch.setattr(dk, "copy_ceiling", lambda dev: Ceiling(method="fixture", bytes=8, us=1.0, GBps=4000.0,
+                                                               timing="fixture"))
+    per_token = {"conventional": 2.0, "nonflush": 1.0, "flush": 4.0}
+
+    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, nbytes):
+        us = per_token[kind] * B * T + W
+        return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
+                "cfg": dict(cfg or {}), "us": us, "bytes": nbytes, "GBps": nbytes / us / 1e3, "timing": "fixture",
+                "buffer_sets": 1}
+
+    monkeypatch.setattr(dk, "measure", measure)
+    monkeypatch.setattr(dk, "fla_peer", lambda op, B, dev: {"op": op, "kernel": "fla", "batch": B, "us": 3.0 * B,
+                                                            "bytes": 1.0, "GBps": 1.0, "implementation": "fla.fixture"})
+    monkeypatch.setattr(dk, "fla_versions", lambda: {"flash-linear-attention": "0.6.0"})
+    out, log = tmp_path / "k.json", tmp_path / "rows.jsonl"
+    res = dk.run(output=out, quick=True, ops=("mamba2", "gdn"), log=log)
+    assert [json.loads(line) for line in log.read_text().splitlines()] == [json.loads(json.dumps(
+        dataclasses.asdict(r))) for r in res.rows]
+    checkpoint = load(json.loads(out.read_text()))  # the last per-operator checkpoint: every row, no summary
+    assert checkpoint.partial and checkpoint.summary is None and len(checkpoint.rows) == len(res.rows)
+    assert {r.tag for r in res.rows} == {"tune", "batch", "L16", "T1", "T8", "read", "update", "convfmt"}
+    assert all(r.pct_ceiling == pytest.approx(100 * r.GBps / 4000.0) for r in res.rows)
+    assert res.peers == {"flash-linear-attention": "0.6.0"} and res.provenance.git == "abc1234"
+    b256 = res.summary["gdn"].batch[256]
+    amortised = (15 * (1.0 * 256 + 7) + 4.0 * 256 + 15) / 16
+    assert (b256.conventional_us, b256.replay_amortised_us) == (512.0, pytest.approx(amortised))
+    assert b256.speedup_vs_fla == pytest.approx(3.0 * 256 / amortised)
+    dump(res, tmp_path / "final" / "bench_kernels.json")
+    build_report([tmp_path / "final" / "bench_kernels.json"], tmp_path / "report")
+    md = (tmp_path / "report" / "index.md").read_text()
+    assert md.count("| 256 | 512 |") == 2 and f"| 263 | 1039 | {amortised:.4g} | 768 |" in md

@@ -280,7 +280,7 @@ def test_codecs_docstring_documents_every_helper():
     assert not missing, f"codecs helpers without documentation in the module docstring: {missing}"
 
 
-def test_bench_smoke(tmp_path, device):
+def test_bench_smoke(tmp_path, device, monkeypatch):
     """The quantizer benchmark end to end on a tiny state (CPU: interpreter, a smoke run): every
     kernel's reference check passes and the file is a bench-quant result the report reads (its class,
     precision_lab.bench.schema). Its timings mean nothing here."""
@@ -288,7 +288,10 @@ def test_bench_smoke(tmp_path, device):
 
     from precision_lab.bench import quant_kernels
     from precision_lab.bench.schema import QuantKernelsResult, load
+    from precision_lab.provenance import git_hash
 
+    if git_hash() is None:  # a GPU run records a commit: a copied tree without .git names one
+        monkeypatch.setenv("PRECISION_LAB_GIT", "0000000")
     rc = quant_kernels.run(shape=(3, 2, 16, 32), check_chunk=2, rep_ms=5, out_dir=tmp_path, device=str(device))
     out = json.loads((tmp_path / "bench_quant.json").read_text())
     assert rc == 0
