@@ -42,3 +42,15 @@ def test_launch_helpers():
         launch.check_nvfp4_cols(20, formats.FMT_FP32, formats.FMT_NVFP4)
     launch.check_nvfp4_cols(20, formats.FMT_BF16)  # element formats take any width
     launch.check_nvfp4_cols(32, formats.FMT_NVFP4)
+
+
+def test_replay_scan_buffers():
+    like, u0, r0 = torch.zeros(2, 3), torch.full((2, 4), 1.0), torch.full((2, 4), 2.0)
+    y, u, r = launch.replay_scan_buffers(None, like, (2, 4), u0, r0, split=False, L=16)
+    assert y.shape == like.shape and r is u and torch.equal(u, u0) and u is not u0  # the kernel works in a copy
+    y, u, r = launch.replay_scan_buffers(None, like, (2, 4), u0, r0, split=True, L=64)
+    assert torch.equal(u, u0) and torch.equal(r, r0) and r is not u
+    given = (torch.empty(2, 3), torch.empty(2, 4), torch.empty(2, 4))
+    assert all(a is b for a, b in zip(launch.replay_scan_buffers(given, like, (2, 4), u0, r0, split=True, L=1), given))
+    with pytest.raises(ValueError, match="1 <= L <= 64, got L=65"):
+        launch.replay_scan_buffers(None, like, (2, 4), u0, r0, split=False, L=65)

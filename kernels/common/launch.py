@@ -27,3 +27,28 @@ def check_nvfp4_cols(C: int, *fmts: int) -> None:
     if FMT_NVFP4 in fmts and C % 16:
         raise ValueError(f"NVFP4 scales blocks of 16 along the last state axis, which has {C} elements "
                          "(not a multiple of 16)")
+
+
+#: longest window of the window-parallel scans (their in-register triangular solve is BLOCK_W wide)
+MAX_SCAN_WINDOW = 64
+
+
+def replay_scan_buffers(out, like: torch.Tensor, state_shape, u0: torch.Tensor, r0: torch.Tensor, *, split: bool,
+                        L: int):
+    """(output, update checkpoint, read copy) of a window-parallel scan: ``out`` if given, else new
+    buffers (the output like ``like``, fp32 checkpoints of ``state_shape``; the read copy is the
+    update checkpoint unless ``split``). The kernel works in the checkpoint buffers, so they start
+    as copies of ``u0`` / ``r0``."""
+    if not 1 <= L <= MAX_SCAN_WINDOW:
+        raise ValueError(f"the Triton scan supports 1 <= L <= {MAX_SCAN_WINDOW}, got L={L}")
+    if out is not None:
+        y, u, r = out
+    else:
+        y = torch.empty_like(like)
+        u = torch.empty(state_shape, device=like.device, dtype=torch.float32)
+        r = torch.empty_like(u) if split else u
+    r = r if split else u
+    u.copy_(u0)
+    if split:
+        r.copy_(r0)
+    return y, u, r

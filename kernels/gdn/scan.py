@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 from precision_lab.kernels.common.formats import C_FP32, C_NVFP4, FMT_NVFP4
-from precision_lab.kernels.common.launch import check_nvfp4_cols
+from precision_lab.kernels.common.launch import check_nvfp4_cols, replay_scan_buffers
 from precision_lab.kernels.common.tiles import (
     checkpoint_ptrs,
     quantize_tile,
@@ -239,20 +239,8 @@ def gdn_replay_scan(q, k, v, g, beta, u0, r0, *, scale: float | None, qk_l2norm:
     Returns (o [B,T,Hv,V] in v's dtype, u, r [B,Hv,V,K] fp32; r is u unless ``split``).
     """
     (q, k, v, g, beta), (Bsz, T, HK, HV, K, V), scale = _prep(q, k, v, g, beta, scale)
-    if not 1 <= L <= 64:
-        raise ValueError(f"the Triton scan supports 1 <= L <= 64, got L={L}")
     check_nvfp4_cols(K, upd_fmt, read_fmt)
-    if out is not None:
-        o, u, r = out
-    else:
-        o = torch.empty_like(v)
-        u = torch.empty(Bsz, HV, V, K, device=v.device, dtype=torch.float32)
-        r = torch.empty_like(u) if split else u
-    r = r if split else u
-    # u and r are the kernel's working checkpoints: start them from u0 / r0
-    u.copy_(u0)
-    if split:
-        r.copy_(r0)
+    o, u, r = replay_scan_buffers(out, v, (Bsz, HV, V, K), u0, r0, split=split, L=L)
     block_r = min(ROW_BLOCK, max(16, triton.next_power_of_2(V)))
     gdn_replay_scan_fwd_kernel[(Bsz * HV,)](
         q, k, v, g, beta, o, u, r, seq_ids.to(device=v.device, dtype=torch.int64).contiguous(),

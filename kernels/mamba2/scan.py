@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 from precision_lab.kernels.common.formats import C_FP32, C_NVFP4, FMT_NVFP4
-from precision_lab.kernels.common.launch import check_nvfp4_cols
+from precision_lab.kernels.common.launch import check_nvfp4_cols, replay_scan_buffers
 from precision_lab.kernels.common.tiles import (
     checkpoint_ptrs,
     quantize_tile,
@@ -230,20 +230,8 @@ def mamba2_replay_scan(x, dt, A, B, C, D, dt_bias, z, u0, r0, *, L: int, seq_ids
     Returns (y [B,T,H,P] in x's dtype, u, r [B,H,P,N] fp32; r is u unless ``split``).
     """
     x, dtf, la, B, C, D, z, (Bsz, T, H, P, G, N) = _prep(x, dt, A, B, C, D, dt_bias, z)
-    if not 1 <= L <= 64:
-        raise ValueError(f"the Triton scan supports 1 <= L <= 64, got L={L}")
     check_nvfp4_cols(N, upd_fmt, read_fmt)
-    if out is not None:
-        y, u, r = out
-    else:
-        y = torch.empty_like(x)
-        u = torch.empty(Bsz, H, P, N, device=x.device, dtype=torch.float32)
-        r = torch.empty_like(u) if split else u
-    r = r if split else u
-    # u and r are the kernel's working checkpoints: start them from u0 / r0
-    u.copy_(u0)
-    if split:
-        r.copy_(r0)
+    y, u, r = replay_scan_buffers(out, x, (Bsz, H, P, N), u0, r0, split=split, L=L)
     block_r = min(ROW_BLOCK, max(16, triton.next_power_of_2(P)))
     mamba2_replay_scan_fwd_kernel[(Bsz * H,)](
         x, dtf, la, B, C, D if D is not None else x, z if z is not None else x, y,
