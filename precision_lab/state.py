@@ -217,7 +217,7 @@ def _probe(policy: StatePolicy, spec: str, q) -> None:
 
 def packed_format(spec) -> bool:
     """Whether a format has a packed device layout (the decode-step kernels' formats)."""
-    from precision_lab.kernels.scan_formats import KERNEL_FORMATS
+    from precision_lab.kernels.common.formats import KERNEL_FORMATS
 
     return isinstance(spec, str) and spec in KERNEL_FORMATS
 
@@ -363,7 +363,7 @@ def start_state(p: _core.Prepared, policy: StatePolicy, *, initial_state: torch.
 # ---------------------------------------------------------------------------------------------
 def device_unsupported_reason(kind: str, policy: StatePolicy, R: int, C: int) -> str | None:
     """Why the decode-step kernels cannot hold this layer's state (None if they can)."""
-    from precision_lab.kernels.scan_formats import FMT_NVFP4, KERNEL_FORMATS
+    from precision_lab.kernels.common.formats import FMT_NVFP4, KERNEL_FORMATS
 
     if kind not in ("mamba2", "gdn"):
         return f"no Triton decode kernel for {kind}"

@@ -1,221 +1,51 @@
-"""Benchmark of the KL-vs-length machinery, meant for one H200:
-
-1. side by side on the same stream (bf16 weights): teacher-forced engine vs token-by-token decode
-   through the same adapters and policies -> speedup (token-by-token is timed over its first
-   ``--tbt-tokens`` decode steps and scaled per token; the JSON says so);
-2. the long run: ``--tokens`` (128K) x (fp32 reference + policies), KL per position included, stopped
-   at ``--time-limit`` seconds if not done; an unfinished run is extrapolated from the measured
-   per-segment times (linear fit in position, since attention cost grows with it) and labelled;
-3. correctness on the GPU: teacher-forced engine vs token-by-token decode with the weights cast to
-   fp32, fp32 reference + the policies, short stream (``compare_engines`` verdicts). It runs last
-   because its first call pays the Triton JIT and the fp32 token-by-token loop (206 s on the H200).
+"""Benchmark the KL-vs-length machinery on one GPU: teacher-forced engine vs token-by-token decode,
+a 128K-token long run with KL per position, and an engine check.
 
     python scripts/bench_kl.py --out reports/bench/bench_kl_h200.json
     python scripts/bench_kl.py --model tiny-qwen3.5 --tokens 4096 --side-tokens 256 --tbt-tokens 16 \\
         --check-tokens 24 --device cpu --out /tmp/bench_kl_cpu.json          # CPU smoke run
 
-The model is a random-init preset (default ``qwen3.5-4b-shape``): timings only; its KL values mean
-nothing. Writes a JSON of kind "bench-kl" (rewritten after each part, so a killed run keeps what
-finished).
+What is measured and written: precision_lab/bench/kl_engine.py.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 from pathlib import Path
-
-import numpy as np
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # running from a checkout
-
-
-def _sync(dev):
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="qwen3.5-4b-shape")
+    ap.add_argument("--model", default="qwen3.5-4b-shape", help="model preset (default: %(default)s)")
     ap.add_argument("--policies", nargs="+",
-                    default=["shared:nvfp4", "split:fp32/nvfp4", "split:fp16-sr/nvfp4", "conventional:bf16"])
-    ap.add_argument("--tokens", type=int, default=131072, help="long-run stream length (prefill included)")
-    ap.add_argument("--prefill", type=int, default=512)
-    ap.add_argument("--segment", type=int, default=4096)
-    ap.add_argument("--time-limit", type=float, default=120.0, help="stop the long run after this many seconds")
-    ap.add_argument("--side-tokens", type=int, default=512, help="decode tokens of the side-by-side stream")
-    ap.add_argument("--tbt-tokens", type=int, default=32, help="token-by-token steps actually timed")
-    ap.add_argument("--check-tokens", type=int, default=16, help="decode tokens of the correctness check")
-    ap.add_argument("--engine", default="auto")
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--skip-check", action="store_true")
-    ap.add_argument("--out", default="reports/bench/bench_kl.json")
+                    default=["shared:nvfp4", "split:fp32/nvfp4", "split:fp16-sr/nvfp4", "conventional:bf16"],
+                    help="policies beside the fp32 reference (default: %(default)s)")
+    ap.add_argument("--tokens", type=int, default=131072, help="long-run stream length, prefill included (default: %(default)s)")
+    ap.add_argument("--prefill", type=int, default=512, help="prefill tokens (default: %(default)s)")
+    ap.add_argument("--segment", type=int, default=4096, help="tokens per segment of the long run (default: %(default)s)")
+    ap.add_argument("--time-limit", type=float, default=120.0,
+                    help="stop the long run after this many seconds (default: %(default)s)")
+    ap.add_argument("--side-tokens", type=int, default=512, help="decode tokens of the side-by-side stream (default: %(default)s)")
+    ap.add_argument("--tbt-tokens", type=int, default=32, help="token-by-token steps actually timed (default: %(default)s)")
+    ap.add_argument("--check-tokens", type=int, default=16, help="decode tokens of the correctness check (default: %(default)s)")
+    ap.add_argument("--engine", default="auto", help="KL engine (default: %(default)s)")
+    ap.add_argument("--device", default="auto", help="cuda, cpu or auto (default: %(default)s)")
+    ap.add_argument("--skip-check", action="store_true", help="leave out the engine check (the speedup is then unchecked)")
+    ap.add_argument("--out", default="reports/bench/bench_kl.json", help="result JSON (default: %(default)s)")
     args = ap.parse_args(argv)
+    from precision_lab.bench import kl_engine
 
-    from precision_lab.models._hf import import_transformers
-
-    tf = import_transformers()
-    from precision_lab.evals.kl import kl_stream
-
-    from precision_lab.engine import (
-        compare_engines,
-        lm_logits,
-        resolve_engine,
-        run,
-        teacher_forced_logits,
-        token_by_token,
-    )
-    from precision_lab.models import apply_policy, load_model, policy_mixers
-    from precision_lab.provenance import provenance
-
-    dev = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
-    engine = resolve_engine(args.engine, dev)
-    policies = ["fp32", *args.policies]
-    G = len(policies)
-    out_path = Path(args.out)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    res: dict = {"kind": "bench-kl", "schema_version": 1,
-                 "provenance": provenance(policies=args.policies, reference="fp32", model=args.model, engine=engine,
-                                          settings=vars(args)),
-                 "transformers": {"version": tf.__version__,
-                                  "has_qwen3_5": _has_module("transformers.models.qwen3_5")},
-                 "model": args.model, "policies": args.policies, "engine": engine}
-
-    def save():
-        out_path.write_text(json.dumps(res, indent=1))
-
-    def served(model):
-        return sorted({f"{e}:{i}" for m in policy_mixers(model) for (e, i) in m.served})
-
-    gen = torch.Generator().manual_seed(0)
-    t0 = time.perf_counter()
-    model, _ = load_model(args.model, dtype=torch.bfloat16, device=dev)
-    vocab_ids = min(model.config.vocab_size, 50000)
-    apply_policy(model, policies, engine=engine, seed=0)
-    _sync(dev)
-    res["build_seconds"] = time.perf_counter() - t0
-    n_params = sum(p.numel() for p in model.parameters())
-    res["model_params"] = n_params
-    print(f"built {args.model} ({n_params / 1e9:.2f}B params) in {res['build_seconds']:.1f}s on {dev}", flush=True)
-
-    # 1. side by side on one stream (bf16 weights)
-    SP, SD, TB = args.prefill, args.side_tokens, min(args.tbt_tokens, args.side_tokens)
-    ids = torch.randint(0, vocab_ids, (1, SP + SD), generator=gen)
-    list(run(model, ids[:, :SP + 64], prefill_len=SP, segment_len=64, engine=engine))   # warm-up (JIT)
-    _sync(dev)
-    segs = []
-    for seg in run(model, ids, prefill_len=SP, segment_len=SD, engine=engine):
-        t0 = time.perf_counter()
-        lm_logits(model, seg.hidden)
-        _sync(dev)
-        segs.append((seg.prefill, seg.seconds + time.perf_counter() - t0))
-    tf_decode = sum(s for p, s in segs if not p)
-    res_prefill = sum(s for p, s in segs if p)
-    tbt_steps = []      # one cached forward + its logits per decode token, on the decode engine
-    for seg in run(model, ids[:, :SP + TB], prefill_len=SP, segment_len=1, engine="decode"):
-        t0 = time.perf_counter()
-        lm_logits(model, seg.hidden)
-        _sync(dev)
-        if not seg.prefill:
-            tbt_steps.append(seg.seconds + time.perf_counter() - t0)
-    tbt_per_tok = float(np.median(tbt_steps))
-    res["side_by_side"] = {
-        "prefill": SP, "decode_tokens": SD, "rows": G, "weights": "bfloat16", "prefill_seconds": res_prefill,
-        "teacher_forced_seconds": tf_decode, "teacher_forced_tok_per_s": SD / tf_decode,
-        "token_by_token_steps_timed": TB, "token_by_token_seconds_per_step": tbt_per_tok,
-        "token_by_token_seconds_per_step_stat": "median over the timed steps",
-        "token_by_token_seconds_for_stream": tbt_per_tok * SD,
-        "token_by_token_note": (f"measured over {TB} steps, scaled to {SD}" if TB < SD else "measured"),
-        "speedup": tbt_per_tok * SD / tf_decode,
-        "speedup_valid": None,   # set from the correctness check at the end
-        "implementations": served(model)}
-    print(f"side by side: teacher-forced {SD} tokens in {tf_decode:.2f}s; token-by-token {tbt_per_tok * 1e3:.1f} ms/step "
-          f"-> speedup {res['side_by_side']['speedup']:.1f}x", flush=True)
-    save()
-
-    # 2. the long run, KL included
-    N = args.tokens
-    ids = torch.randint(0, vocab_ids, (1, N), generator=gen)
-    seg_times = []
-    pos = [args.prefill]
-
-    def prog(n):
-        seg_times.append((pos[0], n, time.perf_counter()))
-        pos[0] += n
-
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
-    t0 = time.perf_counter()
-    kl, agree, nll = kl_stream(model, ids, n_groups=G, prefill=args.prefill, segment=args.segment, engine=engine,
-                               seq_ids=torch.tensor([0]), budget_bytes=8e9 if dev.type == "cuda" else 2.5e8,
-                               progress=prog, max_seconds=args.time_limit)
-    _sync(dev)
-    elapsed = time.perf_counter() - t0
-    done = int(np.isfinite(kl[0, 0]).sum())
-    decode_n = N - args.prefill
-    # per-segment seconds (the first entry is the prefill)
-    stamps = [t0] + [t for _, _, t in seg_times]
-    per = [(p, n, stamps[i + 1] - stamps[i]) for i, (p, n, _) in enumerate(seg_times)]
-    est = elapsed
-    note = "measured (complete)"
-    if done < decode_n:
-        dec = [(p, n, s) for p, n, s in per if p >= args.prefill and n == args.segment][1:] or per[-1:]
-        x = np.array([p for p, _, _ in dec], float)
-        y = np.array([s / n for _, n, s in dec], float)        # seconds per token vs position
-        a_, b_ = (np.polyfit(x, y, 1) if len(x) >= 2 else (0.0, y[0]))
-        rest = np.arange(args.prefill + done, N, dtype=float)
-        est = elapsed + float(np.sum(np.maximum(a_ * rest + b_, y.min())))
-        note = (f"EXTRAPOLATED: stopped after {done} of {decode_n} decode tokens at the {args.time_limit:.0f}s limit; "
-                "remaining time from a linear fit of seconds/token vs position over the measured segments")
-    res["long_run"] = {
-        "tokens": N, "prefill": args.prefill, "segment": args.segment, "rows": G, "weights": "bfloat16",
-        "decode_tokens_done": done, "seconds": elapsed, "tokens_per_s_per_row": done / elapsed,
-        "estimated_seconds_full": est, "estimate_note": note, "target_seconds": 300,
-        "segments": [{"start": p, "tokens": n, "seconds": s} for p, n, s in per],
-        "peak_gpu_mem_gib": (torch.cuda.max_memory_allocated(dev) / 2**30) if dev.type == "cuda" else None,
-        "mean_kl_by_policy_random_weights": {p: float(np.nanmean(kl[i])) for i, p in enumerate(args.policies)},
-        "implementations": served(model)}
-    print(f"long run: {done}/{decode_n} decode tokens x {G} rows in {elapsed:.1f}s; full run {est:.1f}s ({note})",
-          flush=True)
-    save()
-    # 3. correctness, last so that the timings above come first (fp32 weights: the bf16 weights cast
-    #    exactly, so both paths differ only in fp32 rounding)
-    if not args.skip_check:
-        model.to(torch.float32)
-        for m in policy_mixers(model):
-            m.served.clear()
-        P, D = 32, args.check_tokens
-        ids = torch.randint(0, vocab_ids, (1, P + D), generator=gen)
-        t0 = time.perf_counter()
-        a = teacher_forced_logits(model, ids, prefill_len=P, segment_len=16, engine=engine)
-        b = token_by_token(model, ids, prefill_len=P)
-        verdict = compare_engines(a, b, policies)
-        res["check"] = {"prefill": P, "decode_tokens": D, "segment": 16, "weights": "float32",
-                        "verdicts": verdict, "all_ok": all(v["ok"] for v in verdict.values()),
-                        "seconds": time.perf_counter() - t0, "implementations": served(model)}
-        if "side_by_side" in res:
-            res["side_by_side"]["speedup_valid"] = res["check"]["all_ok"]
-        print("check:", {p: (v["ok"], f"{v['disagreement']:.2e}", f"{v['effect']:.2e}") for p, v in verdict.items()},
-              flush=True)
-        del a, b
-        save()
-    print(f"wrote {out_path}")
-    return 0
-
-
-def _has_module(name: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        return False
+    return kl_engine.run(model=args.model, policies=args.policies, tokens=args.tokens, prefill=args.prefill,
+                         segment=args.segment, time_limit=args.time_limit, side_tokens=args.side_tokens,
+                         tbt_tokens=args.tbt_tokens, check_tokens=args.check_tokens, engine=args.engine,
+                         device=args.device, skip_check=args.skip_check, out=args.out)
 
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # running from a checkout
+    from precision_lab.bench import use_checkout
+
+    use_checkout(Path(__file__).resolve().parents[1])
     sys.exit(main())

@@ -1,20 +1,25 @@
-"""Compile the decode-step kernels for the H200 (sm_90) on any machine and print what each launch
+"""Compile the Triton kernels for the H200 (sm_90) on any machine and print what each launch
 costs in registers, spills and shared memory — no GPU and no device time needed.
 
     python scripts/kernel_resources.py            # Mamba-2 and GDN decode kernels at their real shapes
     python scripts/kernel_resources.py --hw       # the GPU code path (hardware FP8/NVFP4 decode)
+    python scripts/kernel_resources.py --ops mamba2-scan gdn-scan quant   # scans, quantizer kernels
 
 For every launch the wrappers would make, the kernel launch is replaced by ``triton.compile`` for
 ``cuda:90`` with the same arguments (pointer alignment and divisibility-by-16 of integer arguments
 specialised as the runtime would), and the cubin is read with the ``cuobjdump`` that ships with
 Triton. Columns: REG registers per thread, STACK bytes of spill stack per thread, smem bytes,
-convert_layout ops in the TTGIR, SASS instructions. Use it before spending device time: a flush at
-255 registers with a stack had spilled on the GPU too. The local Triton may be newer than the
-GPU machine's, so the numbers are indicative.
+convert_layout ops in the TTGIR, SASS instructions, and a digest of the SASS text: equal digests
+before and after a change mean the same machine code (a refactor that keeps them needs no GPU
+re-check; one that changes them, even by reordering independent operations, needs the kernel tests
+on a GPU). Use it before spending device time: a flush at 255 registers with a
+stack had spilled on the GPU too. The local Triton may be newer than the GPU machine's, so the
+numbers are indicative.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import subprocess
@@ -45,7 +50,9 @@ def _signature(fn, args, kwargs):
             sig[name] = "i1"
         elif isinstance(v, int):
             sig[name] = "i64" if abs(v) >= 2 ** 31 else "i32"
-            if v == 1:  # the runtime specialises 1 to a constant
+            if p.do_not_specialize:
+                pass
+            elif v == 1:  # the runtime specialises 1 to a constant
                 sig[name], const[(i,)] = "constexpr", 1
             elif v % 16 == 0 and v:
                 attrs[(i,)] = [["tt.divisibility", 16]]
@@ -67,9 +74,10 @@ def resources(fn, args, kwargs, num_warps: int) -> dict:
     sass = subprocess.run([os.path.join(_BIN, "cuobjdump"), "-sass", f.name], capture_output=True, text=True).stdout
     os.unlink(f.name)
     grab = (lambda pat: int(m.group(1)) if (m := re.search(pat, usage)) else None)  # noqa: E731
+    code = [line.strip() for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,5}\*/", line)]
     return {"regs": grab(r"REG:(\d+)"), "stack": grab(r"STACK:(\d+)"), "smem": k.metadata.shared,
-            "convert_layout": k.asm["ttgir"].count("convert_layout"),
-            "sass": len(re.findall(r"/\*[0-9a-f]{4,5}\*/", sass))}
+            "convert_layout": k.asm["ttgir"].count("convert_layout"), "sass": len(code),
+            "digest": hashlib.sha256("\n".join(code).encode()).hexdigest()[:12]}
 
 
 class _Compile:
@@ -81,10 +89,12 @@ class _Compile:
     def __getitem__(self, grid):
         def call(*args, num_warps=4, enable_fp_fusion=False, **kw):
             r = resources(self.fn, args, kw, num_warps)
-            keys = ("T", "FLUSH", "FOLD_NEW", "UFMT", "RFMT", "FMT", "BR", "BJ", "RECOMPUTE")
+            keys = ("T", "FLUSH", "FOLD_NEW", "UFMT", "RFMT", "FMT", "BR", "BJ", "RECOMPUTE", "UPD_FMT", "UPD_SR",
+                    "READ_FMT", "READ_SR", "SPLIT", "SR", "BLOCK", "ONE_TILE", "RB", "BLOCK_R")
             shape = " ".join(f"{k}={kw[k]}" for k in keys if k in kw)
             print(f"{self.label:16s} warps={num_warps:<2d} {shape:60s} REG={r['regs']:<4} STACK={r['stack']:<5} "
-                  f"smem={r['smem']:<6} convert_layout={r['convert_layout']:<3} sass={r['sass']}")
+                  f"smem={r['smem']:<6} convert_layout={r['convert_layout']:<3} sass={r['sass']:<5} "
+                  f"digest={r['digest']}")
         return call
 
 
@@ -151,10 +161,83 @@ def gdn_configs(B=2):
             setattr(gd, n, f)
 
 
+def scan_configs(op: str, B=1, T=64):
+    """The teacher-forced scans of one operator at its real shape: the replay scan (shared NVFP4,
+    split fp16-SR/NVFP4, fp32) and the recurrent scan (bf16, NVFP4-SR)."""
+    from precision_lab.kernels.common.formats import KERNEL_FORMATS
+
+    if op == "mamba2":
+        import precision_lab.kernels.mamba2.scan as mod
+
+        H, G, P, N = 128, 8, 64, 128
+        names = [("mamba2_replay_scan_fwd_kernel", "mamba2 scan"), ("mamba2_recurrent_scan_fwd_kernel", "mamba2 rec")]
+        z = (lambda *s: torch.zeros(*s, dtype=torch.bfloat16))  # noqa: E731
+        inputs = (z(B, T, H, P), z(B, T, H), torch.zeros(H), z(B, T, G, N), z(B, T, G, N), torch.zeros(H),
+                  torch.zeros(H), z(B, T, H, P))
+        state = torch.zeros(B, H, P, N)
+        extra = {}
+    else:
+        import precision_lab.kernels.gdn.scan as mod
+
+        Hk, Hv, K, V = 16, 32, 128, 128
+        names = [("gdn_replay_scan_fwd_kernel", "gdn scan"), ("gdn_recurrent_scan_fwd_kernel", "gdn rec")]
+        z = (lambda *s: torch.zeros(*s, dtype=torch.bfloat16))  # noqa: E731
+        inputs = (z(B, T, Hk, K), z(B, T, Hk, K), z(B, T, Hv, V), torch.zeros(B, T, Hv), torch.zeros(B, T, Hv))
+        state = torch.zeros(B, Hv, V, K)
+        extra = dict(scale=None, qk_l2norm=True)
+    replay = getattr(mod, f"{op}_replay_scan")
+    recurrent = getattr(mod, f"{op}_recurrent_scan")
+    saved = _patched(mod, names)
+    common = dict(seq_ids=torch.arange(B), seed=0, layer=0, event0=1)
+    try:
+        for upd, read, split in (("nvfp4", "nvfp4", False), ("fp16-sr", "nvfp4", True), ("fp32", "fp32", False)):
+            (uf, us), (rf, rs) = KERNEL_FORMATS[upd], KERNEL_FORMATS[read]
+            kw = dict(L=16, upd_fmt=uf, upd_sr=us, read_fmt=rf, read_sr=rs, split=split, **extra, **common)
+            if op == "gdn":
+                kw["recompute"] = True
+            replay(*inputs, state, state, **kw)
+        for fmt in ("bf16", "nvfp4-sr"):
+            f, sr = KERNEL_FORMATS[fmt]
+            recurrent(*inputs, state, fmt=f, sr=sr, **extra, **common)
+    finally:
+        for n, f in saved.items():
+            setattr(mod, n, f)
+
+
+def quant_configs():
+    """The quantizer kernels on a [4, 64, 128] fp32 state: NVFP4 (one tile, RNE and SR) quantize and
+    dequantize, and the element casts (bf16, fp16-SR, fp8 e4m3/e5m2) both ways."""
+    import precision_lab.kernels.quant.triton_quant as tq
+
+    names = [("nvfp4_quantize_kernel", "nvfp4 quant"), ("nvfp4_dequantize_kernel", "nvfp4 dequant"),
+             ("cast_quantize_kernel", "cast quant"), ("cast_dequantize_kernel", "cast dequant")]
+    saved = _patched(tq, names)
+    saved_require = tq.require_triton
+    # the wrappers read their outputs back (finite checks, views): stand-ins that compile need none
+    tq.require_triton = lambda *a, **k: None
+    x = torch.zeros(4, 64, 128)
+    try:
+        tq.nvfp4_quantize(x, check_finite=False)
+        tq.nvfp4_quantize(x, sr=True, seed=1, check_finite=False)
+        tq.nvfp4_dequantize(tq.QTensor(torch.zeros(4, 64, 64, dtype=torch.uint8),
+                                       torch.zeros(4, 64, 8, dtype=torch.float8_e4m3fn), torch.ones(4), (4, 64, 128),
+                                       "nvfp4"))
+        for fmt, sr in (("bf16", False), ("fp16", True), ("e4m3", False), ("e5m2", True)):
+            tq.cast_quantize(x, fmt, sr=sr, seed=1 if sr else None)
+        for dtype in (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2):
+            tq.cast_dequantize(torch.zeros(4, 64, 128, dtype=dtype))
+    finally:
+        for n, f in saved.items():
+            setattr(tq, n, f)
+        tq.require_triton = saved_require
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hw", action="store_true", help="compile the GPU code path (the wrappers pick it for CUDA tensors)")
-    ap.add_argument("--ops", nargs="+", default=["mamba2", "gdn"], choices=["mamba2", "gdn"])
+    ap.add_argument("--ops", nargs="+", default=["mamba2", "gdn"],
+                    choices=["mamba2", "gdn", "mamba2-scan", "gdn-scan", "quant"],
+                    help="kernel families to compile (default: the decode kernels of both operators)")
     ap.add_argument("--m2-flush", nargs="*", default=[], metavar="KEY=VALUE",
                     help="extra mamba2_replay_step keywords for the flush launches, e.g. block_r=64 num_warps=8")
     args = ap.parse_args(argv)
@@ -168,6 +251,11 @@ def main(argv=None) -> int:
         mamba2_configs(flush_kw=kw)
     if "gdn" in args.ops:
         gdn_configs()
+    for op in ("mamba2", "gdn"):
+        if f"{op}-scan" in args.ops:
+            scan_configs(op)
+    if "quant" in args.ops:
+        quant_configs()
     return 0
 
 

@@ -1,16 +1,29 @@
-"""The CPU-side pieces of scripts/bench_kernels.py: launch-shape candidates, finding the fla peers'
-autotuners, merging per-operator result files (the timings themselves need the GPU)."""
+"""The CPU-side pieces of the decode-kernel benchmark (precision_lab.bench): launch-shape
+candidates, finding the fla peers' autotuners, merging per-operator result files, buffer sets (the
+timings themselves need the GPU)."""
+import dataclasses
 import json
 import sys
 import types
-from pathlib import Path
 
 import pytest
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import bench_kernels  # noqa: E402
+from precision_lab.bench import decode_kernels as bench_kernels
+from precision_lab.bench import peers, problems
+from precision_lab.bench.schema import (
+    Ceiling,
+    DecodeKernelsResult,
+    Device,
+    KernelCheck,
+    KernelRow,
+    Provenance,
+    dump,
+    load,
+    to_json,
+)
+from precision_lab.bench.tables import decode_kernel_tables
 
 
 def test_tune_candidates_join_spaces_and_drop_keywords_a_wrapper_lacks(monkeypatch):
@@ -36,48 +49,102 @@ def test_fla_autotuners_are_found_behind_heuristics(monkeypatch):
     mod.kernel, mod.other = wrapped, 3
     monkeypatch.setitem(sys.modules, "fla.ops.toy", mod)
     monkeypatch.setitem(sys.modules, "not_fla.ops", types.SimpleNamespace(k=tuned))
-    assert sum(f is tuned for f in bench_kernels._fla_autotuners()) == 1
+    assert sum(f is tuned for f in peers.fla_autotuners()) == 1
     also = types.ModuleType("fla.ops.toy_again")  # the same kernel reached twice is one autotuner
     also.kernel = tuned
     monkeypatch.setitem(sys.modules, "fla.ops.toy_again", also)
-    assert sum(f is tuned for f in bench_kernels._fla_autotuners()) == 1
+    assert sum(f is tuned for f in peers.fla_autotuners()) == 1
 
 
-def _part(op, ceiling, check_ok=True):
-    return {"kind": "bench-kernels", "partial": True,
-            "provenance": {"git": "abc1234", "device": "NVIDIA H200", "command": f"--ops {op}", "seconds": 9.0},
-            "ceiling": {"GBps": ceiling},
-            "correctness": {f"{op}:fp32": {"ok": check_ok}, f"{op}:shared:fp32": {"ok": check_ok}},
-            "rows": [{"op": op, "tag": "batch", "kernel": k, "batch": 256, "us": us, "GBps": 1.0, "pct_ceiling": 1.0}
-                     for k, us in (("conventional", 500.0), ("nonflush", 250.0), ("flush", 1000.0))]}
+def _part(op, ceiling, check_ok=True, peer="0.6.0"):
+    """A per-operator checkpoint as ``run`` writes it after each operator (fixture numbers)."""
+    prov = Provenance(created="2026-12-01T00:00:00+00:00", command=f"--ops {op}", git="abc1234", versions={},
+                      device=Device(gpu="NVIDIA H200"), seconds=9.0, settings={"ops": [op]})
+    return to_json(DecodeKernelsResult(
+        provenance=prov, ceiling=Ceiling(method="torch copy_ (events)", bytes=1 << 31, us=500.0, GBps=ceiling,
+                                         timing="events"),
+        peers={"flash-linear-attention": peer}, partial=True,
+        correctness={f"{op}:fp32": KernelCheck(rel_err={"y": 0.0}, tol=1e-5, ok=check_ok),
+                     f"{op}:shared:fp32": KernelCheck(rel_err={"y": 0.0}, tol=1e-5, ok=check_ok)},
+        rows=[KernelRow(op=op, tag="batch", kernel=k, batch=256, us=us, GBps=1.0, pct_ceiling=1.0)
+              for k, us in (("conventional", 500.0), ("nonflush", 250.0), ("flush", 1000.0))]))
 
 
-def test_resummarise_merges_the_operators_runs(tmp_path, capsys):
+def test_resummarise_merges_the_operators_runs(tmp_path):
     a, b = tmp_path / "m2.json", tmp_path / "gdn.json"
     a.write_text(json.dumps(_part("mamba2", 4100.0)))
     b.write_text(json.dumps(_part("gdn", 4200.0, check_ok=False)))
     out = tmp_path / "merged" / "bench_kernels.json"
-    assert bench_kernels.main(["--resummarise", str(a), str(b), "-o", str(out)]) == 0
+    returned = bench_kernels.resummarise([a, b], out)
     res = json.loads(out.read_text())
+    assert res == to_json(returned) and load(res) == returned
+    assert res["schema_version"] == 2 and res["partial"] is False
     assert len(res["rows"]) == 6 and set(res["correctness"]) == {"mamba2:fp32", "mamba2:shared:fp32", "gdn:fp32",
                                                                  "gdn:shared:fp32"}
     assert res["ceiling"]["GBps"] == 4200.0  # the higher copy measurement is the ceiling
-    assert res["provenance"]["device"] == "NVIDIA H200" and res["provenance"]["git"] == "abc1234"
+    assert res["provenance"]["device"]["gpu"] == "NVIDIA H200" and res["provenance"]["git"] == "abc1234"
     assert [p["command"] for p in res["provenance"]["merged_from"]] == ["--ops mamba2", "--ops gdn"]
+    assert res["peers"] == {"flash-linear-attention": "0.6.0"}
     m2 = res["summary"]["mamba2"]["batch"]["256"]
     assert m2["replay_amortised_us"] == pytest.approx((15 * 250 + 1000) / 16)
     assert m2["speedup_vs_conventional"] == pytest.approx(500 / ((15 * 250 + 1000) / 16))
-    assert "speedup_vs_conventional" not in res["summary"]["gdn"]["batch"]["256"]  # its checks failed
-    assert "### Targets" in capsys.readouterr().out
+    assert res["summary"]["gdn"]["batch"]["256"]["speedup_vs_conventional"] is None  # its checks failed
+    tables = decode_kernel_tables(returned)
+    assert "### Targets" in tables and "| mamba2 | 256 | 500.0 | 1 | 250.0 | 1000.0 | 296.9 | — | 1.68 | — |" in tables
+    assert (out.parent / "bench_kernels_batch.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize("op", ["mamba2", "gdn"])
 def test_problem_buffer_sets_have_the_real_shapes(op):
-    """A buffer set at the docs/reference.md §2 shapes (batch 2, fp32 pools need no kernel to seed)."""
-    p = bench_kernels.PROBLEMS[op](2, "cpu", upd="fp32", read="fp32", ring=16, W=5, T=3)
-    dims = bench_kernels.MAMBA2 if op == "mamba2" else bench_kernels.GDN
+    """A buffer set at the benchmark's model shapes (batch 2, fp32 pools need no kernel to seed)."""
+    p = problems.PROBLEMS[op](2, "cpu", upd="fp32", read="fp32", ring=16, W=5, T=3)
+    dims = problems.MAMBA2 if op == "mamba2" else problems.GDN
     H, R, C = (dims["H"], dims["P"], dims["N"]) if op == "mamba2" else (dims["Hv"], dims["V"], dims["K"])
     for pool in (p.upd, p.read):
         assert pool.data.shape == (2, H, R, C) and pool.data.abs().sum() > 0
     assert p.wlen.tolist() == [5, 5] and p.slots.tolist() == [0, 1] and p.rec.ring == 16
     assert (p.x if op == "mamba2" else p.v).shape[:2] == (2, 3)
+
+
+def test_run_records_every_row_and_writes_what_the_report_reads(tmp_path, monkeypatch):
+    """run()'s bookkeeping on the CPU, with the GPU parts (checks, ceiling, timings, peer) replaced by
+    fixture values: every row tagged and logged, a checkpoint per operator, the summary on top, and a
+    result file of the current version."""
+    from precision_lab.report import build_report
+
+    dk = bench_kernels
+    monkeypatch.setenv("PRECISION_LAB_GIT", "abc1234")
+    names = ("fp32", "shared:fp32", "split:fp32/nvfp4", "verify-T4", "verify-T4-flush")
+    monkeypatch.setattr(dk, "check_correctness", lambda dev, ops: {
+        f"{op}:{n}": {"rel_err": {"y": 1e-7}, "tol": 1e-5, "ok": True} for op in ops for n in names})
+    monkeypatch.setattr(dk, "copy_ceiling", lambda dev: Ceiling(method="fixture", bytes=8, us=1.0, GBps=4000.0,
+                                                               timing="fixture"))
+    per_token = {"conventional": 2.0, "nonflush": 1.0, "flush": 4.0}
+
+    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, nbytes):
+        us = per_token[kind] * B * T + W
+        return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
+                "cfg": dict(cfg or {}), "us": us, "bytes": nbytes, "GBps": nbytes / us / 1e3, "timing": "fixture",
+                "buffer_sets": 1}
+
+    monkeypatch.setattr(dk, "measure", measure)
+    monkeypatch.setattr(dk, "fla_peer", lambda op, B, dev: {"op": op, "kernel": "fla", "batch": B, "us": 3.0 * B,
+                                                            "bytes": 1.0, "GBps": 1.0, "implementation": "fla.fixture"})
+    monkeypatch.setattr(dk, "fla_versions", lambda: {"flash-linear-attention": "0.6.0"})
+    out, log = tmp_path / "k.json", tmp_path / "rows.jsonl"
+    res = dk.run(output=out, quick=True, ops=("mamba2", "gdn"), log=log)
+    assert [json.loads(line) for line in log.read_text().splitlines()] == [json.loads(json.dumps(
+        dataclasses.asdict(r))) for r in res.rows]
+    checkpoint = load(json.loads(out.read_text()))  # the last per-operator checkpoint: every row, no summary
+    assert checkpoint.partial and checkpoint.summary is None and len(checkpoint.rows) == len(res.rows)
+    assert {r.tag for r in res.rows} == {"tune", "batch", "L16", "T1", "T8", "read", "update", "convfmt"}
+    assert all(r.pct_ceiling == pytest.approx(100 * r.GBps / 4000.0) for r in res.rows)
+    assert res.peers == {"flash-linear-attention": "0.6.0"} and res.provenance.git == "abc1234"
+    b256 = res.summary["gdn"].batch[256]
+    amortised = (15 * (1.0 * 256 + 7) + 4.0 * 256 + 15) / 16
+    assert (b256.conventional_us, b256.replay_amortised_us) == (512.0, pytest.approx(amortised))
+    assert b256.speedup_vs_fla == pytest.approx(3.0 * 256 / amortised)
+    dump(res, tmp_path / "final" / "bench_kernels.json")
+    build_report([tmp_path / "final" / "bench_kernels.json"], tmp_path / "report")
+    md = (tmp_path / "report" / "index.md").read_text()
+    assert md.count("| 256 | 512 |") == 2 and f"| 263 | 1039 | {amortised:.4g} | 768 |" in md

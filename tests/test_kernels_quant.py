@@ -280,23 +280,26 @@ def test_codecs_docstring_documents_every_helper():
     assert not missing, f"codecs helpers without documentation in the module docstring: {missing}"
 
 
-def test_bench_script_smoke(tmp_path, device):
-    """scripts/bench_quant.py end to end on a tiny state (CPU: interpreter, --smoke): every kernel's
-    reference check passes and the JSON has the agreed layout. Its timings mean nothing here."""
-    import importlib.util
+def test_bench_smoke(tmp_path, device, monkeypatch):
+    """The quantizer benchmark end to end on a tiny state (CPU: interpreter, a smoke run): every
+    kernel's reference check passes and the file is a bench-quant result the report reads (its class,
+    precision_lab.bench.schema). Its timings mean nothing here."""
     import json
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_quant.py"
-    spec = importlib.util.spec_from_file_location("bench_quant", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    rc = bench.main(["--smoke", "--shape", "3", "2", "16", "32", "--check-chunk", "2", "--rep-ms", "5",
-                     "--out-dir", str(tmp_path)])
+    from precision_lab.bench import quant_kernels
+    from precision_lab.bench.schema import QuantKernelsResult, load
+    from precision_lab.provenance import git_hash
+
+    if git_hash() is None:  # a GPU run records a commit: a copied tree without .git names one
+        monkeypatch.setenv("PRECISION_LAB_GIT", "0000000")
+    rc = quant_kernels.run(shape=(3, 2, 16, 32), check_chunk=2, rep_ms=5, out_dir=tmp_path, device=str(device))
     out = json.loads((tmp_path / "bench_quant.json").read_text())
     assert rc == 0
-    assert out["kind"] == "bench-quant" and out["schema_version"] == 1 and "provenance" in out
-    assert all(r["check"] == "pass" for r in out["kernels"].values()), out["kernels"]
+    assert out["kind"] == "bench-quant" and out["schema_version"] == 2
+    res = load(out)
+    assert isinstance(res, QuantKernelsResult) and res.provenance.smoke == (device == "cpu")
+    assert (res.ceiling is None) == (device == "cpu")  # a smoke run measures no copy ceiling
+    assert all(k.check == "pass" and k.GBps > 0 for k in res.kernels.values()), out["kernels"]
     assert out["kernels"]["nvfp4 quantize"]["bytes"] == 4 * 3072 + 3072 // 2 + 3072 // 16 + 4 * 6
     assert (tmp_path / "bench_quant.png").stat().st_size > 0
 

@@ -12,11 +12,12 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from precision_lab.kernels.common.formats import KERNEL_FORMATS
+from precision_lab.kernels.common.tiles import quantize_tile
 from precision_lab.kernels.gdn.scan import gdn_recurrent_scan, gdn_replay_scan
 from precision_lab.kernels.gdn.scan_reference import gdn_recurrent_scan_ref, gdn_replay_scan_ref
 from precision_lab.kernels.mamba2.scan import mamba2_recurrent_scan, mamba2_replay_scan
 from precision_lab.kernels.mamba2.scan_reference import mamba2_recurrent_scan_ref, mamba2_replay_scan_ref
-from precision_lab.kernels.scan_formats import KERNEL_FORMATS, quantize_tile
 from precision_lab.quant import fake_quantize, get_quantizer
 from precision_lab.quant.philox import layer_seed, state_rbits
 

@@ -2,8 +2,8 @@
 
 Fixtures come from the producers' own code where that is cheap (the simulator at 300 steps, the KL
 driver's ``summarize`` on random per-position arrays, the lm-eval study's ``summarize`` on random
-per-item scores); the benchmark files, which need a GPU, are written in the schema of
-scripts/bench_quant.py and scripts/bench_scan.py. Every number the tests compare is read back from
+per-item scores); the benchmark files, which need a GPU, are built from their result classes
+(precision_lab.bench.schema) with fixture numbers. Every number the tests compare is read back from
 the rendered Markdown tables.
 """
 from __future__ import annotations
@@ -84,45 +84,62 @@ def make_lmeval(tmp: Path) -> dict:
     return Study(cfg).summarize(records)
 
 
+def bench_provenance(**settings):
+    """A benchmark provenance as a GPU run records it (fixture values: commit, device)."""
+    from precision_lab.bench.schema import Device, Provenance
+
+    return Provenance(created="2026-12-01T00:00:00+00:00", command="bench.py", git="abc1234",
+                      versions={"torch": "2.11.0", "triton": "3.6.0"},
+                      device=Device(gpu="NVIDIA H200", gpu_count=1, cuda="13.0"), settings=settings)
+
+
+def fixture_ceiling(GBps: float):
+    from precision_lab.bench.schema import Ceiling
+
+    return Ceiling(method="torch copy_ (events)", bytes=1 << 31, us=(1 << 31) / GBps / 1e3, GBps=GBps, timing="events")
+
+
 def make_bench_quant() -> dict:
-    """The schema of scripts/bench_quant.py on a GPU (numbers are fixture values)."""
-    kernels = {"nvfp4 quantize": {"check": "pass", "check_detail": "bit-exact", "bytes": 4_500_000,
-                                  "median_ms": 0.0021, "gbps": 2142.9, "frac_of_copy": 0.5214,
-                                  "elements_per_s": 4.7e11},
-               "fp8e4m3 dequantize": {"check": "pass", "check_detail": "bit-exact", "bytes": 5_000_000,
-                                      "median_ms": 0.0015, "gbps": 3333.3, "frac_of_copy": 0.8111},
-               "bf16-sr quantize": {"check": "FAIL", "check_detail": "data differs in slice 0:32", "bytes": 6_000_000}}
-    return {"kind": "bench-quant", "schema_version": 1,
-            "provenance": provenance(bench="scripts/bench_quant.py", shape=[8, 4, 64, 128], dtype="float32",
-                                     gpu_name="NVIDIA H200", smoke=False,
-                                     implementation="precision_lab.kernels.quant.triton_quant"),
-            "state_bytes": 1_048_576, "n_elements": 262_144, "n_matrices": 32,
-            "copy": {"median_ms": 0.0019, "bytes": 8_000_000, "gbps": 4110.0},
-            "kernels": kernels, "torch_reference_nvfp4": None,
-            "target": {"kernel": "nvfp4 quantize", "fraction_of_copy": 0.8, "achieved_fraction": 0.5214, "met": False},
-            "bytes_model": {"copy": "read 4N + write 4N"}}
+    """A bench-quant result as the quantizer benchmark writes it (numbers are fixture values)."""
+    from precision_lab.bench.schema import QuantKernel, QuantKernelsResult, QuantTarget, to_json
+
+    kernels = {"nvfp4 quantize": QuantKernel(check="pass", check_detail="bit-exact", bytes=4_500_000, median_ms=0.0021,
+                                             GBps=2142.9, frac_of_copy=0.5214, elements_per_s=4.7e11),
+               "fp8e4m3 dequantize": QuantKernel(check="pass", check_detail="bit-exact", bytes=5_000_000,
+                                                 median_ms=0.0015, GBps=3333.3, frac_of_copy=0.8111),
+               "bf16-sr quantize": QuantKernel(check="FAIL", check_detail="data differs in slice 0:32", bytes=6_000_000)}
+    return to_json(QuantKernelsResult(
+        provenance=bench_provenance(rep_ms=200.0), ceiling=fixture_ceiling(4110.0), peers={}, shape=[8, 4, 64, 128],
+        dtype="float32", timing="do_bench median", implementation="precision_lab.kernels.quant.triton_quant",
+        sr_seed=1234, state_bytes=1_048_576, n_elements=262_144, n_matrices=32, kernels=kernels,
+        torch_reference_nvfp4=None,
+        target=QuantTarget(kernel="nvfp4 quantize", fraction_of_copy=0.8, achieved_fraction=0.5214, met=False),
+        bytes_model={"copy": "read 4N + write 4N"}))
 
 
 def make_bench_scan() -> dict:
-    """The schema of scripts/bench_scan.py on a GPU (numbers are fixture values)."""
+    """A bench-scan result as the scan benchmark writes it (numbers are fixture values)."""
+    from precision_lab.bench.schema import ScanCheck, ScanKernelsResult, ScanLayer, ScanRow, to_json
+
     rows = []
     for arch in ("gdn", "mamba2"):
         for b in (1, 2, 4, 8):
             for j, pol in enumerate(("fp32", "split:fp16-sr/nvfp4")):
                 ms = 10.0 * b / (j + 1) + (3.5 if arch == "gdn" else 1.25)
                 nb = 1_000_000_000 * b
-                rows.append({"arch": arch, "policy": pol, "kernel": "replay", "B": b, "T": 4096, "ms": ms,
-                             "tokens_per_s": b * 4096 / ms * 1e3, "bytes": nb, "GBps": nb / ms / 1e6,
-                             "pct_of_copy": nb / ms / 1e6 / 4000.0 * 100})
-    rows.append({"arch": "gdn", "policy": "conventional:bf16", "B": 2, "T": 4096, "skipped": "correctness check failed"})
-    return {"kind": "bench-scan", "schema_version": 1,
-            "provenance": provenance(script="scripts/bench_scan.py", argv=[], smoke=False),
-            "bytes_model": "each input read once, the output written once",
-            "copy_ceiling": {"bytes": 2 << 30, "ms": 0.5, "GBps": 4000.0},
-            "checks": [{"arch": "gdn", "policy": "fp32", "against": "decode engine", "ok": True},
-                       {"arch": "gdn", "policy": "conventional:bf16", "against": "decode engine", "ok": False}],
-            "shapes": {"gdn": {"model": "Qwen3.5-4B GDN layer", "HK": 16}, "T": 4096},
-            "timings": rows, "elapsed_s": 12.0}
+                rows.append(ScanRow(arch=arch, policy=pol, kernel="replay", B=b, T=4096, ms=ms,
+                                    tokens_per_s=b * 4096 / ms * 1e3, bytes=nb, GBps=nb / ms / 1e6,
+                                    pct_of_copy=nb / ms / 1e6 / 4000.0 * 100))
+    rows.append(ScanRow(arch="gdn", policy="conventional:bf16", kernel="recurrent", B=2, T=4096,
+                        error="RuntimeError('out of resources')"))
+    return to_json(ScanKernelsResult(
+        provenance=bench_provenance(T=4096), ceiling=fixture_ceiling(4000.0), peers={}, T=4096,
+        layers={"gdn": ScanLayer(model="Qwen3.5-4B GDN layer", dims={"HK": 16}),
+                "mamba2": ScanLayer(model="Nemotron-3-Super Mamba-2 layer", dims={"H": 128})},
+        bytes_model="each input read once, the output written once",
+        checks=[ScanCheck(arch="gdn", policy="fp32", against="scan_reference", T=1024, B=1, ok=True),
+                ScanCheck(arch="gdn", policy="conventional:bf16", against="scan_reference", T=1024, B=1, ok=False)],
+        rows=rows))
 
 
 def write(path: Path, obj) -> Path:
@@ -323,18 +340,18 @@ def test_bench_tables_equal_input(report, inputs):
         if k["check"] != "pass":  # a failed check has no timing, and the report shows none
             assert r["GB/s"] == r["median (ms)"] == "—"
             continue
-        assert num(r["GB/s"]) == pytest.approx(k["gbps"], rel=1e-3)
+        assert num(r["GB/s"]) == pytest.approx(k["GBps"], rel=1e-3)
         assert num(r["% of copy"]) == pytest.approx(100 * k["frac_of_copy"], rel=1e-3)
     bs = inputs["bench-scan"][1]
-    rows = table(md, "All measurements")
-    assert len(rows) == len(bs["timings"])
-    for r, t in zip(rows, bs["timings"]):
+    rows = table(md, "All measurements (rows without a time failed")
+    assert len(rows) == len(bs["rows"])
+    for r, t in zip(rows, bs["rows"]):
         assert (r["arch"], r["policy"], r["B"]) == (t["arch"], t["policy"], str(t["B"]))
-        if "GBps" in t:
+        if t["GBps"] is not None:
             assert num(r["GB/s"]) == pytest.approx(t["GBps"], rel=1e-3)
             assert num(r["ms"]) == pytest.approx(t["ms"], rel=1e-3)
         else:
-            assert r["GB/s"] == "—" and "correctness" in r["skipped"]
+            assert r["GB/s"] == "—" and "out of resources" in r["error"]
     assert "1 of 2 passed" in md
 
 
@@ -476,62 +493,46 @@ def test_cli_builds(tmp_path, inputs, capsys):
 
 
 # ------------------------------------------------------------------------------------------------
-# benchmarks without a fixed schema yet: rows with B / L / T sweeps, and scalar-only files
+# benchmark files outside their schema, and the decode-kernel benchmark's summary
 # ------------------------------------------------------------------------------------------------
-def make_bench_kernels() -> dict:
-    rows = []
-    for b in (1, 16, 256):
-        for kern, pol, us in (("conventional", "fp32", 40.0), ("replay", "split:fp32/nvfp4", 20.0)):
-            rows.append({"arch": "mamba2", "kernel": kern, "policy": pol, "B": b, "L": 16, "T": 1, "us": us * b / 16,
-                         "GBps": 3000.0 + b, "speedup_vs_conventional": 40.0 / us})
-    for L in (4, 8, 32):
-        rows.append({"arch": "mamba2", "kernel": "replay", "policy": "split:fp32/nvfp4", "B": 256, "L": L, "T": 1,
-                     "us": 300.0 + L, "GBps": 3500.0 - L, "speedup_vs_conventional": 1.5 + L / 100})
-    for T in (2, 4, 8):
-        rows.append({"arch": "mamba2", "kernel": "verify", "policy": "split:fp32/nvfp4", "B": 256, "L": 16, "T": T,
-                     "us": 500.0 + T, "GBps": 2000.0})
-    return {"kind": "bench-kernels", "schema_version": 1,
-            "provenance": provenance(script="scripts/bench_kernels.py", gpu_name="NVIDIA H200"),
-            "copy_ceiling": {"GBps": 4100.0}, "timings": rows}
+def test_bench_layouts_outside_the_schema_are_refused(tmp_path):
+    """A benchmark file is read through its class: a layout the class does not have is refused with
+    the field named, never rendered from guessed field names."""
+    rows = [{"arch": "mamba2", "kernel": "replay", "B": b, "us": 20.0 * b} for b in (1, 16)]
+    cases = {
+        "timings": ({"kind": "bench-kernels", "schema_version": 2, "provenance": {}, "timings": rows},
+                    "field(s) 'timings' that DecodeKernelsResult does not have"),
+        "v1 rows": ({"kind": "bench-scan", "schema_version": 1, "provenance": provenance(), "shapes": {"T": 4},
+                     "checks": [], "timings": [{"arch": "gdn", "policy": "fp32", "B": 1, "T": 4, "us": 3.0}]},
+                    "timings[0]: field(s) 'us'"),
+        "v1 layout": ({"kind": "bench-kl", "schema_version": 1, "provenance": provenance(model="m"), "tokens": 131072},
+                      "without 'model', 'policies', 'engine'"),
+        "extra": ({**make_bench_quant(), "speedup": 2.0}, "field(s) 'speedup'"),
+        "no git": ({**make_bench_quant(), "provenance": {**make_bench_quant()["provenance"], "git": None}},
+                   "provenance.git: null in a GPU result"),
+        "version": ({**make_bench_quant(), "schema_version": 3}, "schema_version 3"),
+    }
+    for name, (obj, msg) in cases.items():
+        path = write(tmp_path / f"{name}.json", obj)
+        with pytest.raises(ResultError, match=re.escape(msg)) as ei:
+            build_report([path], tmp_path / "out")
+        assert str(path) in str(ei.value)
+    assert not (tmp_path / "out").exists()
 
 
-def test_bench_sweeps_and_generic(tmp_path):
-    bk = make_bench_kernels()
-    bkl = {"kind": "bench-kl", "schema_version": 1, "provenance": provenance(model="qwen3.5-4b-shape"),
-           "tokens": 131072, "seconds": {"total": 287.5, "teacher_forced": 120.25}, "speedup_vs_decode": 61.5}
-    build_report([write(tmp_path / "bk.json", bk), write(tmp_path / "bkl.json", bkl)], tmp_path / "r")
-    out = tmp_path / "r"
-    figs = sorted(p.name for p in (out / "figures").glob("*.png"))
-    assert figs == ["bench-bench-kernels-mamba2-B.png", "bench-bench-kernels-mamba2-L.png",
-                    "bench-bench-kernels-mamba2-T.png"]
-    md = (out / "index.md").read_text()
-    assert "memcpy ceiling measured in the same run: 4100 GB/s" in md
-    rows = table(md, "All measurements")
-    assert len(rows) == len(bk["timings"])
-    for r, t in zip(rows, bk["timings"]):
-        assert num(r["us (µs)"]) == pytest.approx(t["us"], rel=1e-3)
-        assert r["speedup_vs_conventional"] == ("—" if "speedup_vs_conventional" not in t
-                                                else f"{t['speedup_vs_conventional']:.4g}")
-    vals = {r["quantity"]: r["value"] for r in table(md, "bench-kl measurements")}
-    assert vals == {"tokens": "131072", "seconds.total": "287.5", "seconds.teacher_forced": "120.2",
-                    "speedup_vs_decode": "61.5"}
-    assert "Model `qwen3.5-4b-shape` (`bkl.json`) has the layer and state shapes of a published checkpoint but random weights" in md
+def make_bench_kernels_real_schema(partial: bool = False) -> dict:
+    """The decode-kernel benchmark's result: fixture timing rows, its own summarise() on top
+    (``partial``: a per-operator checkpoint, no summary)."""
+    from precision_lab.bench import decode_kernels as bk
+    from precision_lab.bench.schema import DecodeKernelsResult, KernelCheck, KernelRow, to_json
 
-
-def make_bench_kernels_real_schema() -> dict:
-    """scripts/bench_kernels.py's result: fixture timing rows, its own summarise() on top."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_kernels", Path(__file__).parents[1] / "scripts/bench_kernels.py")
-    bk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bk)
-    ceiling = {"bytes": 1 << 31, "us": 500.0, "GBps": 4295.0, "timing": "CUDA graph"}
+    ceiling = fixture_ceiling(4295.0)
     rows = []
 
     def row(op, kernel, batch, us, tag, **kw):
-        rows.append({"op": op, "kernel": kernel, "batch": batch, "us": us, "bytes": 1e6 * batch,
-                     "GBps": 1e3 * batch / us, "pct_ceiling": 100 * 1e3 * batch / us / ceiling["GBps"], "tag": tag,
-                     "update": kw.get("update", "fp32"), "read": kw.get("read"), "T": kw.get("T", 1)})
+        rows.append(KernelRow(op=op, kernel=kernel, batch=batch, us=us, bytes=1e6 * batch, GBps=1e3 * batch / us,
+                              pct_ceiling=100 * 1e3 * batch / us / ceiling.GBps, tag=tag, update=kw.get("update", "fp32"),
+                              read=kw.get("read"), T=kw.get("T", 1)))
 
     for k, op in enumerate(("mamba2", "gdn")):
         for B in bk.BATCHES:
@@ -552,13 +553,13 @@ def make_bench_kernels_real_schema() -> dict:
             row(op, "flush", 256, 250.0 + len(uf), "update", update=uf, read="nvfp4")
         for cf in bk.CONV_FMTS:
             row(op, "conventional", 256, 200.0 + len(cf), "convfmt", update=cf)
-    checks = {f"{op}:{name}": {"rel_err": {"y": 1e-6}, "tol": 1e-4, "ok": name != "verify-T4"}
+    checks = {f"{op}:{name}": KernelCheck(rel_err={"y": 1e-6}, tol=1e-4, ok=name != "verify-T4")
               for op in ("mamba2", "gdn") for name in ("fp32", "shared:fp32", "split:fp32/nvfp4", "verify-T4",
                                                        "verify-T4-flush")}
-    return {"kind": "bench-kernels", "schema_version": 1,
-            "provenance": provenance(device="NVIDIA H200", quick=False, seconds=1.0),
-            "ceiling": ceiling, "correctness": checks, "rows": rows,
-            "summary": json.loads(json.dumps(bk.summarise(rows, checks, ceiling)))}  # int keys -> str, as on disk
+    return to_json(DecodeKernelsResult(
+        provenance=bench_provenance(quick=False), ceiling=ceiling, peers={"flash-linear-attention": "0.6.0"},
+        correctness=checks, rows=rows, partial=partial,
+        summary=None if partial else bk.summarise(rows, checks, ceiling.GBps)))
 
 
 def test_bench_kernels_summary(tmp_path):
@@ -585,7 +586,7 @@ def test_bench_kernels_summary(tmp_path):
         for r in table(md, f"{op}: draft sweep"):
             assert r["ratio to one conventional step"] == "—"
             assert num(r["verify (µs)"]) == pytest.approx(s["drafts"][r["T"]]["verify_us"], rel=1e-3)
-        tg = {r["quantity"]: r for r in table(md, f"{op}: targets (B")}
+        tg = {r["quantity"]: r for r in table(md, f"{op}: targets")}
         assert tg["verify_T8_vs_conventional"]["met"] == "not measured"
         v = s["targets"]["replay_vs_conventional"]
         assert num(tg["replay_vs_conventional"]["measured"]) == pytest.approx(v["value"], rel=1e-3)
@@ -596,6 +597,16 @@ def test_bench_kernels_summary(tmp_path):
     build_report([write(tmp_path / "cut.json", bk)], tmp_path / "r2")
     assert "**Incomplete run**: stopped at its time limit before the GDN storage formats" in \
         (tmp_path / "r2" / "index.md").read_text()
+    # a per-operator checkpoint has no summary: its checks and measured launches are shown
+    part = make_bench_kernels_real_schema(partial=True)
+    build_report([write(tmp_path / "part.json", part)], tmp_path / "r3")
+    md = (tmp_path / "r3" / "index.md").read_text()
+    assert "**Incomplete run**: a per-operator checkpoint" in md and "Peers timed: flash-linear-attention 0.6.0" in md
+    rows = table(md, "All measured launches")
+    assert len(rows) == len(part["rows"])
+    for r, x in zip(rows, part["rows"]):
+        assert (r["op"], r["sweep"], r["kernel"], r["B"]) == (x["op"], x["tag"], x["kernel"], str(x["batch"]))
+        assert num(r["µs"]) == pytest.approx(x["us"], rel=1e-3)
 
 
 def test_sim_equivalence_mode(tmp_path):
@@ -617,27 +628,36 @@ def test_sim_equivalence_mode(tmp_path):
 
 
 def make_bench_kl(ok: bool = True) -> dict:
-    """The schema of scripts/bench_kl.py (numbers are fixture values)."""
+    """A bench-kl result as the KL engine benchmark writes it (numbers are fixture values)."""
+    from precision_lab.bench.schema import (
+        EngineCheck,
+        EngineVerdict,
+        KLEngineResult,
+        LongRun,
+        Segment,
+        SideBySide,
+        to_json,
+    )
+
     pols = ["shared:nvfp4-sr", "split:fp16-sr/nvfp4"]
-    return {"kind": "bench-kl", "schema_version": 1,
-            "provenance": provenance(policies=pols, reference="fp32", model="qwen3.5-4b-shape", engine="triton",
-                                     settings={"tokens": 131072}),
-            "model": "qwen3.5-4b-shape", "policies": pols, "engine": "triton", "build_seconds": 12.5,
-            "model_params": 4_500_000_000,
-            "check": {"prefill": 32, "decode_tokens": 24, "segment": 16, "weights": "float32",
-                      "verdicts": {p: {"ok": ok, "disagreement": 1e-4, "effect": 0.02, "criterion": "max KL <= 0.05 x"}
-                                   for p in pols}, "all_ok": ok},
-            "side_by_side": {"prefill": 512, "decode_tokens": 4096, "rows": 3, "weights": "bfloat16",
-                             "teacher_forced_seconds": 2.5, "teacher_forced_tok_per_s": 1638.4,
-                             "token_by_token_seconds_per_step": 0.0625, "token_by_token_seconds_for_stream": 256.0,
-                             "token_by_token_note": "measured over 64 steps, scaled to 4096", "speedup": 102.4,
-                             "speedup_valid": ok},
-            "long_run": {"tokens": 131072, "prefill": 512, "segment": 8192, "rows": 3, "decode_tokens_done": 130560,
-                         "seconds": 250.0, "tokens_per_s_per_row": 522.2, "estimated_seconds_full": 250.0,
-                         "estimate_note": "measured (complete)", "target_seconds": 300,
-                         "segments": [{"start": 512 + 8192 * i, "tokens": 8192, "seconds": 10.0 + i} for i in range(4)],
-                         "peak_gpu_mem_gib": 61.5,
-                         "mean_kl_by_policy_random_weights": {p: 1e-3 for p in pols}}}
+    return to_json(KLEngineResult(
+        provenance=bench_provenance(tokens=131072), ceiling=fixture_ceiling(4200.0), peers={}, model="qwen3.5-4b-shape",
+        policies=pols, engine="triton", build_seconds=12.5, model_params=4_500_000_000,
+        check=EngineCheck(prefill=32, decode_tokens=24, segment=16, weights="float32", seconds=3.0, all_ok=ok,
+                          verdicts={p: EngineVerdict(ok=ok, disagreement=1e-4, effect=0.02,
+                                                     criterion="max KL <= 0.05 x") for p in pols}),
+        side_by_side=SideBySide(prefill=512, decode_tokens=4096, rows=3, weights="bfloat16", prefill_seconds=1.0,
+                                teacher_forced_seconds=2.5, teacher_forced_tok_per_s=1638.4,
+                                token_by_token_steps_timed=64, token_by_token_seconds_per_step=0.0625,
+                                token_by_token_seconds_per_step_stat="median over the timed steps",
+                                token_by_token_seconds_for_stream=256.0,
+                                token_by_token_note="measured over 64 steps, scaled to 4096", speedup=102.4,
+                                speedup_valid=ok),
+        long_run=LongRun(tokens=131072, prefill=512, segment=8192, rows=3, weights="bfloat16",
+                         decode_tokens_done=130560, seconds=250.0, tokens_per_s_per_row=522.2,
+                         estimated_seconds_full=250.0, estimate_note="measured (complete)", target_seconds=300,
+                         segments=[Segment(start=512 + 8192 * i, tokens=8192, seconds=10.0 + i) for i in range(4)],
+                         peak_gpu_mem_gib=61.5, mean_kl_by_policy_random_weights={p: 1e-3 for p in pols})))
 
 
 def test_bench_kl(tmp_path):

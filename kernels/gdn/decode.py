@@ -41,6 +41,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from precision_lab.kernels.common.formats import C_E4M3, C_FP32, C_NVFP4, FMT_FP32
+from precision_lab.kernels.common.launch import as_i64, pow2, warps_for_tile
+from precision_lab.kernels.common.state_io import program_slot
 from precision_lab.kernels.decode_state import (
     FMT_NVFP4,
     PackedState,
@@ -49,7 +52,6 @@ from precision_lab.kernels.decode_state import (
     sr_seed,
     store_state,
 )
-from precision_lab.kernels.scan_formats import C_E4M3, C_FP32, C_NVFP4, FMT_FP32
 
 __all__ = ["GDNRecords", "gdn_conventional_step", "gdn_replay_step"]
 
@@ -86,13 +88,10 @@ def gdn_conventional_step_kernel(
     FMT: tl.constexpr, SR: tl.constexpr, NORM: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr,
 ):
-    i_r, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
     i_kh = i_h // (Hv // Hk)
-    slot = tl.load(slot_ptr + i_b).to(tl.int64)
     valid = slot >= 0
-    rows = i_r * BR + tl.arange(0, BR)
     cols = tl.arange(0, BC)
-    m_r = (rows < R) & ((rows * 0 + slot) >= 0)  # (block & scalar masks trip the interpreter)
     m_c = cols < C
     slot = tl.maximum(slot, 0)
     bh = i_b.to(tl.int64) * Hv + i_h
@@ -314,15 +313,11 @@ def gdn_replay_step_kernel(
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr,
 ):
-    i_r, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
     i_kh = i_h // (Hv // Hk)
-    slot = tl.load(slot_ptr + i_b).to(tl.int64)
     valid = slot >= 0
     start = tl.load(start_ptr + i_b)
     n_w = tl.where(valid, tl.load(wlen_ptr + i_b), 0)  # a skipped entry has an empty window
-    rows = i_r * BR + tl.arange(0, BR)
-    # (block & scalar masks trip the interpreter: broadcast the slot test explicitly)
-    m_r = (rows < R) & ((rows * 0 + slot) >= 0)
     slot = tl.maximum(slot, 0)
     seq = tl.load(seq_ptr + i_b)
     ev = tl.load(ev_ptr + i_b)
@@ -439,10 +434,6 @@ def gdn_replay_step_kernel(
 # ---------------------------------------------------------------------------------------------
 # Host wrappers
 # ---------------------------------------------------------------------------------------------
-def _pow2(n: int) -> int:
-    return triton.next_power_of_2(max(int(n), 1))
-
-
 # The conventional step's launch shape, measured fastest on the H200 (batch 256, Qwen3.5-4B shape,
 # "tune" rows of reports/bench/bench_kernels.json): 8 rows × 2 warps 285.6 µs, 16 × 2 288.1,
 # 16 × 4 288.3, 8 × 4 304.3 (differences of ~1% are within run-to-run noise).
@@ -453,12 +444,8 @@ CONVENTIONAL_NUM_WARPS = 2
 def _block_rows(R: int, stored: tuple[int, ...], block_r: int | None) -> int:
     """Rows per program; ``stored``: formats the launch writes (writing NVFP4 needs the head's amax)."""
     if any(f == FMT_NVFP4 for f in stored):
-        return _pow2(R)  # NVFP4's global scale is per matrix: one program owns the whole head
-    return block_r if block_r is not None else min(_pow2(R), 32)
-
-
-def _num_warps(br: int, bc: int) -> int:
-    return 8 if br * bc >= 8192 else 4
+        return pow2(R)  # NVFP4's global scale is per matrix: one program owns the whole head
+    return block_r if block_r is not None else min(pow2(R), 32)
 
 
 def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None, serial: bool,
@@ -469,7 +456,7 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
     T = 1 output-only step: 64 rows, 64 elements per thread from an fp32 read copy, 128 from a stored
     format (H200, batch 256: fp32 183 µs against 230 at the earlier 32 rows × 32 per thread; NVFP4
     128 against 158; reports/bench/tune_explore.jsonl)."""
-    br = _block_rows(R, stored, min(_pow2(R), 64) if block_r is None else block_r)
+    br = _block_rows(R, stored, min(pow2(R), 64) if block_r is None else block_r)
     per_thread = 128 if serial else (64 if read_fp32 else 128)
     if FMT_NVFP4 in stored and sr:
         # the whole head's [128, 128] tile rounded with SR words: at 128 elements per thread it spilled
@@ -478,10 +465,6 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
         # (no spill) measured slower than 4 (255 registers, 8 bytes of stack): 975 against 739 µs.
         per_thread = 32
     return br, max(1, min(16, br * C // (32 * per_thread)))
-
-
-def _as_i64(v, B: int, device) -> torch.Tensor:
-    return torch.as_tensor(v, dtype=torch.int64, device=device).expand(B).contiguous()
 
 
 def _check(state: PackedState, V: int, K: int) -> None:
@@ -511,11 +494,11 @@ def gdn_conventional_step(state: PackedState, slots: torch.Tensor, q: torch.Tens
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     br = _block_rows(V, (state.code,), CONVENTIONAL_BLOCK_R if block_r is None else block_r)
     if num_warps is None:
-        num_warps = CONVENTIONAL_NUM_WARPS if block_r is None else _num_warps(br, max(_pow2(K), 16))
-    bc = max(_pow2(K), 16)
+        num_warps = CONVENTIONAL_NUM_WARPS if block_r is None else warps_for_tile(br, max(pow2(K), 16))
+    bc = max(pow2(K), 16)
     gdn_conventional_step_kernel[(triton.cdiv(V, br), Hv, Bsz)](
-        *state.kernel_args(), slots.to(torch.int32).contiguous(), _as_i64(seq_ids, Bsz, dev),
-        _as_i64(events, Bsz, dev), sr_seed(seed, layer),
+        *state.kernel_args(), slots.to(torch.int32).contiguous(), as_i64(seq_ids, Bsz, dev),
+        as_i64(events, Bsz, dev), sr_seed(seed, layer),
         q.contiguous(), k.contiguous(), v, g.contiguous(), beta.contiguous(), o,
         float(K ** -0.5 if scale is None else scale), Hk, Hv, V, K,
         FMT=state.code, SR=state.sr, NORM=qk_l2norm, BR=br, BC=bc, num_warps=num_warps,
@@ -552,7 +535,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     v = v.contiguous()
     o = torch.empty_like(v) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
-    bc = max(_pow2(K), 16)
+    bc = max(pow2(K), 16)
     br, nw = _replay_launch(V, bc, (update.code, read.code) if flush else (), block_r, flush or T > 1,
                             read.code == FMT_FP32, sr=flush and (update.sr or read.sr))
     bj = max(records.ring, 16)
@@ -570,7 +553,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         *update.kernel_args(), *read.kernel_args(),
         records.k, records.d, records.v, records.a, records.beta,
         records.k.stride(0), records.d.stride(0), records.a.stride(0),
-        slots32, start32, wlen32, _as_i64(seq_ids, Bsz, dev), _as_i64(events, Bsz, dev), sr_seed(seed, layer),
+        slots32, start32, wlen32, as_i64(seq_ids, Bsz, dev), as_i64(events, Bsz, dev), sr_seed(seed, layer),
         qn, kn, kq, kk, v, g.contiguous(), beta.contiguous(), o, Hk, Hv, V, K, records.ring,
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,

@@ -33,14 +33,14 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from precision_lab.kernels.quant import codecs as qc
-from precision_lab.kernels.scan_formats import (
-    C_FP32,
-    C_NVFP4,
-    FMT_NVFP4,
-    nvfp4_tile_sr,
+from precision_lab.kernels.common.formats import C_FP32, C_NVFP4, FMT_NVFP4
+from precision_lab.kernels.common.launch import check_nvfp4_cols, replay_scan_buffers
+from precision_lab.kernels.common.tiles import (
+    checkpoint_ptrs,
     quantize_tile,
-    tile_amax_bits,
+    seq_head_group,
+    store_flush_block,
+    store_late_nvfp4,
     to_output,
 )
 from precision_lab.quant.philox import layer_seed
@@ -80,10 +80,7 @@ def gdn_replay_scan_fwd_kernel(
     # the wrapper) and are walked in row blocks of BLOCK_R value rows: state rows are independent in
     # the delta rule, and a [128, 128] fp32 matrix (two in split mode) does not fit in registers.
     i_bh = tl.program_id(0)
-    i_b = i_bh // HV
-    i_h = i_bh % HV
-    i_hk = i_h // (HV // HK)
-    i_b64 = i_b.to(tl.int64)
+    i_b, i_h, i_hk, i_b64 = seq_head_group(i_bh, HV, HK)
 
     o_w = tl.arange(0, BLOCK_W)
     o_k = tl.arange(0, BLOCK_K)
@@ -97,14 +94,7 @@ def gdn_replay_scan_fwd_kernel(
     # NVFP4 copy during the row-block pass and rounded in a second pass.
     UPD_LATE: tl.constexpr = UPD_FMT == C_NVFP4
     READ_LATE: tl.constexpr = SPLIT and READ_FMT == C_NVFP4
-    if READ_LATE:
-        park_ptr = r_ptr
-    else:
-        park_ptr = u_ptr
-    if SPLIT:
-        rd_ptr = r_ptr
-    else:
-        rd_ptr = u_ptr
+    park_ptr, rd_ptr = checkpoint_ptrs(u_ptr, r_ptr, SPLIT, READ_LATE)
 
     for i_w in range(n_windows):
         t = i_w * L + o_w
@@ -175,34 +165,15 @@ def gdn_replay_scan_fwd_kernel(
                     b_up = b_rd
                 b_s = b_up * tl.exp(c_last) + tl.dot(tl.trans(b_d * b_wk[:, None]), b_k, input_precision=DOT_PRECISION)
                 b_o = tl.where(is_last[:, None], tl.sum(b_s * b_ql[None, :], 1)[None, :], b_o)
-                if UPD_LATE or READ_LATE:
-                    b_s = tl.where(m_rk, b_s, 0.0)
-                    amax = tl.maximum(amax, tile_amax_bits(b_s))
-                    tl.store(park_ptr + p_st, b_s, mask=m_rk)
-                if not UPD_LATE:
-                    tl.store(u_ptr + p_st, quantize_tile(b_s, m_rk, seed, seq, i_h, event, elem, 0, UPD_FMT, UPD_SR,
-                                                         BLOCK_R, BLOCK_K), mask=m_rk)
-                if SPLIT and not READ_LATE:
-                    tl.store(r_ptr + p_st, quantize_tile(b_s, m_rk, seed, seq, i_h, event, elem, 1, READ_FMT,
-                                                         READ_SR, BLOCK_R, BLOCK_K), mask=m_rk)
+                amax = store_flush_block(b_s, m_rk, amax, u_ptr, r_ptr, park_ptr, p_st, seed, seq, i_h, event, elem,
+                                         UPD_FMT, UPD_SR, READ_FMT, READ_SR, SPLIT, UPD_LATE, READ_LATE,
+                                         BLOCK_R, BLOCK_K)
             tl.store(o_ptr + p_bth[:, None] * V + o_r[None, :], to_output(b_o, o_ptr.dtype.element_ty), mask=m_tr)
 
         if UPD_LATE or READ_LATE:
             if flush:
-                tl.debug_barrier()
-                s_enc, s_dec = qc.nvfp4_global_scales(amax)
-                for i_r in range(NUM_R):
-                    o_r = i_r * BLOCK_R + tl.arange(0, BLOCK_R)
-                    m_rk = (o_r < V)[:, None] & m_k[None, :]
-                    p_st = p_head + o_r[:, None] * K + o_k[None, :]
-                    elem = (o_r[:, None] * K + o_k[None, :]).to(tl.int64)
-                    b_s = tl.load(park_ptr + p_st, mask=m_rk, other=0.0)
-                    if UPD_LATE:
-                        tl.store(u_ptr + p_st, nvfp4_tile_sr(b_s, m_rk, s_enc, s_dec, seed, seq, i_h, event, elem, 0,
-                                                             UPD_SR, BLOCK_R, BLOCK_K), mask=m_rk)
-                    if READ_LATE:
-                        tl.store(r_ptr + p_st, nvfp4_tile_sr(b_s, m_rk, s_enc, s_dec, seed, seq, i_h, event, elem, 1,
-                                                             READ_SR, BLOCK_R, BLOCK_K), mask=m_rk)
+                store_late_nvfp4(park_ptr, u_ptr, r_ptr, amax, p_head, V, K, o_k, m_k, seed, seq, i_h, event,
+                                 UPD_SR, READ_SR, UPD_LATE, READ_LATE, BLOCK_R, BLOCK_K, NUM_R)
         tl.debug_barrier()
 
 
@@ -217,10 +188,7 @@ def gdn_recurrent_scan_fwd_kernel(
     # split a head over programs; NVFP4 (one scale per matrix) gets BLOCK_R = V, one program per head.
     i_bh = tl.program_id(0)
     i_rb = tl.program_id(1)
-    i_b = i_bh // HV
-    i_h = i_bh % HV
-    i_hk = i_h // (HV // HK)
-    i_b64 = i_b.to(tl.int64)
+    i_b, i_h, i_hk, i_b64 = seq_head_group(i_bh, HV, HK)
     o_k = tl.arange(0, BLOCK_K)
     o_r = i_rb * BLOCK_R + tl.arange(0, BLOCK_R)
     m_k = o_k < K
@@ -250,12 +218,6 @@ def gdn_recurrent_scan_fwd_kernel(
     tl.store(s_ptr + p_state, b_s, mask=m_rk)
 
 
-def _check_nvfp4(C: int, *fmts: int) -> None:
-    if FMT_NVFP4 in fmts and C % 16:
-        raise ValueError(f"NVFP4 scales blocks of 16 along the last state axis, which has {C} elements "
-                         "(not a multiple of 16)")
-
-
 def _prep(q, k, v, g, beta, scale):
     Bsz, T, HK, K = q.shape
     HV, V = v.shape[2], v.shape[3]
@@ -277,20 +239,8 @@ def gdn_replay_scan(q, k, v, g, beta, u0, r0, *, scale: float | None, qk_l2norm:
     Returns (o [B,T,Hv,V] in v's dtype, u, r [B,Hv,V,K] fp32; r is u unless ``split``).
     """
     (q, k, v, g, beta), (Bsz, T, HK, HV, K, V), scale = _prep(q, k, v, g, beta, scale)
-    if not 1 <= L <= 64:
-        raise ValueError(f"the Triton scan supports 1 <= L <= 64, got L={L}")
-    _check_nvfp4(K, upd_fmt, read_fmt)
-    if out is not None:
-        o, u, r = out
-    else:
-        o = torch.empty_like(v)
-        u = torch.empty(Bsz, HV, V, K, device=v.device, dtype=torch.float32)
-        r = torch.empty_like(u) if split else u
-    r = r if split else u
-    # u and r are the kernel's working checkpoints: start them from u0 / r0
-    u.copy_(u0)
-    if split:
-        r.copy_(r0)
+    check_nvfp4_cols(K, upd_fmt, read_fmt)
+    o, u, r = replay_scan_buffers(out, v, (Bsz, HV, V, K), u0, r0, split=split, L=L)
     block_r = min(ROW_BLOCK, max(16, triton.next_power_of_2(V)))
     gdn_replay_scan_fwd_kernel[(Bsz * HV,)](
         q, k, v, g, beta, o, u, r, seq_ids.to(device=v.device, dtype=torch.int64).contiguous(),
@@ -312,7 +262,7 @@ def gdn_recurrent_scan(q, k, v, g, beta, s0, *, scale: float | None, qk_l2norm: 
     Returns (o [B,T,Hv,V], s [B,Hv,V,K] fp32).
     """
     (q, k, v, g, beta), (Bsz, T, HK, HV, K, V), scale = _prep(q, k, v, g, beta, scale)
-    _check_nvfp4(K, fmt)
+    check_nvfp4_cols(K, fmt)
     if out is not None:
         o, s = out
     else:

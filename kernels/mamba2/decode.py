@@ -36,6 +36,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from precision_lab.kernels.common.launch import as_i64, pow2, warps_for_tile
+from precision_lab.kernels.common.state_io import program_slot
 from precision_lab.kernels.decode_state import (
     FMT_NVFP4,
     PackedState,
@@ -79,14 +81,10 @@ def mamba2_conventional_step_kernel(
     HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr,
 ):
-    i_r, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
     i_g = i_h // (H // G)
-    slot = tl.load(slot_ptr + i_b).to(tl.int64)
     valid = slot >= 0
-    rows = i_r * BR + tl.arange(0, BR)
     cols = tl.arange(0, BC)
-    # (block & scalar masks trip the interpreter: broadcast the slot test explicitly)
-    m_r = (rows < R) & ((rows * 0 + slot) >= 0)
     m_c = cols < C
     slot = tl.maximum(slot, 0)
     bh = i_b.to(tl.int64) * H + i_h
@@ -168,17 +166,14 @@ def mamba2_replay_step_kernel(
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
     FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr,
 ):
-    i_r, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
     i_g = i_h // (H // G)
-    slot = tl.load(slot_ptr + i_b).to(tl.int64)
     valid = slot >= 0
     start = tl.load(start_ptr + i_b)
     W = tl.load(wlen_ptr + i_b)
-    rows = i_r * BR + tl.arange(0, BR)
     cols = tl.arange(0, BC)
     jj = tl.arange(0, BJ)
     # (block & scalar masks trip the interpreter: broadcast the slot test explicitly)
-    m_r = (rows < R) & ((rows * 0 + slot) >= 0)
     m_c = cols < C
     slot_ok = (jj * 0 + slot) >= 0
     tt = tl.arange(0, TP)  # draft index (T > 1)
@@ -316,18 +311,14 @@ def mamba2_replay_step_kernel(
 # ---------------------------------------------------------------------------------------------
 # Host wrappers
 # ---------------------------------------------------------------------------------------------
-def _pow2(n: int) -> int:
-    return triton.next_power_of_2(max(int(n), 1))
-
-
 def _block_rows(R: int, C: int, stored: tuple[int, ...], block_r: int | None) -> int:
     """Rows per program. ``stored``: the formats the launch writes. Reading NVFP4 works from any row
     block (scales are per row block of 16 and per head), but writing it needs the head's amax."""
     if any(f == FMT_NVFP4 for f in stored):
-        return _pow2(R)  # NVFP4's global scale is per matrix: one program must own the whole head
+        return pow2(R)  # NVFP4's global scale is per matrix: one program must own the whole head
     if block_r is not None:
         return block_r
-    return min(_pow2(R), 64)
+    return min(pow2(R), 64)
 
 
 # Launch shapes measured fastest on the H200 (scripts/bench_kernels.py "tune" rows, batch 256,
@@ -348,14 +339,6 @@ def _replay_warps(T: int, flush: bool) -> int:
     spills 48-104 bytes at 4 warps in an sm_90 compile, none at 8, but 8 warps measured no faster on
     the H200: 1566 against 1550 µs with an fp32 update copy, 4376 against 4353 with fp16-SR.)"""
     return NONFLUSH_NUM_WARPS if T == 1 and not flush else 4
-
-
-def _num_warps(br: int, bc: int) -> int:
-    return 8 if br * bc >= 8192 else 4
-
-
-def _as_i64(v, B: int, device) -> torch.Tensor:
-    return torch.as_tensor(v, dtype=torch.int64, device=device).expand(B).contiguous()
 
 
 def _opt(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
@@ -385,15 +368,15 @@ def mamba2_conventional_step(state: PackedState, slots: torch.Tensor, x: torch.T
     y = torch.empty_like(x) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     br = _block_rows(P, N, (state.code,), CONVENTIONAL_BLOCK_R if block_r is None else block_r)
-    bc = max(_pow2(N), 16)
+    bc = max(pow2(N), 16)
     grid = (triton.cdiv(P, br), H, Bsz)
     mamba2_conventional_step_kernel[grid](
-        *state.kernel_args(), slots.to(torch.int32).contiguous(), _as_i64(seq_ids, Bsz, dev),
-        _as_i64(events, Bsz, dev), sr_seed(seed, layer),
+        *state.kernel_args(), slots.to(torch.int32).contiguous(), as_i64(seq_ids, Bsz, dev),
+        as_i64(events, Bsz, dev), sr_seed(seed, layer),
         x, dt.contiguous(), A.contiguous(), B.contiguous(), C.contiguous(), _opt(D, A), _opt(dt_bias, A),
         _opt(z, x), y, H, G, P, N,
         FMT=state.code, SR=state.sr, HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
-        BR=br, BC=bc, num_warps=num_warps or (CONVENTIONAL_NUM_WARPS if block_r is None else _num_warps(br, bc)),
+        BR=br, BC=bc, num_warps=num_warps or (CONVENTIONAL_NUM_WARPS if block_r is None else warps_for_tile(br, bc)),
         enable_fp_fusion=False)
     return y
 
@@ -443,7 +426,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     br = _block_rows(P, N, fmts, FLUSH_BLOCK_R if flush and block_r is None else block_r)
     if T > 1:
         br = max(br, 16)  # the verify block's matrix products need 16 rows
-    bc = max(_pow2(N), 16)
+    bc = max(pow2(N), 16)
     bj = max(records.ring, 16)
     scores = torch.empty(Bsz, T, G, bj, dtype=torch.float32, device=dev)
     slots32, start32, wlen32 = (t.to(torch.int32).contiguous() for t in (slots, start, wlen))
@@ -456,13 +439,13 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     mamba2_replay_step_kernel[grid](
         *update.kernel_args(), *read.kernel_args(),
         records.u, records.b, records.a, records.u.stride(0), records.b.stride(0), records.a.stride(0),
-        slots32, start32, wlen32, _as_i64(seq_ids, Bsz, dev), _as_i64(events, Bsz, dev), sr_seed(seed, layer),
+        slots32, start32, wlen32, as_i64(seq_ids, Bsz, dev), as_i64(events, Bsz, dev), sr_seed(seed, layer),
         x, dt.contiguous(), A.contiguous(), B, C, _opt(D, A), _opt(dt_bias, A), _opt(z, x), y, scores,
         H, G, P, N, records.ring,
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
-        BR=br, BC=bc, BJ=bj, TP=max(_pow2(T), 16), HW=x.is_cuda, FOLD_PREC=fold_precision,
+        BR=br, BC=bc, BJ=bj, TP=max(pow2(T), 16), HW=x.is_cuda, FOLD_PREC=fold_precision,
         VERIFY_PREC=verify_precision,
         num_warps=num_warps or _replay_warps(T, flush),
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance

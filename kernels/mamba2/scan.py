@@ -36,14 +36,14 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from precision_lab.kernels.quant import codecs as qc
-from precision_lab.kernels.scan_formats import (
-    C_FP32,
-    C_NVFP4,
-    FMT_NVFP4,
-    nvfp4_tile_sr,
+from precision_lab.kernels.common.formats import C_FP32, C_NVFP4, FMT_NVFP4
+from precision_lab.kernels.common.launch import check_nvfp4_cols, replay_scan_buffers
+from precision_lab.kernels.common.tiles import (
+    checkpoint_ptrs,
     quantize_tile,
-    tile_amax_bits,
+    seq_head_group,
+    store_flush_block,
+    store_late_nvfp4,
     to_output,
 )
 from precision_lab.quant.philox import layer_seed
@@ -74,10 +74,7 @@ def mamba2_replay_scan_fwd_kernel(
     # wrapper) and are walked in blocks of BLOCK_R head-dim rows, which are independent; the
     # window's B/C products are shared by all row blocks.
     i_bh = tl.program_id(0)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    i_g = i_h // (H // G)
-    i_b64 = i_b.to(tl.int64)
+    i_b, i_h, i_g, i_b64 = seq_head_group(i_bh, H, G)
 
     o_w = tl.arange(0, BLOCK_W)
     o_n = tl.arange(0, BLOCK_N)
@@ -91,14 +88,7 @@ def mamba2_replay_scan_fwd_kernel(
     # NVFP4 copy during the row-block pass and rounded in a second pass.
     UPD_LATE: tl.constexpr = UPD_FMT == C_NVFP4
     READ_LATE: tl.constexpr = SPLIT and READ_FMT == C_NVFP4
-    if READ_LATE:
-        park_ptr = r_ptr
-    else:
-        park_ptr = u_ptr
-    if SPLIT:
-        rd_ptr = r_ptr
-    else:
-        rd_ptr = u_ptr
+    park_ptr, rd_ptr = checkpoint_ptrs(u_ptr, r_ptr, SPLIT, READ_LATE)
 
     for i_w in range(n_windows):
         t = i_w * L + o_w
@@ -150,16 +140,9 @@ def mamba2_replay_scan_fwd_kernel(
                     b_up = b_rd
                 b_s = b_up * tl.exp(c_last) + tl.dot(tl.trans(b_x * b_wk[:, None]), b_B, input_precision=DOT_PRECISION)
                 b_y = tl.where(is_last[:, None], tl.sum(b_s * b_cl[None, :], 1)[None, :], b_y)
-                if UPD_LATE or READ_LATE:
-                    b_s = tl.where(m_rn, b_s, 0.0)
-                    amax = tl.maximum(amax, tile_amax_bits(b_s))
-                    tl.store(park_ptr + p_st, b_s, mask=m_rn)
-                if not UPD_LATE:
-                    tl.store(u_ptr + p_st, quantize_tile(b_s, m_rn, seed, seq, i_h, event, elem, 0, UPD_FMT, UPD_SR,
-                                                         BLOCK_R, BLOCK_N), mask=m_rn)
-                if SPLIT and not READ_LATE:
-                    tl.store(r_ptr + p_st, quantize_tile(b_s, m_rn, seed, seq, i_h, event, elem, 1, READ_FMT,
-                                                         READ_SR, BLOCK_R, BLOCK_N), mask=m_rn)
+                amax = store_flush_block(b_s, m_rn, amax, u_ptr, r_ptr, park_ptr, p_st, seed, seq, i_h, event, elem,
+                                         UPD_FMT, UPD_SR, READ_FMT, READ_SR, SPLIT, UPD_LATE, READ_LATE,
+                                         BLOCK_R, BLOCK_N)
             if HAS_D:
                 b_y += b_dd * b_x
             if HAS_Z:
@@ -169,20 +152,8 @@ def mamba2_replay_scan_fwd_kernel(
 
         if UPD_LATE or READ_LATE:
             if flush:
-                tl.debug_barrier()
-                s_enc, s_dec = qc.nvfp4_global_scales(amax)
-                for i_r in range(NUM_R):
-                    o_r = i_r * BLOCK_R + tl.arange(0, BLOCK_R)
-                    m_rn = (o_r < P)[:, None] & m_n[None, :]
-                    p_st = p_head + o_r[:, None] * N + o_n[None, :]
-                    elem = (o_r[:, None] * N + o_n[None, :]).to(tl.int64)
-                    b_s = tl.load(park_ptr + p_st, mask=m_rn, other=0.0)
-                    if UPD_LATE:
-                        tl.store(u_ptr + p_st, nvfp4_tile_sr(b_s, m_rn, s_enc, s_dec, seed, seq, i_h, event, elem, 0,
-                                                             UPD_SR, BLOCK_R, BLOCK_N), mask=m_rn)
-                    if READ_LATE:
-                        tl.store(r_ptr + p_st, nvfp4_tile_sr(b_s, m_rn, s_enc, s_dec, seed, seq, i_h, event, elem, 1,
-                                                             READ_SR, BLOCK_R, BLOCK_N), mask=m_rn)
+                store_late_nvfp4(park_ptr, u_ptr, r_ptr, amax, p_head, P, N, o_n, m_n, seed, seq, i_h, event,
+                                 UPD_SR, READ_SR, UPD_LATE, READ_LATE, BLOCK_R, BLOCK_N, NUM_R)
         tl.debug_barrier()
 
 
@@ -199,10 +170,7 @@ def mamba2_recurrent_scan_fwd_kernel(
     # over programs; NVFP4 (one scale per matrix) gets BLOCK_R = P, one program per head.
     i_bh = tl.program_id(0)
     i_rb = tl.program_id(1)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    i_g = i_h // (H // G)
-    i_b64 = i_b.to(tl.int64)
+    i_b, i_h, i_g, i_b64 = seq_head_group(i_bh, H, G)
     o_r = i_rb * BLOCK_R + tl.arange(0, BLOCK_R)
     o_n = tl.arange(0, BLOCK_N)
     m_r = o_r < P
@@ -237,12 +205,6 @@ def mamba2_recurrent_scan_fwd_kernel(
     tl.store(s_ptr + p_state, b_s, mask=m_rn)
 
 
-def _check_nvfp4(C: int, *fmts: int) -> None:
-    if FMT_NVFP4 in fmts and C % 16:
-        raise ValueError(f"NVFP4 scales blocks of 16 along the last state axis, which has {C} elements "
-                         "(not a multiple of 16)")
-
-
 def _prep(x, dt, A, B, C, D, dt_bias, z):
     """Shared argument preparation: contiguous inputs, fp32 dt = softplus(dt + bias) and A·dt."""
     Bsz, T, H, P = x.shape
@@ -268,20 +230,8 @@ def mamba2_replay_scan(x, dt, A, B, C, D, dt_bias, z, u0, r0, *, L: int, seq_ids
     Returns (y [B,T,H,P] in x's dtype, u, r [B,H,P,N] fp32; r is u unless ``split``).
     """
     x, dtf, la, B, C, D, z, (Bsz, T, H, P, G, N) = _prep(x, dt, A, B, C, D, dt_bias, z)
-    if not 1 <= L <= 64:
-        raise ValueError(f"the Triton scan supports 1 <= L <= 64, got L={L}")
-    _check_nvfp4(N, upd_fmt, read_fmt)
-    if out is not None:
-        y, u, r = out
-    else:
-        y = torch.empty_like(x)
-        u = torch.empty(Bsz, H, P, N, device=x.device, dtype=torch.float32)
-        r = torch.empty_like(u) if split else u
-    r = r if split else u
-    # u and r are the kernel's working checkpoints: start them from u0 / r0
-    u.copy_(u0)
-    if split:
-        r.copy_(r0)
+    check_nvfp4_cols(N, upd_fmt, read_fmt)
+    y, u, r = replay_scan_buffers(out, x, (Bsz, H, P, N), u0, r0, split=split, L=L)
     block_r = min(ROW_BLOCK, max(16, triton.next_power_of_2(P)))
     mamba2_replay_scan_fwd_kernel[(Bsz * H,)](
         x, dtf, la, B, C, D if D is not None else x, z if z is not None else x, y,
@@ -304,7 +254,7 @@ def mamba2_recurrent_scan(x, dt, A, B, C, D, dt_bias, z, s0, *, seq_ids: torch.T
     out: optional (y, s) buffers. Returns (y [B,T,H,P], s [B,H,P,N] fp32).
     """
     x, dtf, la, B, C, D, z, (Bsz, T, H, P, G, N) = _prep(x, dt, A, B, C, D, dt_bias, z)
-    _check_nvfp4(N, fmt)
+    check_nvfp4_cols(N, fmt)
     if out is not None:
         y, s = out
     else:

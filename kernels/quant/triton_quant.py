@@ -24,13 +24,13 @@ import triton
 import triton.language as tl
 from precision_lab.quant import QTensor, Quantizer, get_quantizer
 
+from ..common.formats import C_BF16, C_E4M3, C_FP16, FMT_BF16, FMT_E4M3, FMT_E5M2, FMT_FP16
 from ..runtime import require_triton, triton_unavailable_reason
 from . import codecs as qc
 
 RB_NONE, RB_TENSOR, RB_PHILOX = 0, 1, 2
-FMT_BF16, FMT_FP16, FMT_E4M3, FMT_E5M2 = 0, 1, 2, 3
 
-# element format → (kernel format id, storage dtype of the codes, integer view used for stores)
+# element format → (kernel format code, storage dtype of the codes, integer view used for stores)
 _CAST_FORMATS: dict[str, tuple[int, torch.dtype, torch.dtype]] = {
     "bf16": (FMT_BF16, torch.bfloat16, torch.int16),
     "fp16": (FMT_FP16, torch.float16, torch.int16),
@@ -125,11 +125,11 @@ def cast_quantize_kernel(x_ptr, out_ptr, rbits_ptr, seed, n, FMT: tl.constexpr, 
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     r = _load_rbits(rbits_ptr, offs, mask, seed, RB)
-    if FMT == 0:
+    if FMT == C_BF16:
         tl.store(out_ptr + offs, qc.encode_bf16(x, r, SR).to(tl.int16), mask=mask)
-    elif FMT == 1:
+    elif FMT == C_FP16:
         tl.store(out_ptr + offs, qc.encode_fp16(x, r, SR).to(tl.int16), mask=mask)
-    elif FMT == 2:
+    elif FMT == C_E4M3:
         tl.store(out_ptr + offs, qc.encode_e4m3(x, r, SR).to(tl.uint8), mask=mask)
     else:
         tl.store(out_ptr + offs, qc.encode_e5m2(x, r, SR).to(tl.uint8), mask=mask)
@@ -140,11 +140,11 @@ def cast_dequantize_kernel(code_ptr, out_ptr, n, FMT: tl.constexpr, BLOCK: tl.co
     """codes [n] (integer view) → out fp32 [n]."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
-    if FMT == 0:
+    if FMT == C_BF16:
         y = qc.decode_bf16(tl.load(code_ptr + offs, mask=mask, other=0).to(tl.int32) & 0xFFFF)
-    elif FMT == 1:
+    elif FMT == C_FP16:
         y = qc.decode_fp16(tl.load(code_ptr + offs, mask=mask, other=0).to(tl.int32))
-    elif FMT == 2:
+    elif FMT == C_E4M3:
         y = qc.decode_e4m3(tl.load(code_ptr + offs, mask=mask, other=0).to(tl.int32))
     else:
         y = qc.decode_e5m2(tl.load(code_ptr + offs, mask=mask, other=0).to(tl.int32))

@@ -132,8 +132,8 @@ def _all_policies(results: list[Result]) -> list[str]:
             names += list(d["results"])
         elif r.kind == "lmeval":
             names += list(d.get("policies", []))
-        elif isinstance(d.get("timings"), list):
-            names += [str(t["policy"]) for t in d["timings"] if "policy" in t]
+        elif r.kind == "bench-scan":
+            names += [x.policy for x in r.typed.rows]
         elif r.kind == "bench-kernels":
             names.append("shared:fp32")  # the ReplaySSM kernels of its figures (sections/bench.py)
     return names

@@ -12,6 +12,9 @@ What "mixed" means (``check_mixed``), i.e. which sets of inputs a report refuses
 - benchmark files from a smoke run (the Triton interpreter on a CPU): their timings are not
   measurements, so the report refuses to plot them.
 
+Benchmark files are read through their result classes (``precision_lab.bench.schema``; version 1
+files converted there), and ``Result.data`` holds the class's JSON form.
+
 The setup of a result is everything that changes its numbers except the policy (``setup_key``):
 results of the same kind and setup are drawn in one figure (their policies side by side); results
 of the same kind but another setup (another model, architecture, length, task, GPU) get their own
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 KINDS = ("sim", "kl", "lmeval", "bench-quant", "bench-kernels", "bench-scan", "bench-kl")
+BENCH_KINDS = ("bench-quant", "bench-kernels", "bench-scan", "bench-kl")
 SCHEMA_VERSION = 1
 
 # Keys each kind must have for its section to say anything (optional fields are checked where used).
@@ -34,10 +38,6 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "sim": (),            # two shapes: the error study ("results") or --mode equivalence; checked below
     "kl": ("model", "data", "policies", "results"),
     "lmeval": ("model", "policies", "tasks"),
-    "bench-quant": ("copy", "kernels"),
-    "bench-kernels": (),
-    "bench-scan": ("timings",),
-    "bench-kl": (),
 }
 
 
@@ -51,6 +51,7 @@ class Result:
     kind: str
     data: dict[str, Any]
     digest: str = ""
+    typed: Any = None  # the benchmark kinds' result object (precision_lab.bench.schema)
 
     @property
     def provenance(self) -> dict[str, Any]:
@@ -86,6 +87,8 @@ def load_result(path: str | Path) -> Result:
     kind = data["kind"]
     if kind not in KINDS:
         raise ResultError(f"{path}: unknown result kind {kind!r}; reports read {', '.join(KINDS)}")
+    if kind in BENCH_KINDS:
+        return _load_bench(path, raw)
     if data.get("schema_version") != SCHEMA_VERSION:
         raise ResultError(f"{path}: schema_version {data.get('schema_version')!r}, this version reads {SCHEMA_VERSION}")
     if not isinstance(data.get("provenance"), dict):
@@ -100,6 +103,18 @@ def load_result(path: str | Path) -> Result:
     if kind in ("sim", "kl", "lmeval"):
         _check_policy_names(result)
     return result
+
+
+def _load_bench(path: Path, raw: bytes) -> Result:
+    from precision_lab.bench.schema import SchemaError, encode, load
+
+    data = json.loads(raw.decode("utf-8"))
+    try:
+        typed = load(data)
+    except SchemaError as e:
+        raise ResultError(f"{path}: a {data['kind']!r} result without the layout this version reads ({e}); the file "
+                          "is truncated, edited or was not written by precision-lab") from e
+    return Result(path, data["kind"], encode(typed), hashlib.sha256(raw).hexdigest(), typed)
 
 
 def _check_policy_names(r: Result) -> None:
@@ -168,8 +183,12 @@ def setup_key(r: Result) -> str:
             cfg.pop(k, None)
         cfg.setdefault("model", d["model"])
         return _canon(cfg)
-    # benchmarks: the device and the benchmark's own shape settings
-    return _canon({"gpu": gpu_name(prov), "shape": prov.get("shape"), "script": prov.get("script") or prov.get("bench")})
+    # benchmarks: the device and the shapes the benchmark ran at
+    t = r.typed
+    shape = {"bench-quant": lambda: t.shape, "bench-scan": lambda: {"T": t.T, "layers": d["layers"]},
+             "bench-kl": lambda: {"model": t.model, "tokens": t.long_run.tokens if t.long_run else None},
+             "bench-kernels": lambda: None}[r.kind]()
+    return _canon({"gpu": gpu_name(prov), "shape": shape})
 
 
 def policies_of(r: Result) -> list[tuple[str, str]]:
@@ -188,9 +207,9 @@ def policies_of(r: Result) -> list[tuple[str, str]]:
             out += [(task, p) for p in e.get("policies", {})]
         return out
     if r.kind == "bench-quant":
-        return [("", k) for k in d["kernels"]]
+        return [("", k) for k in r.typed.kernels]
     if r.kind == "bench-scan":
-        return sorted({(str(t.get("arch")), str(t.get("policy"))) for t in d["timings"]})
+        return sorted({(x.arch, x.policy) for x in r.typed.rows})
     return [("", "*")]  # other benchmarks: one file per setup
 
 
@@ -205,7 +224,7 @@ def check_mixed(results: list[Result]) -> None:
                               + "; give each result once")
         seen[r.digest] = r
     for r in results:
-        if r.kind.startswith("bench") and r.provenance.get("smoke"):
+        if r.kind in BENCH_KINDS and r.typed.provenance.smoke:
             raise ResultError(f"{r.path}: a smoke run of the benchmark (Triton interpreter, no GPU); its timings "
                               "are not measurements, so the report does not plot them. Run the benchmark on a GPU.")
     owner: dict[tuple, Result] = {}
@@ -245,17 +264,12 @@ def describe_setup(r: Result) -> str:
 # provenance helpers shared by the sections
 # ------------------------------------------------------------------------------------------------
 def gpu_name(prov: dict) -> str | None:
-    dev = prov.get("device") or {}
-    if isinstance(dev, str):  # some benchmarks record the GPU name itself as the device
-        return dev
-    return prov.get("gpu_name") or dev.get("gpu")
+    return (prov.get("device") or {}).get("gpu")
 
 
 def device_str(prov: dict) -> str:
     dev = prov.get("device") or {}
     gpu = gpu_name(prov)
-    if not isinstance(dev, dict):
-        dev = {}
     if gpu:
         n = dev.get("gpu_count")
         return f"{gpu}" + (f" (×{n})" if n and n > 1 else "") + (f", CUDA {dev['cuda']}" if dev.get("cuda") else "")

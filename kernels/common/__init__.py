@@ -1,0 +1,12 @@
+"""What every kernel family shares (``precision_lab.kernels.common``):
+
+- ``formats``  the one table of storage-format codes (``FMT_*`` for the host, ``C_*`` constexprs for
+  ``@triton.jit`` bodies) and ``KERNEL_FORMATS`` (quantizer name → code, stochastic rounding)
+- ``tiles``    rounding an fp32 tile to a format in registers (the scans' checkpoints): SR words,
+  ``quantize_tile``, NVFP4 tiles, a flush's row-block store and its late NVFP4 pass, ``to_output``
+- ``state_io`` the decode kernels' packed pools: ``load_state`` / ``store_state`` / ``read_state_dot``,
+  the program prologue ``program_slot``, ``softplus``
+- ``launch``   host-side launch helpers (powers of two, int64 counters, warps, argument checks)
+
+Element codecs (integer bit operations) are ``precision_lab.kernels.quant.codecs``.
+"""

@@ -1,0 +1,492 @@
+"""The decode-step kernel benchmark: conventional vs ReplaySSM vs flash-linear-attention peers.
+
+One run measures, for Mamba-2 (Nemotron-3-Super: 128 heads, P 64, N 128, 8 groups) and GDN
+(Qwen3.5-4B: 16 key / 32 value heads, 128 × 128):
+  * the memcpy ceiling (``ceiling.copy_ceiling``);
+  * a correctness check of every kernel family at the real shapes (small batch, vs the torch
+    references) — a speedup is only reported for kernels that passed;
+  * batch sweep 1..512 (conventional fp32, ReplaySSM non-flush / flush with an fp32 checkpoint, fla);
+  * L sweep 4..64, draft sweep T = 1, 2, 4, 8, read formats fp32/bf16/fp8/NVFP4, update formats
+    fp32/fp16-SR, conventional storage formats — at batch 256.
+Timing: CUDA-graph replay of ≥ 24 launches cycling over enough independent buffer sets (≥ 256 MB)
+that every launch starts with a cold L2; median of 5 replays (``timing.time_launches``). Bytes come
+from ``byte_models`` (state at its storage size, records fp32, inputs bf16, outputs bf16).
+Amortised ReplaySSM cost per token over a window of L: ((L-1)·t_nonflush(W_mid) + t_flush)/L with
+W_mid = (L-2)//2 (the non-flush cost is affine in W, so its mean over W = 0..L-2 is its value at
+the midpoint).
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from precision_lab.kernels.gdn.decode import gdn_conventional_step, gdn_replay_step
+from precision_lab.kernels.mamba2.decode import mamba2_conventional_step, mamba2_replay_step
+
+from .byte_models import bytes_conventional, bytes_flush, bytes_nonflush
+from .ceiling import REFERENCE_COPY_GBPS, copy_ceiling
+from .peers import fla_peer, fla_versions
+from .problems import GDN, MAMBA2, PROBLEMS, packed_to
+from .schema import (
+    BatchPoint,
+    DecodeKernelsResult,
+    DraftPoint,
+    KernelCheck,
+    KernelRow,
+    OperatorSummary,
+    ReadFormatPoint,
+    StorageFormatPoint,
+    Target,
+    UpdateFormatPoint,
+    WindowPoint,
+    dump,
+    load,
+    run_provenance,
+)
+from .timing import n_sets, time_launches
+
+BATCHES = [1, 4, 16, 64, 128, 256, 512]
+LS = [4, 8, 16, 32, 64]
+DRAFT_T = [1, 2, 4, 8]
+READ_FMTS = ["fp32", "bf16", "fp8e4m3", "nvfp4"]
+UPDATE_FMTS = ["fp32", "fp16-sr"]
+CONV_FMTS = ["fp32", "bf16", "fp16-sr", "bf16-sr"]
+
+# Launch-shape candidates per kernel kind (keywords of the wrappers; a wrapper that lacks a keyword
+# is tuned over the ones it has). "verify" is the non-flush kernel with T > 1 drafts.
+TUNE_SPACE = {
+    # the shapes that won (or came close) in earlier runs (``--tune-only`` rows in
+    # reports/bench/tune_explore.jsonl); the wrappers' defaults are set from these rows. GDN's
+    # replay wrapper picks its own launch shape (gdn/decode.py ``_replay_launch``): None = that default.
+    "mamba2": {
+        "conventional": dict(block_r=[16, 32], num_warps=[8]),
+        "flush": dict(block_r=[16, 32], num_warps=[4, 8], fold_precision=["tf32x3"]),
+        "nonflush": dict(block_r=[None], num_warps=[2, 4]),
+        "verify": dict(block_r=[64], num_warps=[4]),
+    },
+    "gdn": {
+        "conventional": dict(block_r=[8, 16], num_warps=[2, 4]),
+        "flush": dict(block_r=[None]),
+        "nonflush": dict(block_r=[None], num_warps=[None, 2, 4]),
+        "verify": dict(block_r=[None], num_warps=[None, 4]),
+    },
+}
+
+# The wider space of ``--tune-only`` (an exploration run; each entry a list of spaces whose products
+# are joined), from which TUNE_SPACE keeps the winners.
+TUNE_SPACE_WIDE = {
+    "mamba2": {
+        "conventional": [dict(block_r=[16, 32], num_warps=[4, 8])],
+        "flush": [dict(block_r=[16, 32], num_warps=[2, 4, 8]), dict(block_r=[64], num_warps=[8])],
+        "nonflush": [dict(block_r=[None], num_warps=[2, 4, 8])],
+        "verify": [dict(block_r=[64], num_warps=[2, 4])],
+    },
+    "gdn": {
+        "conventional": [dict(block_r=[8, 16, 32], num_warps=[2, 4, 8])],
+        "flush": [dict(block_r=[None, 32], num_warps=[None, 4])],
+        "nonflush": [dict(block_r=[None, 32, 128], num_warps=[None, 2, 4, 8])],
+        "verify": [dict(block_r=[None, 32], num_warps=[None, 4, 8])],
+    },
+}
+
+
+def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None,
+            nbytes: float):
+    """Time one kernel configuration over cold buffer sets; returns a result row. ``cfg``: launch-shape
+    keywords of the kernel wrapper (block_r, num_warps, ...); None = its defaults."""
+    cfg = {k: v for k, v in (cfg or {}).items() if v is not None}
+    nsets = n_sets(nbytes)
+    sets = [PROBLEMS[op](B, dev, upd=upd, read=read, ring=ring, W=W, T=T) for _ in range(nsets)]
+    if kind == "conventional":
+        launch = (lambda i: sets[i].conventional(**cfg))
+    elif kind == "nonflush":
+        launch = (lambda i: sets[i].replay(False, False, **cfg))
+    else:
+        fn = T == 1 if fold_new is None else fold_new
+        launch = (lambda i: sets[i].replay(True, fn, **cfg))
+    us, how = time_launches(launch, nsets)
+    sets.clear()
+    torch.cuda.empty_cache()
+    return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
+            "cfg": cfg, "us": us, "bytes": nbytes, "GBps": nbytes / us / 1e3, "timing": how,
+            "buffer_sets": nsets}
+
+
+def tune_candidates(op, kind, wide: bool = False) -> list[dict]:
+    """The launch shapes ``tune`` tries for one kernel kind: the product of each candidate space,
+    joined, without duplicates, keeping only keywords the wrapper has (``[{}]``: its defaults)."""
+    wrapper = {"mamba2": (mamba2_conventional_step, mamba2_replay_step),
+               "gdn": (gdn_conventional_step, gdn_replay_step)}[op][0 if kind == "conventional" else 1]
+    have = inspect.signature(wrapper).parameters
+    spaces = TUNE_SPACE_WIDE[op][kind] if wide else [TUNE_SPACE[op][kind]]
+    out = []
+    for space in spaces:
+        space = {k: v for k, v in space.items() if k in have}
+        for combo in itertools.product(*space.values()):
+            c = dict(zip(space, combo))
+            if c not in out:
+                out.append(c)
+    return out or [{}]
+
+
+def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, nbytes, wide=False) -> dict:
+    """Fastest launch shape of one kernel kind at batch 256 (every candidate recorded, failures too)."""
+    best = None
+    mkind = "nonflush" if kind == "verify" else kind
+    for cfg in tune_candidates(op, kind, wide):
+        try:
+            r = measure(op, mkind, 256, dev, upd="fp32", read=read, W=W, T=T, ring=ring, cfg=cfg, nbytes=nbytes)
+        except Exception as e:  # noqa: BLE001 - a shape may not compile (registers / shared memory)
+            torch.cuda.empty_cache()
+            rec({"op": op, "kernel": mkind, "batch": 256, "read": read, "T": T, "cfg": cfg,
+                 "error": f"{type(e).__name__}: {str(e)[:200]}"}, "tune")
+            continue
+        rec(r, "tune")
+        if best is None or r["us"] < best[0]:
+            best = (r["us"], cfg)
+    return best[1] if best else {}
+
+
+# ---------------------------------------------------------------------------------------------
+# correctness at the real shapes
+# ---------------------------------------------------------------------------------------------
+def rel(a, b):
+    return ((a.float().cpu() - b.float().cpu()).norm() / b.float().cpu().norm().clamp_min(1e-30)).item()
+
+
+def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
+    """Every kernel family at the real shapes (batch 2): whole streams driven by the ``triton-decode``
+    engine against the torch ``decode`` engine on the CPU, and single verify/flush steps against the
+    step references."""
+    from precision_lab.kernels.gdn.decode_reference import gdn_replay_step_ref
+    from precision_lab.kernels.mamba2.decode_reference import mamba2_replay_step_ref
+    from precision_lab.layer import GDNInputs, Mamba2Inputs, run_layer
+    from precision_lab.policy import StatePolicy
+
+    out = {}
+    torch.manual_seed(0)
+    policies = ["fp32", "conventional:fp16-sr", "conventional:bf16", "shared:fp32", "split:fp32/nvfp4",
+                "split:fp16-sr/nvfp4", "split:fp32/fp8e4m3", "split:fp32/bf16", "split:fp8e4m3-sr/nvfp4"]
+    H, P, N, G = MAMBA2["H"], MAMBA2["P"], MAMBA2["N"], MAMBA2["G"]
+    Bs = 2
+    m = dict(x=torch.randn(Bs, steps, H, P), dt=torch.randn(Bs, steps, H), A=-torch.rand(H),
+             B=0.3 * torch.randn(Bs, steps, G, N), C=torch.randn(Bs, steps, G, N), D=torch.randn(H), dt_bias=torch.randn(H))
+    S0 = 0.1 * torch.randn(Bs, H, P, N)
+    margs = [m[k] for k in ("x", "dt", "A", "B", "C", "D", "dt_bias")]
+    Hk, Hv, V, K = GDN["Hk"], GDN["Hv"], GDN["V"], GDN["K"]
+    gi = dict(q=torch.randn(Bs, steps, Hk, K), k=torch.randn(Bs, steps, Hk, K), v=torch.randn(Bs, steps, Hv, V),
+              g=-0.2 * torch.rand(Bs, steps, Hv), beta=torch.rand(Bs, steps, Hv))
+    G0 = 0.1 * torch.randn(Bs, Hv, V, K)
+    gargs = [gi[k] for k in ("q", "k", "v", "g", "beta")]
+    for pol_s in policies:
+        pol = StatePolicy.parse(pol_s, seed=3)
+        for op in ops:
+            cls, args, init = (Mamba2Inputs, margs, S0) if op == "mamba2" else (GDNInputs, gargs, G0)
+            y, st = run_layer(cls(*(a.to(dev) for a in args)), pol, engine="triton-decode", initial_state=init.to(dev))
+            yr, ref = run_layer(cls(*args), pol, engine="decode", initial_state=init)
+            w, wr = st.state_writes, ref.state_writes
+            tol = 1e-5 if pol.update == "fp32" and pol.read == "fp32" else 3e-3
+            errs = {"y": rel(y, yr), "update": rel(st.state.update, ref.state.update),
+                    "read": rel(st.state.read, ref.state.read)}
+            out[f"{op}:{pol.short_str()}"] = {"rel_err": errs, "writes": [w, wr], "tol": tol,
+                                              "ok": bool(all(v < tol for v in errs.values()) and w == wr
+                                                         and not torch.isnan(y).any())}
+    # speculative verify (T = 4 drafts over a window of 5) and the speculative flush, vs the step refs
+    for op in ops:
+        for flush in (False, True):
+            prob = PROBLEMS[op](2, dev, upd="fp32", read="nvfp4", ring=16, W=5, T=4)
+            # decoded copies and window in logical order for the reference
+            upd_f = prob.upd.data.float().cpu().clone()  # (clone: the flush updates the pool in place)
+            rd_f = packed_to(prob.read, "cpu").dequantize()
+            if op == "mamba2":
+                hist = {"u": prob.rec.u[:, :5].cpu().clone(), "b": prob.rec.b[:, :5].cpu().clone(),
+                        "a": prob.rec.a[:, :5].cpu().clone()}
+                y = prob.replay(flush, False)
+                yr, _, _ = mamba2_replay_step_ref(upd_f, rd_f, hist, prob.x.cpu(), prob.dt.cpu(), prob.A.cpu(),
+                                                  prob.B.cpu(), prob.C.cpu(), prob.D.cpu(), prob.dtb.cpu(),
+                                                  flush=flush)
+            else:
+                rep = Hv // Hk
+                hist = {"k": prob.rec.k[:, :5].cpu().repeat_interleave(rep, 2), "d": prob.rec.d[:, :5].cpu().clone(),
+                        "v": prob.rec.v[:, :5].cpu().clone(), "a": prob.rec.a[:, :5].cpu().clone(),
+                        "beta": prob.rec.beta[:, :5].cpu().clone()}
+                y = prob.replay(flush, False)
+                yr, _, _ = gdn_replay_step_ref(upd_f, rd_f, hist, prob.q.cpu(), prob.k.cpu(), prob.v.cpu(),
+                                               prob.g.cpu(), prob.beta.cpu(), flush=flush)
+            e = rel(y, yr)
+            # y is stored in bf16 (the inputs' dtype): one bf16 rounding is ~2e-3 relative
+            out[f"{op}:verify-T4{'-flush' if flush else ''}"] = {"rel_err": {"y": e}, "tol": 5e-3, "ok": e < 5e-3}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the run
+# ---------------------------------------------------------------------------------------------
+def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool = False, log=None) -> DecodeKernelsResult:
+    """The whole benchmark on the current CUDA device; a per-operator checkpoint of the result is
+    written to ``output`` as each operator finishes. Returns the result."""
+    dev = "cuda"
+    t_start = time.time()
+    settings = {"quick": bool(quick), "ops": list(ops), "tune_only": bool(tune_only)}
+    run_provenance(smoke=False, settings=settings)  # no commit to record: stop before spending device time
+    # (the checks also warm the GPU up before the ceiling is measured; a tune-only run reports no
+    # speedups and skips them)
+    checks = {} if tune_only else {k: KernelCheck(**v) for k, v in check_correctness(dev, ops=ops).items()}
+    ceiling = copy_ceiling(dev)
+    print(f"memcpy ceiling: {ceiling.GBps:.0f} GB/s", flush=True)
+    bad = [k for k, v in checks.items() if not v.ok]
+    print(f"correctness: {len(checks) - len(bad)}/{len(checks)} ok {bad}", flush=True)
+    for k, v in checks.items():
+        print(f"  {k:32s} {'ok ' if v.ok else 'BAD'} {v.rel_err}", flush=True)
+    rows: list[KernelRow] = []
+
+    def result(partial: bool = False) -> DecodeKernelsResult:
+        """The result as it stands (``partial``: a per-operator checkpoint, no summary yet)."""
+        timed_fla = any(r.kernel == "fla" and r.us is not None for r in rows)
+        return DecodeKernelsResult(
+            provenance=run_provenance(smoke=False, settings=settings, seconds=round(time.time() - t_start, 1)),
+            ceiling=ceiling, peers=fla_versions() if timed_fla else {}, correctness=checks, rows=rows,
+            partial=partial)
+
+    log_file = open(log, "a") if log else None  # noqa: SIM115 - one line per row, survives a kill
+
+    def rec(fields: dict, tag: str) -> None:
+        row = KernelRow(**fields, tag=tag)
+        row.pct_ceiling = None if row.GBps is None else 100 * row.GBps / ceiling.GBps
+        rows.append(row)
+        if log_file:
+            log_file.write(json.dumps(dataclasses.asdict(row)) + "\n")
+            log_file.flush()
+        if row.us is not None:
+            print(f"{tag:10s} {row.op:6s} {row.kernel:12s} B={row.batch:4d} {str(row.update):8s} {str(row.read):8s} "
+                  f"W={row.W} T={row.T} {row.us:9.1f} us {row.GBps:7.0f} GB/s ({row.pct_ceiling:.0f}%)", flush=True)
+        else:
+            print(f"{tag} {row}", flush=True)
+
+    batches = [1, 16, 256] if quick else BATCHES
+    Ls = [16] if quick else LS
+    for op in ops:
+        Lmid = lambda L: (L - 2) // 2  # noqa: E731
+        # Hand tuning of the launch shapes at batch 256 (no autotune: the kernels update state in
+        # place). Every candidate is recorded (tag "tune"); the sweeps below use the fastest.
+        wide = tune_only
+        best = {"conventional": tune(op, "conventional", dev, rec, nbytes=bytes_conventional(op, 256, "fp32"),
+                                     wide=wide),
+                "flush": tune(op, "flush", dev, rec, W=15, nbytes=bytes_flush(op, 256, "fp32", "fp32", 15, split=False),
+                              wide=wide)}
+        for rf in READ_FMTS:
+            best["nonflush", rf] = tune(op, "nonflush", dev, rec, read=rf, W=Lmid(16),
+                                        nbytes=bytes_nonflush(op, 256, rf, Lmid(16)), wide=wide)
+        for T in ([1, 8] if quick or wide else DRAFT_T):
+            if T > 1:
+                ring = 1 << (16 + T - 1).bit_length()
+                best["verify", T] = tune(op, "verify", dev, rec, W=8, T=T, ring=ring,
+                                         nbytes=bytes_nonflush(op, 256, "fp32", 8, T), wide=wide)
+        print(f"{op}: best launch shapes {best}", flush=True)
+        if tune_only:
+            continue
+        # batch sweep: conventional fp32, ReplaySSM shared:fp32 at L = 16, fla
+        for B in batches:
+            rec(measure(op, "conventional", B, dev, cfg=best["conventional"],
+                        nbytes=bytes_conventional(op, B, "fp32")), "batch")
+            rec(measure(op, "nonflush", B, dev, W=Lmid(16), cfg=best["nonflush", "fp32"],
+                        nbytes=bytes_nonflush(op, B, "fp32", Lmid(16))), "batch")
+            rec(measure(op, "flush", B, dev, W=15, cfg=best["flush"],
+                        nbytes=bytes_flush(op, B, "fp32", "fp32", 15, split=False)), "batch")
+            rec(fla_peer(op, B, dev), "batch")
+        # L sweep (batch 256, shared:fp32)
+        for L in Ls:
+            ring = 1 << (L - 1).bit_length()
+            rec(measure(op, "nonflush", 256, dev, W=Lmid(L), ring=ring, cfg=best["nonflush", "fp32"],
+                        nbytes=bytes_nonflush(op, 256, "fp32", Lmid(L))), f"L{L}")
+            rec(measure(op, "flush", 256, dev, W=L - 1, ring=ring, cfg=best["flush"],
+                        nbytes=bytes_flush(op, 256, "fp32", "fp32", L - 1, split=False)), f"L{L}")
+        # draft sweep: history block 16, L = 16 + T; verify at W = 8, speculative flush folds 16
+        for T in ([1, 8] if quick else DRAFT_T):
+            ring = 1 << (16 + T - 1).bit_length()
+            rec(measure(op, "nonflush", 256, dev, W=8, T=T, ring=ring,
+                        cfg=best["nonflush", "fp32"] if T == 1 else best["verify", T],
+                        nbytes=bytes_nonflush(op, 256, "fp32", 8, T)), f"T{T}")
+            rec(measure(op, "flush", 256, dev, W=16, T=T, ring=ring, fold_new=False, cfg=best["flush"],
+                        nbytes=bytes_flush(op, 256, "fp32", "fp32", 16, T, split=False)), f"T{T}")
+        # read formats (split, fp32 update) and update formats (NVFP4 read), batch 256, L = 16
+        for rf in READ_FMTS:
+            rec(measure(op, "nonflush", 256, dev, upd="fp32", read=rf, W=Lmid(16), cfg=best["nonflush", rf],
+                        nbytes=bytes_nonflush(op, 256, rf, Lmid(16))), "read")
+            rec(measure(op, "flush", 256, dev, upd="fp32", read=rf, W=15, cfg=best["flush"],
+                        nbytes=bytes_flush(op, 256, "fp32", rf, 15)), "read")
+        for uf in UPDATE_FMTS:
+            rec(measure(op, "flush", 256, dev, upd=uf, read="nvfp4", W=15, cfg=best["flush"],
+                        nbytes=bytes_flush(op, 256, uf, "nvfp4", 15)), "update")
+        for cf in CONV_FMTS:
+            rec(measure(op, "conventional", 256, dev, upd=cf, cfg=best["conventional"],
+                        nbytes=bytes_conventional(op, 256, cf)), "convfmt")
+        # a checkpoint after each operator: a run cut short still leaves a file that resummarise reads
+        dump(result(partial=True), output)
+    if tune_only:
+        return result(partial=True)
+    again = copy_ceiling(dev)
+    print(f"memcpy ceiling (end of run): {again.GBps:.0f} GB/s", flush=True)
+    if again.GBps > ceiling.GBps:
+        ceiling = again
+        for r in rows:
+            if r.GBps is not None:
+                r.pct_ceiling = 100 * r.GBps / ceiling.GBps
+    out = result()
+    out.summary = summarise(rows, checks, ceiling.GBps)
+    return out
+
+
+def _find(rows: list[KernelRow], **kw) -> KernelRow | None:
+    for r in rows:
+        if r.us is not None and all(getattr(r, k) == v for k, v in kw.items()):
+            return r
+    return None
+
+
+def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBps: float) -> dict[str, OperatorSummary]:
+    """Amortised window costs and the targets per operator; a speedup only where the kernels passed."""
+    def ok(name):
+        c = checks.get(name)
+        return bool(c and c.ok)
+
+    out = {}
+    for op in ("mamba2", "gdn"):
+        ok_conv, ok_replay, ok_nvfp4 = ok(f"{op}:fp32"), ok(f"{op}:shared:fp32"), ok(f"{op}:split:fp32/nvfp4")
+        ok_verify = ok(f"{op}:verify-T4") and ok(f"{op}:verify-T4-flush")
+        batch, windows, drafts, read, update, conv = {}, {}, {}, {}, {}, {}
+        for B in BATCHES:
+            c = _find(rows, op=op, tag="batch", kernel="conventional", batch=B)
+            nf = _find(rows, op=op, tag="batch", kernel="nonflush", batch=B)
+            fl = _find(rows, op=op, tag="batch", kernel="flush", batch=B)
+            fla = _find(rows, op=op, tag="batch", kernel="fla", batch=B)
+            if not (c and nf and fl):
+                continue
+            amort = (15 * nf.us + fl.us) / 16
+            e = BatchPoint(conventional_us=c.us, conventional_pct_ceiling=c.pct_ceiling, nonflush_us=nf.us,
+                           flush_us=fl.us, replay_amortised_us=amort, fla_us=fla.us if fla else None)
+            if ok_conv and ok_replay:
+                e.speedup_vs_conventional = c.us / amort
+                if fla:
+                    e.speedup_vs_fla = fla.us / amort
+            batch[B] = e
+        c256 = _find(rows, op=op, tag="batch", kernel="conventional", batch=256)
+        for L in LS:
+            nf = _find(rows, op=op, tag=f"L{L}", kernel="nonflush")
+            fl = _find(rows, op=op, tag=f"L{L}", kernel="flush")
+            if nf and fl and c256:
+                amort = ((L - 1) * nf.us + fl.us) / L
+                windows[L] = WindowPoint(nonflush_us=nf.us, flush_us=fl.us, replay_amortised_us=amort,
+                                         speedup_vs_conventional=c256.us / amort if ok_conv and ok_replay else None,
+                                         bound=2 * L / (L + 1))
+        for T in DRAFT_T:
+            v = _find(rows, op=op, tag=f"T{T}", kernel="nonflush")
+            f = _find(rows, op=op, tag=f"T{T}", kernel="flush")
+            if v and f and c256:
+                n_nf = 16 // T - 1  # rounds between flushes with every draft accepted (history block 16)
+                per_round = (n_nf * v.us + f.us) / (n_nf + 1)
+                drafts[T] = DraftPoint(verify_us=v.us, spec_flush_us=f.us, per_round_amortised_us=per_round,
+                                       rounds_per_flush=n_nf + 1,
+                                       ratio_to_one_conventional_step=per_round / c256.us if ok_verify and ok_conv
+                                       else None,
+                                       snapshot_baseline_estimate_us=T * c256.us)
+        for rf in READ_FMTS:
+            nf = _find(rows, op=op, tag="read", kernel="nonflush", read=rf)
+            fl = _find(rows, op=op, tag="read", kernel="flush", read=rf)
+            if nf and fl:
+                read[rf] = ReadFormatPoint(nonflush_us=nf.us, nonflush_GBps=nf.GBps, flush_us=fl.us,
+                                           replay_amortised_us=(15 * nf.us + fl.us) / 16)
+        nvfp4_ratio = None
+        if "fp32" in read and "nvfp4" in read and ok_nvfp4:
+            nvfp4_ratio = read["fp32"].nonflush_us / read["nvfp4"].nonflush_us
+        for uf in UPDATE_FMTS:
+            fl = _find(rows, op=op, tag="update", kernel="flush", update=uf)
+            if fl:
+                update[uf] = UpdateFormatPoint(flush_us=fl.us, GBps=fl.GBps)
+        for cf in CONV_FMTS:
+            r = _find(rows, op=op, tag="convfmt", kernel="conventional", update=cf)
+            if r:
+                conv[cf] = StorageFormatPoint(us=r.us, GBps=r.GBps, pct_ceiling=r.pct_ceiling)
+        b256, t8 = batch.get(256), drafts.get(8)
+        ceil = max(ceiling_GBps, REFERENCE_COPY_GBPS)
+        targets = {
+            "conventional_pct_ceiling": (100 * c256.GBps / ceil if c256 else None, 90.0),
+            "replay_vs_conventional": (b256 and b256.speedup_vs_conventional, 1.8 if op == "mamba2" else 1.75),
+            "replay_vs_fla": (b256 and b256.speedup_vs_fla, 2.0 if op == "mamba2" else 2.3),
+            "nvfp4_vs_fp32_read_nonflush": (nvfp4_ratio, 5.0),
+            "verify_T8_vs_conventional": (t8 and t8.ratio_to_one_conventional_step, 1.2),
+        }
+        out[op] = OperatorSummary(
+            batch=batch, L=windows, drafts=drafts, read=read, update=update, conventional_formats=conv,
+            nvfp4_vs_fp32_read_nonflush=nvfp4_ratio, ceiling_for_targets_GBps=ceil,
+            targets={k: Target(value=v, target=t, met=None if v is None else (v <= t if k.startswith("verify") else v >= t))
+                     for k, (v, t) in targets.items()})
+    return out
+
+
+def merge(parts: list[DecodeKernelsResult]) -> DecodeKernelsResult:
+    """One result from runs split by operator (``--ops``): rows and checks joined, the highest
+    ceiling kept, the first part's provenance standing for the merge (each part's own kept under
+    ``merged_from``)."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    prov = dataclasses.replace(first.provenance, command=None, seconds=None,
+                               merged_from=[p.provenance for p in parts])
+    peers: dict = {}
+    for p in parts:
+        peers.update(p.peers)
+    return DecodeKernelsResult(
+        provenance=prov, ceiling=max((p.ceiling for p in parts), key=lambda c: c.GBps), peers=peers,
+        correctness={k: v for p in parts for k, v in p.correctness.items()}, rows=[r for p in parts for r in p.rows])
+
+
+def resummarise(paths, output) -> DecodeKernelsResult:
+    """Recompute the summary from the measured rows of one or more result files (several: merged),
+    write it to ``output`` with the plots; returns the result."""
+    from .plots import decode_kernel_plots
+
+    res = merge([load(json.loads(Path(f).read_text())) for f in paths])
+    res.summary = summarise(res.rows, res.correctness, res.ceiling.GBps)
+    res.partial = False
+    res.summary_recomputed_by = " ".join(sys.argv)
+    dump(res, output)
+    decode_kernel_plots(res, Path(output).parent)
+    return res
+
+
+def main(*, output, quick=False, ops=("mamba2", "gdn"), tune_only=False, plots_from=None, log=None,
+         resummarise_from=None) -> int:
+    """What ``scripts/bench_kernels.py`` runs (its options, one keyword each); returns the exit status."""
+    from .plots import decode_kernel_plots
+    from .tables import decode_kernel_tables
+
+    out = Path(output)
+    if resummarise_from:
+        print(decode_kernel_tables(resummarise(resummarise_from, out)))
+        return 0
+    if plots_from:
+        res = load(json.loads(Path(plots_from).read_text()))
+        print(decode_kernel_plots(res, out.parent))
+        print(decode_kernel_tables(res))
+        return 0
+    if not torch.cuda.is_available():
+        print("bench_kernels needs a CUDA GPU", file=sys.stderr)
+        return 2
+    res = run(output=out, quick=quick, ops=ops, tune_only=tune_only, log=log)
+    dump(res, out)
+    if tune_only:
+        return 0
+    try:
+        decode_kernel_plots(res, out.parent)
+    except Exception as e:  # noqa: BLE001
+        print(f"plots failed: {e}")
+    print(decode_kernel_tables(res))
+    return 0
