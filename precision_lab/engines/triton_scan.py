@@ -29,10 +29,10 @@ from dataclasses import replace
 
 import torch
 
+from precision_lab.kernels.common.formats import FMT_FP32, FMT_NVFP4, KERNEL_FORMATS
 from precision_lab.kernels.gdn.scan import gdn_recurrent_scan, gdn_replay_scan
 from precision_lab.kernels.mamba2.scan import mamba2_recurrent_scan, mamba2_replay_scan
 from precision_lab.kernels.runtime import triton_unavailable_reason
-from precision_lab.kernels.common.formats import FMT_FP32, FMT_NVFP4, KERNEL_FORMATS
 from precision_lab.policy import StatePolicy
 
 __all__ = ["run_layer_triton", "unsupported_reason"]
