@@ -43,7 +43,7 @@ def test_card_numbers_and_split(name):
     assert not train & held and len(held) == 10
     assert card["parameters"] < 15e6 and card["status"] == "final"
     readme = trained_folder(name).joinpath("README.md").read_text()
-    assert f"{res['heldout_bpb']:.3f}" in readme
+    assert f"| held-out bits per byte | {res['heldout_bpb']:.4f} ({res['heldout_bytes']} bytes) |" in readme
 
 
 @pytest.mark.parametrize("name", NAMES)

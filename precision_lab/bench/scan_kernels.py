@@ -43,7 +43,7 @@ def _call_parts(inp, policy, s0):
 def kernel_call(inp, policy, s0):
     """A closure running the scan kernel that run_layer(engine='triton') would pick (no edges)."""
     from precision_lab.kernels.common.formats import FMT_FP32, KERNEL_FORMATS
-    from precision_lab.kernels.engine import FP32_CHUNK
+    from precision_lab.engines.triton_scan import FP32_CHUNK
     from precision_lab.kernels.gdn.scan import gdn_recurrent_scan, gdn_replay_scan
     from precision_lab.kernels.mamba2.scan import mamba2_recurrent_scan, mamba2_replay_scan
 
@@ -64,7 +64,7 @@ def kernel_call(inp, policy, s0):
 
 def reference_call(inp, policy, s0):
     """The torch reference of ``kernel_call``: (y, update state, read state)."""
-    from precision_lab.kernels.engine import FP32_CHUNK
+    from precision_lab.engines.triton_scan import FP32_CHUNK
     from precision_lab.kernels.gdn.scan_reference import gdn_recurrent_scan_ref, gdn_replay_scan_ref
     from precision_lab.kernels.mamba2.scan_reference import mamba2_recurrent_scan_ref, mamba2_replay_scan_ref
 
