@@ -169,5 +169,5 @@ def test_errors():
     _, s = run_layer(inp, "split:fp32/nvfp4", "scan")
     with pytest.raises(ValueError, match="policy"):
         run_layer(inp, "shared:nvfp4", "scan", state=s.state)
-    with pytest.raises(ValueError, match="decode engine only"):
+    with pytest.raises(ValueError, match="runs token by token"):
         run_layer(inp, "split:fp32/nvfp4", "scan", drafts={"n": 1, "accept": [1] * 10})
