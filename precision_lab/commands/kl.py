@@ -1,4 +1,6 @@
-"""``precision-lab kl``: KL divergence from fp32-state decoding vs generated length (teacher forcing)."""
+"""``precision-lab kl``: KL divergence between each state policy and its matched reference (the same
+arithmetic with fp32 storage) vs generated length, under teacher forcing, with the arithmetic-order
+floor of every reference (KL between the fp32 run and the reference)."""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +18,7 @@ EPILOG = """examples:
 def add_parser(sub) -> None:
     from precision_lab.evals.kl import DEFAULT_POLICIES
 
-    p = sub.add_parser("kl", help="KL(fp32 state || policy) vs generated length under teacher forcing",
+    p = sub.add_parser("kl", help="KL(matched fp32 reference || policy) vs generated length under teacher forcing",
                        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="tiny-nemotron-h", help="preset (precision-lab models), hub id or local path")
     p.add_argument("--data", default="default",
@@ -26,7 +28,8 @@ def add_parser(sub) -> None:
     p.add_argument("--tokens", type=int, default=1024, help="tokens per document, prefill included (default 1024)")
     p.add_argument("--prefill", type=int, default=32, help="tokens served as prefill before decoding (default 32)")
     p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES),
-                   help="state policies compared with the fp32 reference (DESIGN §6 strings)")
+                   help="state policies, each compared with its matched reference (e.g. shared:nvfp4 with "
+                   "shared:fp32, conventional:bf16 with conventional:fp32)")
     p.add_argument("--seed", type=int, default=0, help="stochastic-rounding seed")
     p.add_argument("--batch-size", type=int, default=0, help="documents per batch (0: all; the resume unit)")
     p.add_argument("--segment", type=int, default=512, help="decode tokens per forward (memory knob)")
@@ -36,6 +39,14 @@ def add_parser(sub) -> None:
     p.add_argument("--dtype", default=None, help="weight dtype (float32, bfloat16); default: preset's / bf16")
     p.add_argument("--model-seed", type=int, default=0, help="weight seed of presets")
     p.add_argument("--skip-short", action="store_true", help="skip documents shorter than --tokens")
+    p.add_argument("--layout", default="grouped", choices=["grouped", "lockstep"],
+                   help="grouped: one forward per row group (identical computations give identical bits on "
+                   "every backend); lockstep: all groups in one forward, with a check that rows agree")
+    p.add_argument("--sr-seeds", type=int, default=1,
+                   help="seeds per stochastic-rounding policy; >1 reports the spread of KL over seeds")
+    p.add_argument("--per-layer", action="store_true",
+                   help="run each policy in one SSM layer at a time (the others on its matched reference); "
+                   "writes a kl-layers summary")
     p.add_argument("--out", default=None, help="output directory (default runs/kl/<model>)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-plot", action="store_true")
@@ -52,14 +63,20 @@ def _run(args) -> int:
     cfg = KLConfig(model=args.model, data=args.data, docs=args.docs, tokens=args.tokens, prefill=args.prefill,
                    policies=tuple(args.policies), seed=args.seed, batch_size=args.batch_size, segment=args.segment,
                    engine=args.engine, dtype=args.dtype, model_seed=args.model_seed, skip_short=args.skip_short,
-                   out=out, device=args.device, progress=not args.no_progress, plot=not args.no_plot)
+                   layout=args.layout, sr_seeds=args.sr_seeds, per_layer=args.per_layer, out=out, device=args.device,
+                   progress=not args.no_progress, plot=not args.no_plot)
     try:
         summary = run_kl(cfg)
     except RuntimeError as e:
         if "out of memory" in str(e) and not args.debug:
             raise ValueError(str(e)) from e
         raise
-    if summary is not None:
+    if summary is not None and summary["kind"] == "kl-layers":
+        from precision_lab.evals.kl import format_layers_table
+
+        print(format_layers_table(summary))
+        print(f"wrote {out}/summary.json")
+    elif summary is not None:
         print(format_table(summary))
         print(f"engine: {summary['engine']['used']} ({', '.join(summary['engine']['implementations'])})")
         print(f"wrote {out}/summary.json" + ("" if args.no_plot else f" and {out}/kl_vs_length.png"))
