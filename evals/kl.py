@@ -397,6 +397,11 @@ def _doc_nll(nll: np.ndarray) -> np.ndarray:
     return np.array([np.nanmean(row) if np.isfinite(row).any() else np.nan for row in nll])
 
 
+def _resampling_units(x: np.ndarray) -> np.ndarray:
+    """[D, T] per-position values -> [D] per-document means: the units the bootstrap resamples."""
+    return x.mean(axis=1)
+
+
 def summarize_comparison(kl: np.ndarray, agree: np.ndarray, nll: np.ndarray | None = None,
                          nll_ref: np.ndarray | None = None, floor: np.ndarray | None = None,
                          linear_count: int = 8) -> dict:
@@ -408,7 +413,7 @@ def summarize_comparison(kl: np.ndarray, agree: np.ndarray, nll: np.ndarray | No
     """
     D, T = kl.shape
     overall = {**_stats(kl.ravel()), "top1_agreement": float(agree.mean()),
-               **{f"doc_{k}": v for k, v in doc_bootstrap(kl.mean(1)).items()}}
+               **{f"doc_{k}": v for k, v in doc_bootstrap(_resampling_units(kl)).items()}}
     if nll is not None:
         per = _doc_nll(nll)
         overall["nll"] = float(np.nanmean(nll))
@@ -416,16 +421,16 @@ def summarize_comparison(kl: np.ndarray, agree: np.ndarray, nll: np.ndarray | No
     if nll_ref is not None:
         overall["nll_ref"] = float(np.nanmean(nll_ref))
     if floor is not None:
-        overall.update(floor_check(kl.mean(1), floor.mean(1)))
+        overall.update(floor_check(_resampling_units(kl), _resampling_units(floor)))
     buckets = {}
     for name, bks in (("log2", log2_buckets(T)), ("linear", linear_buckets(T, linear_count))):
         rows = []
         for lo, hi in bks:
             sl = slice(lo - 1, hi - 1)
             row = {"lo": lo, "hi": hi - 1, "n_positions": int(kl[:, sl].size), **_stats(kl[:, sl].ravel()),
-                   "top1_agreement": float(agree[:, sl].mean()), **doc_bootstrap(kl[:, sl].mean(1))}
+                   "top1_agreement": float(agree[:, sl].mean()), **doc_bootstrap(_resampling_units(kl[:, sl]))}
             if floor is not None:
-                row.update(floor_check(kl[:, sl].mean(1), floor[:, sl].mean(1)))
+                row.update(floor_check(_resampling_units(kl[:, sl]), _resampling_units(floor[:, sl])))
             rows.append(row)
         buckets[name] = rows
     return {"overall": overall, "buckets": buckets}
