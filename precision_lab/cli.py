@@ -8,7 +8,7 @@ import importlib
 import sys
 
 # (module under precision_lab.commands) in the order --help lists them
-COMMANDS = ("formats", "sim", "kl", "lm_eval", "report", "models")
+COMMANDS = ("formats", "sim", "kl", "lm_eval", "study", "report", "models")
 
 
 def build_parser() -> argparse.ArgumentParser:
