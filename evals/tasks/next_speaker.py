@@ -154,11 +154,12 @@ def write_task(out_dir: str | Path, items: list[dict], task: str = TASK_NAME, ma
 
 
 def plays_from_source(source: str, *, limit: int | None = None) -> list[tuple[str, str]]:
-    """(title, text) of the documents of a data source (``precision_lab.data.read_source``)."""
+    """(document id, text) of the documents of a data source (``precision_lab.data.read_source``);
+    ids, not titles, name the plays: two editions of a work share a title."""
     from precision_lab.data import read_source
 
     docs = read_source(source)[:limit]
-    return [(str(d.meta.get("title") or d.meta.get("short_book_title") or d.doc_id), d.text) for d in docs]
+    return [(d.doc_id, d.text) for d in docs]
 
 
 def main(argv=None) -> int:

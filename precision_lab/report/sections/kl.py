@@ -220,6 +220,10 @@ def _kl_figure(ctx: Context, names: list[str], runs: dict, model: str, data: dic
             dropped.append(p)
         if floors:
             _curve(ax, rows, "floor_mean", lw=0.9, color=ctx.colors(p), ls=(0, (1, 1.5)), alpha=0.8)
+            within = [i for i in keep if rows[i].get("verdict") == WITHIN_FLOOR]
+            if within:  # hollow markers: buckets whose effect does not clear the floor
+                ax.plot([x[i] for i in within], [rows[i]["mean"] for i in within], ls="none", marker="o", ms=6,
+                        mfc="white", mec=ctx.colors(p), zorder=4 + len(names))
         band = [(x[i], rows[i]["ci95"]) for i in keep if rows[i].get("ci95")]
         if band:
             lowest = min(rows[i]["mean"] for i in keep) / 10
@@ -236,7 +240,8 @@ def _kl_figure(ctx: Context, names: list[str], runs: dict, model: str, data: dic
     cap = (f"{what} against " + ("the matched reference" if floors else "the fp32-state run")
            + " with 95 % percentile-bootstrap intervals over documents (shaded; lower ends below a tenth of the "
            "smallest mean are drawn there)"
-           + ("; each policy's floor KL(p_fp32 ‖ p_reference) dotted in its colour" if floors else "") + ".")
+           + ("; each policy's floor KL(p_fp32 ‖ p_reference) dotted in its colour, hollow markers where the "
+              "policy does not clear it" if floors else "") + ".")
     if dropped:
         cap += f" Buckets with zero mean KL are not drawn for: {', '.join(dropped)}."
     return Figure(path, cap)
