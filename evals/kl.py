@@ -104,6 +104,8 @@ class KLConfig:
     layout: str = "grouped"        # grouped | lockstep (module docstring)
     sr_seeds: int = 1              # seeds per stochastic-rounding policy (>1: seed spread)
     per_layer: bool = False        # one SSM layer at a time (a kl-layers summary)
+    speaker: bool = False          # score next-speaker items of plays under teacher forcing (summary only)
+    speaker_buckets: tuple[int, ...] = (256, 1024, 4096, 16384, 65536)
     out: str = "runs/kl"
     device: str = "auto"
     progress: bool = True
@@ -253,7 +255,8 @@ def kl_pairs(logits: torch.Tensor, pairs, targets: torch.Tensor | None = None) -
     logits:  [G, B, T, V] fp32
     pairs:   [(a, b), ...]: KL(p_a ‖ p_b) and whether argmax b == argmax a
     targets: [B, T'] next-token ids (T' <= T; the stream's last position has no next token) or None
-    Returns kl [C, B, T] fp64, agree [C, B, T] bool, nll [G, B, T'] fp64 (if targets).
+    Returns kl [C, B, T] fp64, agree [C, B, T] bool, and with targets nll [G, B, T'] fp64 and hit
+    [G, B, T'] bool (the run's argmax is the true next token).
     Identical logits give KL exactly 0 (the difference of equal log-probabilities is 0).
     """
     logp = torch.log_softmax(logits.double(), dim=-1)
@@ -265,6 +268,7 @@ def kl_pairs(logits: torch.Tensor, pairs, targets: torch.Tensor | None = None) -
         n = targets.shape[1]
         idx = targets.unsqueeze(0).unsqueeze(-1).expand(logp.shape[0], *targets.shape, 1)
         out["nll"] = -logp[:, :, :n].gather(-1, idx).squeeze(-1)
+        out["hit"] = top[:, :, :n] == targets.unsqueeze(0)
     return out
 
 
@@ -637,7 +641,7 @@ def kl_stream(model, toks: torch.Tensor, *, n_groups: int | None = None, prefill
               seq_ids: torch.Tensor | None = None, budget_bytes: float = 2e9, progress=None,
               max_seconds: float | None = None, groups: list[list] | None = None,
               pairs: list[tuple[int, int]] | None = None, layout: str = "lockstep",
-              served: list[Counter] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              served: list[Counter] | None = None, hits: list | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Teacher-force one batch of documents through an adapted model and return per-position arrays
     over the decode part: kl, agree [C, B, N-prefill] and nll [G, B, N-prefill] (NaN where there is
     no next token, or past ``max_seconds``: the stream then stops early after the segment that
@@ -648,6 +652,8 @@ def kl_stream(model, toks: torch.Tensor, *, n_groups: int | None = None, prefill
     pairs:  comparisons (a, b) (default: every group against group 0)
     layout: "grouped" (one forward per group) or "lockstep" (one forward of G*B rows)
     served: a list that receives, per group, the implementations that served it (grouped only)
+    hits:   a list that receives one array [G, B, N-prefill] (bool): whether each run's argmax is the
+            true next token
     """
     from precision_lab.engine import lm_logits, run_grouped
     from precision_lab.engine import run as tf_run
@@ -676,6 +682,7 @@ def kl_stream(model, toks: torch.Tensor, *, n_groups: int | None = None, prefill
     kl = np.full((C, B, decode_n), np.nan, np.float64)
     agree = np.zeros((C, B, decode_n), np.bool_)
     nll = np.full((G, B, decode_n), np.nan, np.float64)
+    hit = np.zeros((G, B, decode_n), np.bool_)
     vocab = model.get_output_embeddings().weight.shape[0]
     device = next(model.parameters()).device
     targets = toks.to(device)
@@ -702,9 +709,85 @@ def kl_stream(model, toks: torch.Tensor, *, n_groups: int | None = None, prefill
                 kl[:, :, j0:j1] = r["kl"].cpu().numpy()
                 agree[:, :, j0:j1] = r["agree"].cpu().numpy()
                 nll[:, :, j0:j0 + r["nll"].shape[2]] = r["nll"].cpu().numpy()
+                hit[:, :, j0:j0 + r["hit"].shape[2]] = r["hit"].cpu().numpy()
         if max_seconds is not None and time.perf_counter() - t_start > max_seconds:
             break
+    if hits is not None:
+        hits[:] = [hit]
     return kl, agree, nll
+
+
+# ------------------------------------------------------------------------------------------------
+# next-speaker items scored under teacher forcing
+# ------------------------------------------------------------------------------------------------
+def speaker_items(docs, tok, *, prefill: int, tokens: int, buckets) -> list[dict]:
+    """Speaker tags (``tasks/next_speaker.speaker_turns``) of the run's documents whose name and
+    closing period lie within the decode part of the stream: {"doc", "pos" (index of the name's
+    first token), "n" (tokens of the name and its period), "name", "bucket"}. Token positions come
+    from the tokenizer's character offsets; a tag whose name does not start and end on token
+    boundaries is left out."""
+    import bisect
+
+    from .tasks.next_speaker import bucket_edges, bucket_label, speaker_turns
+
+    edges = bucket_edges(buckets)
+    out = []
+    for d_i, d in enumerate(docs):
+        enc = tok(d.text, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offs = enc["input_ids"], enc["offset_mapping"]
+        if ids[:tokens] != d.tokens.tolist():
+            continue  # not the tokens the run used (another tokenizer call would be needed)
+        starts = [a for a, _ in offs]
+        for t in speaker_turns(d.text):
+            pos = bisect.bisect_left(starts, t.offset)
+            end = bisect.bisect_left(starts, t.offset + len(t.name) + 1)   # first token after the period
+            n = end - pos
+            if pos >= len(starts) or starts[pos] != t.offset or pos - 1 < prefill or end > tokens:
+                continue
+            hit = [bucket_label(lo, hi) for lo, hi in edges if lo <= pos < hi]
+            out.append({"doc": d_i, "pos": pos, "n": n, "name": t.name,
+                        "bucket": hit[0] if hit else f"<{edges[0][0]}"})
+    return out
+
+
+def speaker_summary(plan: Plan, HIT: np.ndarray, docs, tok, *, prefill: int, buckets) -> dict | None:
+    """Exact match of the next speaker's name under teacher forcing: an item is right for a run when
+    the run's argmax is the true token at every position of the name and its closing period (what
+    greedy generation of the name would produce), after the whole play up to the tag has been
+    decoded under the run's policy. Each policy against its matched reference and against fp32,
+    paired over items, overall and per context-length bucket (``stats.compare_runs``,
+    ``stats.compare_by_bucket``). None when the documents hold no speaker tags."""
+    from . import stats as st
+
+    T = HIT.shape[2]
+    items = speaker_items(docs, tok, prefill=prefill, tokens=T + prefill, buckets=buckets)
+    if not items:
+        return None
+    # positions t = pos-1 .. pos+n-2 predict the name and the period; decode index j = t - prefill
+    scores = np.array([[float(HIT[g, it["doc"], it["pos"] - 1 - prefill:it["pos"] - 1 - prefill + it["n"]].all())
+                        for it in items] for g in range(HIT.shape[0])])
+    labels = [it["bucket"] for it in items]
+
+    def compare(a: int, b: int) -> dict:
+        out = st.compare_runs(scores[a], scores[b], n_boot=N_BOOT)
+        out["by_bucket"] = st.compare_by_bucket(labels, scores[a], scores[b], n_boot=N_BOOT)
+        return out
+
+    fp32_b = st.compare_by_bucket(labels, scores[0], scores[0], n_boot=1)
+    res = {"n_items": len(items), "definition": "greedy exact match of the name and its closing period under "
+                                                "teacher forcing (every context token decoded under the policy)",
+           "fp32": {"accuracy": float(scores[0].mean()),
+                    "by_bucket": [{"bucket": b["bucket"], "n": b["n"], "accuracy": b["accuracy"]} for b in fp32_b]},
+           "references": {}, "policies": {}}
+    for i, r in enumerate(plan.rows):
+        if r.role == "reference":
+            res["references"][r.policy.short_str()] = {"accuracy": float(scores[i].mean()), "vs_fp32": compare(0, i)}
+        elif r.role == "policy":
+            ri = plan.ref[i]
+            res["policies"][r.policy.short_str()] = {
+                "reference": plan.rows[ri].policy.short_str(), "accuracy": float(scores[i].mean()),
+                "vs_reference": compare(ri, i), "vs_fp32": compare(0, i)}
+    return res
 
 
 # ------------------------------------------------------------------------------------------------
@@ -816,11 +899,12 @@ def run_kl(cfg: KLConfig, *, rank: int | None = None, world: int | None = None,
         B = toks.shape[0]
         seq_ids = torch.tensor(idx, dtype=torch.int64)                   # SR ids = global document index
         served: list[Counter] = []
+        hits: list = []
         kl, agree, nll = kl_stream(model, toks, prefill=cfg.prefill, segment=cfg.segment, engine=engine,
                                    seq_ids=seq_ids, budget_bytes=budget, groups=groups, pairs=plan.pairs,
-                                   layout=cfg.layout, served=served,
+                                   layout=cfg.layout, served=served, hits=hits,
                                    progress=(lambda n, B=B: bar.update(n * B)) if bar else None)
-        _write_npz_atomic(path, {"kl": kl, "agree": agree, "nll": nll,
+        _write_npz_atomic(path, {"kl": kl, "agree": agree, "nll": nll, "hit": hits[0],
                                  "doc_index": np.array(idx, np.int64)},
                           {"fingerprint": fingerprint, "batch": k, "rows": [r.name for r in plan.rows],
                            "pairs": plan.pairs, "docs": [docs[i].doc_id for i in idx],
@@ -853,6 +937,7 @@ def run_kl(cfg: KLConfig, *, rank: int | None = None, world: int | None = None,
     KL = np.concatenate([p["kl"] for p in parts], axis=1)
     AG = np.concatenate([p["agree"] for p in parts], axis=1)
     NLL = np.concatenate([p["nll"] for p in parts], axis=1)
+    HIT = np.concatenate([p["hit"] for p in parts], axis=1)
     served_rows = None
     if cfg.layout == "grouped":
         served_rows = [Counter() for _ in plan.rows]
@@ -889,6 +974,8 @@ def run_kl(cfg: KLConfig, *, rank: int | None = None, world: int | None = None,
     }
     if cfg.per_layer:
         summary["ssm_layers"] = ssm_layers
+    if cfg.speaker and not cfg.per_layer:
+        summary["speaker"] = speaker_summary(plan, HIT, docs, tok, prefill=cfg.prefill, buckets=cfg.speaker_buckets)
     tmp = out / f"summary.json.tmp{os.getpid()}"
     tmp.write_text(json.dumps(summary, indent=1))
     os.replace(tmp, out / "summary.json")

@@ -168,8 +168,11 @@ def compare_runs(base_scores: Sequence[float], var_scores: Sequence[float], *, b
 
 
 def _bucket_order(label: str) -> tuple:
-    """Buckets labelled "lo-hi" or "lo+" sort by lo; other labels keep their first-seen order."""
-    head = str(label).split("-")[0].rstrip("+")
+    """Buckets labelled "<lo", "lo-hi" or "lo+" sort by lo; other labels keep their first-seen order."""
+    text = str(label)
+    if text.startswith("<") and text[1:].isdigit():
+        return (0, -1)
+    head = text.split("-")[0].rstrip("+")
     return (0, int(head)) if head.isdigit() else (1, 0)
 
 

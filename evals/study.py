@@ -11,7 +11,8 @@ Per model:
    (``STUDY_POLICIES``; the GDN-only fold variant on models with Gated DeltaNet layers) and the
    buffer-length sweep (``L_SWEEP``), each against its matched reference, with the arithmetic-order
    floor of every reference, bootstrap CIs over documents, top-1 agreement and held-out NLL
-   (``evals/kl.py``).
+   (``evals/kl.py``); and, from the same stream, next-speaker exact match on every speaker tag of
+   the documents with the whole play decoded under each policy (``speaker``).
 2. ``kl-layers-<model>.json`` (kind "kl-layers"): each of ``LAYER_POLICIES`` in one SSM layer at a
    time, the other layers on its matched reference.
 3. ``lmeval-<model>.json`` (kind "lmeval"): the next-speaker task (``tasks/next_speaker.py``) over
@@ -166,7 +167,8 @@ def run_study(cfg: StudyConfig, log=print) -> dict:
         if "kl" not in cfg.skip:
             t0 = time.perf_counter()
             kc = KLConfig(**base, docs=cfg.docs, tokens=cfg.tokens, policies=tuple(kl_policies(cfg, kinds)),
-                          sr_seeds=cfg.sr_seeds, out=str(work / stem / "kl"))
+                          sr_seeds=cfg.sr_seeds, speaker=True, speaker_buckets=tuple(cfg.buckets),
+                          out=str(work / stem / "kl"))
             s = run_kl(kc, model_and_tokenizer=(model, tok), log=log)
             dst = out / f"kl-{stem}.json"
             _copy_atomic(work / stem / "kl" / "summary.json", dst)

@@ -184,8 +184,9 @@ def test_quick_study_end_to_end(tmp_path):
     plays = tmp_path / "plays"
     plays.mkdir()
     (plays / "a.txt").write_text(MODERN * 3)
+    (plays / "b.txt").write_text(FOLIO * 6)
     out = tmp_path / "out"
-    res = run_study(StudyConfig.quick(["tiny-nemotron-h"], data="default", speaker_data=str(plays), out=str(out),
+    res = run_study(StudyConfig.quick(["tiny-nemotron-h"], data=str(plays), tokens=300, out=str(out),
                                       buckets=(64, 256), per_bucket=1), log=lambda *a: None)
     names = sorted(p.name for p in out.iterdir())
     assert names == ["kl-layers-tiny-nemotron-h.json", "kl-tiny-nemotron-h.json", "lmeval-tiny-nemotron-h.json",
@@ -194,6 +195,9 @@ def test_quick_study_end_to_end(tmp_path):
     kl = json.loads((out / "kl-tiny-nemotron-h.json").read_text())
     assert kl["kind"] == "kl" and "split:fp16-sr/nvfp4@fold=buffered" not in kl["results"]   # Mamba-2: no fold
     assert kl["data"]["docs"] == 2 and all(r["overall"]["verdict"] for r in kl["results"].values())
+    sp = kl["speaker"]
+    assert sp["n_items"] > 5 and set(sp["policies"]) == set(kl["policies"])
+    assert {b["bucket"] for b in sp["fp32"]["by_bucket"]} >= {"64-255", "256+"}
     lay = json.loads((out / "kl-layers-tiny-nemotron-h.json").read_text())
     assert lay["kind"] == "kl-layers" and len(lay["ssm_layers"]) == 3
     lm = json.loads((out / "lmeval-tiny-nemotron-h.json").read_text())
@@ -204,5 +208,41 @@ def test_quick_study_end_to_end(tmp_path):
     md = index.with_name("index.md").read_text()
     for heading in ("## KL divergence vs generated length", "## Per-layer sensitivity", "## Task accuracy (lm-eval)"):
         assert heading in md
-    assert "by item bucket" in md and "Buffer-length sweep" in md
+    assert "by item bucket" in md and "Buffer-length sweep" in md and "Next-speaker exact match" in md
     assert np.isfinite(kl["results"]["shared:nvfp4-sr"]["overall"]["mean"])
+
+
+def test_teacher_forced_speaker_items_and_scores():
+    """Exact match from the per-position hits: an item is right iff the run's argmax hits every token of
+    the name and its period, read at the positions that predict them (t = pos-1 .. pos+n-2)."""
+    from precision_lab.evals.kl import build_plan, speaker_items, speaker_summary
+
+    from precision_lab.data import Document
+    from precision_lab.models.tokenizer import build_byte_tokenizer
+
+    tok = build_byte_tokenizer()
+    text = MODERN
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    doc = Document("modern", text, {}, __import__("torch").tensor(ids))
+    items = speaker_items([doc], tok, prefill=2, tokens=len(ids), buckets=(64, 256))
+    turns = ns.speaker_turns(text)
+    assert [it["name"] for it in items] == [t.name for t in turns]
+    for it, t in zip(items, turns):
+        assert it["pos"] == len(text[:t.offset].encode()) and it["n"] == len(t.name) + 1
+        assert it["bucket"] == ("64-255" if it["pos"] < 256 else "256+")
+    plan = build_plan(["shared:nvfp4-sr"])                  # rows: fp32, shared:fp32, shared:nvfp4-sr
+    T = len(ids) - 2
+    hit = np.ones((3, 1, T), bool)
+    first, last = items[0], items[-1]
+    hit[2, 0, first["pos"] - 1 - 2] = False                 # the policy misses the first byte of item 0
+    hit[1, 0, last["pos"] - 1 - 2 + last["n"] - 1] = False  # the reference misses the period of the last
+    hit[2, 0, last["pos"] - 1 - 2 + last["n"]] = False      # one past the span: must not matter
+    hit[2, 0, first["pos"] - 2 - 2] = False                 # one before the span: must not matter
+    sp = speaker_summary(plan, hit, [doc], tok, prefill=2, buckets=(64, 256))
+    e = sp["policies"]["shared:nvfp4-sr"]
+    n = len(items)
+    assert sp["n_items"] == n and sp["fp32"]["accuracy"] == 1.0
+    assert e["accuracy"] == pytest.approx((n - 1) / n) and sp["references"]["shared:fp32"]["accuracy"] == \
+        pytest.approx((n - 1) / n)
+    assert (e["vs_reference"]["mcnemar"]["b"], e["vs_reference"]["mcnemar"]["c"]) == (1, 1)
+    assert (e["vs_fp32"]["mcnemar"]["b"], e["vs_fp32"]["mcnemar"]["c"]) == (1, 0)
