@@ -80,13 +80,26 @@ class LMEvalConfig:
             raise ValueError("give either --data-dir or --synthetic, not both")
 
 
+def _arg_value(v: str):
+    """A model-arg value as lm-eval's command line reads it: true/false, int, float, else the string
+    (HFLM does arithmetic with max_length and friends)."""
+    if v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(v)
+        except ValueError:
+            pass
+    return v
+
+
 def _parse_kv(text: str) -> dict:
     out = {}
     for part in filter(None, (p.strip() for p in (text or "").split(","))):
         k, sep, v = part.partition("=")
         if not sep:
             raise ValueError(f"model arg {part!r} is not key=value")
-        out[k.strip()] = v.strip()
+        out[k.strip()] = _arg_value(v.strip())
     return out
 
 

@@ -63,7 +63,7 @@ class StudyConfig:
     docs: int = 8
     tokens: int = 100_000
     prefill: int = 0
-    segment: int = 8192
+    segment: int = 4096
     batch_size: int = 0
     sr_seeds: int = 1
     policies: tuple[str, ...] = STUDY_POLICIES
@@ -214,6 +214,7 @@ def _write_speaker_task(cfg: StudyConfig, folder: Path, log) -> Path:
                        max_context=cfg.max_context)
     write_task(folder, items, max_gen_toks=cfg.max_gen_toks)
     log(f"study: next-speaker task: {len(items)} items from {len(plays)} plays -> {folder}")
+    (folder / "max_context_tokens.txt").write_text(str(max(it["context_bytes"] for it in items)))
     return folder
 
 
@@ -227,7 +228,11 @@ def _run_task(cfg: StudyConfig, model: str, task_dir: Path, out: Path, device: s
     from precision_lab.evals.lmeval_runner import run_study as run_lmeval
     from precision_lab.evals.tasks.next_speaker import TASK_NAME
 
-    args = ",".join(a for a in (cfg.model_args, f"dtype={cfg.dtype}" if cfg.dtype else "") if a)
+    # lm-eval cuts prompts to the model's max_length (often its training length): allow the longest
+    # context (bytes = tokens for byte-level models) unless the caller set it
+    longest = int((task_dir / "max_context_tokens.txt").read_text()) + cfg.max_gen_toks + 8
+    extra = [] if "max_length=" in cfg.model_args else [f"max_length={longest}"]
+    args = ",".join(a for a in (cfg.model_args, f"dtype={cfg.dtype}" if cfg.dtype else "", *extra) if a)
     lc = LMEvalConfig(model=model, tasks=[TASK_NAME], out=str(out), policies=task_policies(cfg),
                       include_path=[str(task_dir)], seed=cfg.seed, engine=cfg.engine, batch_size=cfg.lmeval_batch_size,
                       model_args=args, device=device, n_boot=cfg.n_boot)

@@ -246,3 +246,10 @@ def test_teacher_forced_speaker_items_and_scores():
         pytest.approx((n - 1) / n)
     assert (e["vs_reference"]["mcnemar"]["b"], e["vs_reference"]["mcnemar"]["c"]) == (1, 1)
     assert (e["vs_fp32"]["mcnemar"]["b"], e["vs_fp32"]["mcnemar"]["c"]) == (1, 0)
+
+
+def test_model_args_are_typed_as_lm_eval_reads_them():
+    from precision_lab.evals.lmeval_runner import _parse_kv
+
+    assert _parse_kv("max_length=4096,dtype=bfloat16,add_bos_token=true,temperature=0.5") == {
+        "max_length": 4096, "dtype": "bfloat16", "add_bos_token": True, "temperature": 0.5}
