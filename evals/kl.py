@@ -564,6 +564,10 @@ def format_table(summary: dict) -> str:
         for ref, e in s["references"].items():
             lines.append(f"  reference {ref}: floor mean {e['floor']['overall']['mean']:.3e} "
                          f"(policies: {', '.join(e['policies'])})")
+        bad = [p for p in pols if res[p].get("arithmetic_matched") is False]
+        if bad:
+            lines.append("NOT arithmetic-matched (served by other code than the reference, so the KL mixes storage "
+                         "and summation-order effects and the floor does not bound the latter): " + ", ".join(bad))
         chk = (s.get("layout") or {}).get("check")
         if chk:
             lines.append(f"layout check (lockstep, fp32 group copied to the far end of the batch): max KL "
