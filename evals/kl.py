@@ -737,7 +737,10 @@ def speaker_items(docs, tok, *, prefill: int, tokens: int, buckets) -> list[dict
     edges = bucket_edges(buckets)
     out = []
     for d_i, d in enumerate(docs):
-        enc = tok(d.text, add_special_tokens=False, return_offsets_mapping=True)
+        try:
+            enc = tok(d.text, add_special_tokens=False, return_offsets_mapping=True)
+        except (NotImplementedError, ValueError, TypeError):
+            return []  # a tokenizer without character offsets: positions cannot be located
         ids, offs = enc["input_ids"], enc["offset_mapping"]
         if ids[:tokens] != d.tokens.tolist():
             continue  # not the tokens the run used (another tokenizer call would be needed)
