@@ -168,7 +168,9 @@ def test_study_policies():
     assert {"shared:nvfp4-sr@L8", "shared:nvfp4-sr@L32", "split:fp16-sr/nvfp4@L8", "split:fp16-sr/nvfp4@L32"} <= set(gdn)
     assert len(gdn) == len(set(gdn)) == 12
     tp = task_policies(cfg)
-    assert tp[0] == "fp32" and {"conventional:fp32", "shared:fp32", "split:fp32/fp32"} <= set(tp)
+    assert tp == ["fp32", "shared:fp32", "split:fp32/fp32", "shared:nvfp4-sr", "split:fp16-sr/nvfp4"]
+    tp = task_policies(StudyConfig(models=("m",), task_policies=("conventional:bf16", "shared:nvfp4@L8")))
+    assert tp == ["fp32", "conventional:fp32", "shared:fp32@L8", "conventional:bf16", "shared:nvfp4@L8"]
     assert model_stem("/ckpts/shakespeare-qwen/") == "shakespeare-qwen" and model_stem("org/Model-1B") == "Model-1B"
     with pytest.raises(ValueError, match="unknown stage"):
         StudyConfig(models=("m",), skip=("kl", "nope"))
@@ -187,7 +189,7 @@ def test_quick_study_end_to_end(tmp_path):
     (plays / "b.txt").write_text(FOLIO * 6)
     out = tmp_path / "out"
     res = run_study(StudyConfig.quick(["tiny-nemotron-h"], data=str(plays), tokens=300, out=str(out),
-                                      buckets=(64, 256), per_bucket=1), log=lambda *a: None)
+                                      buckets=(64, 256), tf_buckets=(64, 256), per_bucket=1), log=lambda *a: None)
     names = sorted(p.name for p in out.iterdir())
     assert names == ["kl-layers-tiny-nemotron-h.json", "kl-tiny-nemotron-h.json", "lmeval-tiny-nemotron-h.json",
                      "study.txt"]

@@ -38,11 +38,13 @@ def add_parser(sub) -> None:
     g.add_argument("--layer-docs", type=int, help=f"default {d.layer_docs}")
     g.add_argument("--layer-tokens", type=int, help=f"default {d.layer_tokens}")
     g.add_argument("--layer-policies", nargs="+", help=f"default: {' '.join(d.layer_policies)}")
-    g = p.add_argument_group("next-speaker task")
+    g.add_argument("--tf-buckets", type=int, nargs="+",
+                   help=f"context-length edges of the teacher-forced next-speaker score (default {list(d.tf_buckets)})")
+    g = p.add_argument_group("next-speaker lm-eval task")
     g.add_argument("--plays", type=int, help=f"held-out plays used (default {d.plays})")
     g.add_argument("--buckets", type=int, nargs="+", help=f"context-length edges in bytes (default {list(d.buckets)})")
     g.add_argument("--per-bucket", type=int, help=f"items per play and bucket (default {d.per_bucket})")
-    g.add_argument("--max-context", type=int, help="longest context in bytes (default: no limit)")
+    g.add_argument("--max-context", type=int, help=f"longest context in bytes (default {d.max_context})")
     g.add_argument("--max-gen-toks", type=int, help=f"default {d.max_gen_toks}")
     g.add_argument("--task-policies", nargs="+", help=f"default: {' '.join(d.task_policies)} (+ references, fp32)")
     g.add_argument("--lmeval-batch-size", help=f"default {d.lmeval_batch_size}")
@@ -61,7 +63,7 @@ def add_parser(sub) -> None:
 _FIELDS = ("data", "out", "work", "docs", "tokens", "prefill", "segment", "batch_size", "sr_seeds", "layer_docs",
            "layer_tokens", "plays", "per_bucket", "max_context", "max_gen_toks", "lmeval_batch_size", "model_args",
            "engine", "device", "dtype", "seed")
-_TUPLES = ("policies", "l_sweep", "layer_policies", "buckets", "task_policies")
+_TUPLES = ("policies", "l_sweep", "layer_policies", "buckets", "tf_buckets", "task_policies")
 
 
 def _run(args) -> int:
