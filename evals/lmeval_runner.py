@@ -14,7 +14,11 @@ resumes where it stopped. Every run's python/numpy/torch seeds are reset by lm-e
 
 The summary ``OUT/lmeval.json`` (kind "lmeval") holds, per task and policy: accuracy, the delta
 against FP32 with a paired bootstrap CI, the exact McNemar p-value, accuracy by quartile of the
-FP32 generation length, and generation-length statistics (see ``stats.py``).
+FP32 generation length, and generation-length statistics (see ``stats.py``). When a policy's matched
+reference (``StatePolicy.matched_reference``: its arithmetic with fp32 storage) was run too, the
+same paired statistics against that reference are under ``vs_reference``. Tasks whose documents
+carry a ``bucket`` field (e.g. context-length buckets, ``tasks/next_speaker.py``) also get every
+comparison per bucket (``by_bucket``).
 
 Data parallel: launch the same command under ``accelerate launch`` / ``torchrun`` with a hub id or
 path as ``--model``; lm-eval shards the requests over ranks and gathers the samples on rank 0,
@@ -76,13 +80,26 @@ class LMEvalConfig:
             raise ValueError("give either --data-dir or --synthetic, not both")
 
 
+def _arg_value(v: str):
+    """A model-arg value as lm-eval's command line reads it: true/false, int, float, else the string
+    (HFLM does arithmetic with max_length and friends)."""
+    if v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(v)
+        except ValueError:
+            pass
+    return v
+
+
 def _parse_kv(text: str) -> dict:
     out = {}
     for part in filter(None, (p.strip() for p in (text or "").split(","))):
         k, sep, v = part.partition("=")
         if not sep:
             raise ValueError(f"model arg {part!r} is not key=value")
-        out[k.strip()] = v.strip()
+        out[k.strip()] = _arg_value(v.strip())
     return out
 
 
@@ -122,6 +139,19 @@ def _served_calls(lm, since: dict | None = None) -> dict[str, dict[str, int]]:
     return out
 
 
+def _declared_tasks(paths) -> set[str]:
+    """Task names declared (``task: NAME``) by the YAML files under ``paths``."""
+    import re
+
+    names: set[str] = set()
+    for p in paths:
+        for f in Path(p).rglob("*.yaml") if Path(p).is_dir() else []:
+            m = re.search(r"(?m)^task:\s*['\"]?([A-Za-z0-9_.-]+)", f.read_text(encoding="utf-8", errors="replace"))
+            if m:
+                names.add(m.group(1))
+    return names
+
+
 class Study:
     """One study: task configs, the model, per-(policy, task) runs and the summary."""
 
@@ -153,8 +183,10 @@ class Study:
         paths = [str(self.task_dir)] if self.presets else []
         paths += list(self.cfg.include_path)
         # Indexing lm-eval's ~13k built-in YAMLs takes tens of seconds; the presets include their
-        # upstream YAML by absolute path, so the built-in index is needed only for other task names.
-        builtin = any(t not in task_presets.PRESETS for t in self.cfg.tasks)
+        # upstream YAML by absolute path, so the built-in index is needed only for other task names
+        # that no included folder declares.
+        declared = _declared_tasks(self.cfg.include_path)
+        builtin = any(t not in task_presets.PRESETS and t not in declared for t in self.cfg.tasks)
         return TaskManager(include_path=paths or None, include_defaults=builtin or not paths)
 
     # -- model ------------------------------------------------------------------------------------
@@ -227,6 +259,7 @@ class Study:
                     continue
                 resp = s["resps"][0][0] if s["resps"] and s["resps"][0] else None
                 gen = isinstance(resp, str)
+                doc = s.get("doc") if isinstance(s.get("doc"), dict) else {}
                 out.append({
                     "task": sub, "doc_id": s["doc_id"], "prompt_hash": s.get("prompt_hash"),
                     "score": task_presets.sample_score(preset, s),
@@ -235,6 +268,8 @@ class Study:
                     "target": s.get("target"),
                     # tokens generated until the stream finished (EOS, stop sequence or max_gen_toks)
                     "gen_tokens": lm.generation_lengths.get(s["arguments"][0][0]) if gen else None,
+                    # per-item buckets of tasks that define them (e.g. context length)
+                    "bucket": doc.get("bucket"),
                 })
         if not out:
             raise RuntimeError(f"task {task}: lm-eval logged no samples under filter "
@@ -296,6 +331,29 @@ class Study:
                     n_boot=c.n_boot, seed=c.stats_seed)
                 entry["policies"][policy]["changed_responses"] = sum(
                     idx[k]["response"] != base_idx[k]["response"] for k in items)
+                buckets = [base_idx[k].get("bucket") for k in items]
+                if all(b is not None for b in buckets):
+                    entry["policies"][policy]["by_bucket"] = st.compare_by_bucket(
+                        buckets, b_scores, [idx[k]["score"] for k in items], n_boot=c.n_boot, seed=c.stats_seed)
+                ref = StatePolicy.parse(policy).matched_reference().short_str()
+                if ref != policy and ref in by_policy and ref != "fp32":
+                    r_idx = {key(r): r for r in by_policy[ref]["samples"]}
+                    if sorted(r_idx) == items:
+                        r_scores = [r_idx[k]["score"] for k in items]
+                        vs = st.compare_runs(r_scores, [idx[k]["score"] for k in items], n_boot=c.n_boot,
+                                             seed=c.stats_seed)
+                        if all(b is not None for b in buckets):
+                            vs["by_bucket"] = st.compare_by_bucket(buckets, r_scores, [idx[k]["score"] for k in items],
+                                                                   n_boot=c.n_boot, seed=c.stats_seed)
+                        entry["policies"][policy]["vs_reference"] = {"reference": ref, **vs}
+            buckets = [base_idx[k].get("bucket") for k in items]
+            if all(b is not None for b in buckets):
+                counts: dict = {}
+                for bk, sc in zip(buckets, b_scores):
+                    counts.setdefault(bk, []).append(sc)
+                entry["fp32"]["by_bucket"] = [
+                    {"bucket": bk, "n": len(v), "accuracy": sum(v) / len(v)}
+                    for bk, v in sorted(counts.items(), key=lambda kv: st._bucket_order(kv[0]))]
             for policy, rec in by_policy.items():
                 # which implementations served the SSM layers in this run (engine:implementation -> calls)
                 served: dict[str, int] = {}

@@ -17,6 +17,8 @@ Inputs are per-item scores in item order, one array per run, aligned by item:
   generation length (ties broken by item order, so every bin has n/4 ± 1 items), accuracy of each
   run per bin.
 - ``length_stats``: mean, median, quantiles and max of generation lengths.
+- ``compare_by_bucket``: the paired comparison within each bucket of items (e.g. context-length
+  buckets of a long-context task), each with its own bootstrap CI and McNemar test.
 """
 from __future__ import annotations
 
@@ -162,4 +164,36 @@ def compare_runs(base_scores: Sequence[float], var_scores: Sequence[float], *, b
         out["by_fp32_length_quartile"] = accuracy_by_length_quartile(base_lengths, {"fp32": b, "policy": v})
     if var_lengths is not None:
         out["generation_length"] = length_stats(var_lengths)
+    return out
+
+
+def _bucket_order(label: str) -> tuple:
+    """Buckets labelled "<lo", "lo-hi" or "lo+" sort by lo; other labels keep their first-seen order."""
+    text = str(label)
+    if text.startswith("<") and text[1:].isdigit():
+        return (0, -1)
+    head = text.split("-")[0].rstrip("+")
+    return (0, int(head)) if head.isdigit() else (1, 0)
+
+
+def compare_by_bucket(buckets: Sequence, base_scores: Sequence[float], var_scores: Sequence[float], *,
+                      n_boot: int = 10_000, seed: int = 0, confidence: float = 0.95) -> list[dict]:
+    """``compare_runs``' paired statistics within each bucket of items.
+
+    buckets: [n] a label per item (aligned with the scores). Returns one dict per bucket, ordered by
+    the label's leading number where it has one: {"bucket", "n", "accuracy", "baseline_accuracy",
+    "delta": paired_bootstrap, "mcnemar": mcnemar_exact}.
+    """
+    b, v = _paired(base_scores, var_scores)
+    labels = list(buckets)
+    if len(labels) != b.size:
+        raise ValueError(f"{len(labels)} bucket labels for {b.size} items")
+    seen = list(dict.fromkeys(labels))
+    out = []
+    for lab in sorted(seen, key=lambda x: (_bucket_order(x), seen.index(x))):
+        idx = np.array([i for i, x in enumerate(labels) if x == lab])
+        out.append({"bucket": lab, "n": int(idx.size), "accuracy": float(v[idx].mean()),
+                    "baseline_accuracy": float(b[idx].mean()),
+                    "delta": paired_bootstrap(b[idx], v[idx], n_boot=n_boot, seed=seed, confidence=confidence),
+                    "mcnemar": mcnemar_exact(b[idx], v[idx])})
     return out

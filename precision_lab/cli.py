@@ -12,7 +12,7 @@ from . import __version__
 from .commands import HelpFormatter
 
 # (module under precision_lab.commands) in the order --help lists them
-COMMANDS = ("formats", "sim", "kl", "lm_eval", "report", "models")
+COMMANDS = ("formats", "sim", "kl", "lm_eval", "study", "report", "models")
 
 # The paths are the commands' default outputs: sim --steps 4096 writes runs/sim/mamba2-4096.json,
 # kl writes runs/kl/<model>-<hash of the settings>/ (and prints it).

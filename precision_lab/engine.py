@@ -19,11 +19,22 @@ Stream layout: the first ``prefill_len`` tokens are one prefill forward (one che
 layer, as a serving engine would do for the prompt); the remaining tokens are decode steps, served
 ``segment_len`` at a time. Rows: a model adapted with G policies takes ``G*B`` rows; ``run`` repeats
 the B token rows G times so every policy sees the same tokens.
+
+Two layouts for G row groups. ``run`` serves them *in lockstep*: one forward of ``G*B`` rows per
+segment. ``run_grouped`` serves them *grouped*: per segment one forward per group, each of the B
+token rows with its own stream, every SSM mixer switched to that group's policy (which may differ
+from layer to layer) before the forward. Grouped, every group's forward sees tensors of the same
+shapes in the same places, so two groups that run the same computation give the same bits on any
+backend. In lockstep that holds only where every kernel treats all rows alike; on CPU it does not
+(vectorised elementwise loops finish the last elements of a tensor in scalar code, and the
+attention kernel splits rows over threads), so identical policies in two row groups can differ in
+the last bit there. Grouped also records which implementation served each group.
 """
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +53,8 @@ class Segment:
                 projected in chunks
     prefill:    True for the prefill forward
     seconds:    wall time of the forward
+    served:     (``run_grouped`` only) per group, the ``engine:implementation`` names that served its
+                SSM layers in this segment, with call counts
     """
 
     start: int
@@ -49,6 +62,7 @@ class Segment:
     hidden: torch.Tensor
     prefill: bool
     seconds: float
+    served: list[Counter] | None = None
 
 
 def resolve_engine(engine: str, device: torch.device | str) -> str:
@@ -121,6 +135,70 @@ def run(model: nn.Module, tokens: torch.Tensor, *, prefill_len: int = 0, segment
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         yield Segment(s, e, out.last_hidden_state, s == 0 and prefill_len > 0, time.perf_counter() - t0)
+        if progress is not None:
+            progress(e - s)
+
+
+def run_grouped(model: nn.Module, tokens: torch.Tensor, groups: Sequence[Sequence], *, prefill_len: int = 0,
+                segment_len: int = 2048, engine: str = "auto", seq_ids: torch.Tensor | None = None,
+                progress=None) -> Iterator[Segment]:
+    """Teacher-force ``tokens`` through an adapted model, one forward per row group (module docstring).
+
+    model:  adapted with ``apply_policy`` (any policies: they are replaced per forward)
+    groups: G lists, one per row group, of one StatePolicy (or policy string) per SSM mixer in
+            ``policy_mixers(model)`` order: group g runs policy ``groups[g][j]`` in SSM layer j
+    Other arguments as ``run``. Yields ``Segment``s whose ``hidden`` is [G*B, S, D] (group-major,
+    as ``run``) and whose ``served`` names the implementations per group. On return the mixers hold
+    the last group's policies.
+    """
+    from precision_lab.policy import StatePolicy
+
+    mixers = policy_mixers(model)
+    if not mixers:
+        raise ValueError("model has no policy mixers: call precision_lab.models.apply_policy(model, policies) first")
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens must be [B, N], got shape {tuple(tokens.shape)}")
+    groups = [[StatePolicy.parse(p) for p in g] for g in groups]
+    if not groups:
+        raise ValueError("no row groups to run")
+    bad = [g for g, pols in enumerate(groups) if len(pols) != len(mixers)]
+    if bad:
+        raise ValueError(f"row group {bad[0]} names {len(groups[bad[0]])} policies for a model with {len(mixers)} "
+                         "SSM layers; give one policy per SSM layer")
+    B, N = tokens.shape
+    if not 0 <= prefill_len < N:
+        raise ValueError(f"prefill_len must be in [0, {N}) for a stream of {N} tokens, got {prefill_len}")
+    if segment_len < 1:
+        raise ValueError(f"segment_len must be >= 1, got {segment_len}")
+    device = next(model.parameters()).device
+    eng = resolve_engine(engine, device)
+    ids = seq_ids if seq_ids is not None else torch.arange(B)
+    caches = [new_stream(model, seq_ids=ids, first_is_prefill=prefill_len > 0, engine=eng) for _ in groups]
+    body = _body(model)
+    kw = cache_kwarg(body)
+    rows = tokens.to(device)
+    bounds = ([(0, prefill_len)] if prefill_len else []) + [
+        (s, min(s + segment_len, N)) for s in range(prefill_len, N, segment_len)]
+    for s, e in bounds:
+        t0 = time.perf_counter()
+        hidden, served = [], []
+        for pols, cache in zip(groups, caches):
+            for m, p in zip(mixers, pols):
+                m.set_policies([p])
+            before = [Counter(m.served) for m in mixers]
+            try:
+                with torch.inference_mode():
+                    out = body(input_ids=rows[:, s:e], use_cache=True, **{kw: cache})
+            except torch.OutOfMemoryError as err:
+                raise _oom_hint(err, e - s, B) from err
+            calls: Counter = Counter()
+            for m, b in zip(mixers, before):
+                calls.update({f"{eng_}:{impl}": n for (eng_, impl), n in (m.served - b).items()})
+            served.append(calls)
+            hidden.append(out.last_hidden_state)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        yield Segment(s, e, torch.cat(hidden, 0), s == 0 and prefill_len > 0, time.perf_counter() - t0, served)
         if progress is not None:
             progress(e - s)
 

@@ -4,6 +4,8 @@ Grammar of a policy string (``StatePolicy.parse``; ``short_str()`` writes the sa
 
     fp32                                  conventional decode, fp32 state (the reference)
     conventional:F                        conventional decode, state stored in F every step
+    conventional:fp32                     conventional decode with an fp32 store every step, run by
+                                          the same per-token step as every lossy conventional:F
     shared:F[@L<n>]                       ReplaySSM, one checkpoint in F for recurrence and reads
     split:H/F[@L<n>]                      ReplaySSM, update checkpoint in H, read copy in F
     ...@fold=buffered                     GDN/KDA split mode: fold the buffered d's (default recompute)
@@ -12,6 +14,16 @@ F and H are quantizer specs (built-in names such as ``nvfp4-sr`` or ``mypkg.mod:
 and ``@fold=recompute`` are the defaults and are left out of ``short_str()``, so
 ``parse(p.short_str()) == p`` and the default policies read exactly as the papers name them.
 The seed is a run-level setting, not part of the name.
+
+Arithmetic, not only storage. ``fp32`` and ``conventional:fp32`` store the same values but are two
+policy rows: ``fp32`` is the unquantized recurrence, which an engine may evaluate in any exact
+order (the ``scan`` and ``triton`` engines run it in chunks), while ``conventional:F`` for every F,
+fp32 included, is the token-by-token step with a store after every token. Likewise the ReplaySSM
+rows evaluate windows (checkpoint + buffer, a flush every L steps), a third order of the same sums.
+These orders agree only to the last bits of the compute dtype, and a model in bf16 can turn such
+bits into visible differences. ``matched_reference()`` names, for each policy, the policy that runs
+the *same* arithmetic with lossless (fp32) storage, so that comparing the two isolates the effect
+of the storage format; a lossless policy gives exactly the logits of its matched reference.
 """
 from __future__ import annotations
 
@@ -125,6 +137,34 @@ class StatePolicy:
         return self.short_str()
 
     # -- semantics -----------------------------------------------------------------------------
+    @property
+    def is_lossless(self) -> bool:
+        """True when every stored copy is fp32 (the identity format): no state rounding at all."""
+        return self.update == "fp32" and self.read == "fp32"
+
+    @property
+    def is_stochastic(self) -> bool:
+        """True when a stored copy uses a stochastic-rounding format (its results depend on the seed)."""
+        from precision_lab.quant import get_quantizer
+
+        return any(getattr(get_quantizer(spec), "stochastic", False) for spec in {self.update, self.read})
+
+    def matched_reference(self) -> StatePolicy:
+        """The lossless policy that runs this policy's arithmetic (see the module docstring).
+
+        fp32 -> fp32; conventional:F -> conventional:fp32; shared:F@Ln -> shared:fp32@Ln;
+        split:H/F@Ln@fold=X -> split:fp32/fp32@Ln@fold=X (the GDN fold changes which d's the flush
+        folds, so it is part of the arithmetic). The seed is kept (fp32 storage draws no bits).
+        """
+        if self.mode == "fp32":
+            return self
+        if self.mode == "conventional":
+            return StatePolicy("conventional", "fp32", "fp32", DEFAULT_L, self.seed)
+        if self.mode == "shared":
+            # shared mode keeps one copy, so the fold setting has no effect; canonical default
+            return StatePolicy("shared", "fp32", "fp32", self.buffer_len, self.seed)
+        return StatePolicy("split", "fp32", "fp32", self.buffer_len, self.seed, self.gdn_fold)
+
     @property
     def is_replay(self) -> bool:
         """True for the ReplaySSM modes (shared, split): checkpoint + buffer, flush every L steps."""

@@ -23,7 +23,7 @@ def _options(p: argparse.ArgumentParser) -> list[argparse.Action]:
 
 def test_every_option_of_every_command_has_help_and_no_raw_markup():
     commands = _commands()
-    assert set(commands) == {"", "formats", "sim", "kl", "lm-eval", "report", "models"}
+    assert set(commands) == {"", "formats", "sim", "kl", "lm-eval", "report", "models", "study"}
     for name, p in commands.items():
         for a in _options(p):
             assert a.help and a.help != argparse.SUPPRESS and a.help.strip(), f"{name or 'top level'}: {a.dest}"

@@ -48,15 +48,19 @@ def _cfg(tmp_path, name, **kw):
 
 
 def _results(summary):
-    return json.dumps({k: summary[k] for k in ("results", "data", "policies", "engine")}, sort_keys=True)
+    return json.dumps({k: summary[k] for k in ("results", "references", "data", "policies", "engine", "rows")},
+                      sort_keys=True)
 
 
 def test_resume_and_merge_give_the_same_summary(tmp_path):
     full = run_kl(_cfg(tmp_path, "full"))
-    assert full["kind"] == "kl" and full["schema_version"] == 1
+    assert full["kind"] == "kl" and full["schema_version"] == 2 and full["reference"] == "matched"
     assert full["provenance"]["policies"] == ["shared:nvfp4", "split:fp32/nvfp4"] and "versions" in full["provenance"]
     res = full["results"]["shared:nvfp4"]
-    assert set(res["overall"]) >= {"mean", "median", "q90", "q95", "q99", "max", "top1_agreement", "doc_ci95"}
+    assert set(res["overall"]) >= {"mean", "median", "q90", "q95", "q99", "max", "top1_agreement", "doc_ci95",
+                                   "nll", "nll_ref", "floor_mean", "excess", "verdict"}
+    assert res["reference"] == "shared:fp32" and full["results"]["split:fp32/nvfp4"]["reference"] == "split:fp32/fp32"
+    assert set(full["references"]) == {"shared:fp32", "split:fp32/fp32"}
     assert res["buckets"]["log2"][-1]["hi"] == 32 and res["overall"]["doc_n_docs"] == 3
     assert "implementations" in full["engine"] and full["engine"]["used"] == "scan"
     # interrupted after one batch, then rerun: the same result

@@ -35,19 +35,23 @@ def make_sim() -> dict:
     return run_sim(cfg, log=lambda *a: None)
 
 
-def make_kl(model="tiny-qwen3.5", policies=("shared:nvfp4-sr", "split:fp32/nvfp4"), seed=0) -> dict:
-    """A kl summary as evals/kl.py's run_kl writes it, with its statistics from kl.summarize."""
+def _kl_settings(model, policies, D, T, **extra):
+    return {"model": model, "model_seed": 0, "dtype": None, "data": "default", "docs": D, "tokens": T + 8,
+            "prefill": 8, "policies": list(policies), "seed": 0, "batch_size": D, "segment": 512,
+            "engine": "scan", "skip_short": False, "doc_tokens_sha": "0123456789abcdef", **extra}
+
+
+def make_kl_v1(model="tiny-qwen3.5", policies=("shared:nvfp4-sr", "split:fp32/nvfp4"), seed=0) -> dict:
+    """A kl summary in the layout of schema version 1 (every policy against fp32, no floor), as the
+    committed reports/ files hold it; statistics from kl.summarize."""
     from precision_lab.evals import kl as klmod
 
     rng = np.random.default_rng(seed)
     P, D, T = len(policies), 3, 40
-    # KL growing with length, different per policy, so the table has distinct numbers
     kl = rng.exponential(1.0, (P, D, T)) * np.linspace(0.01, 0.1, T) * np.arange(1, P + 1)[:, None, None]
     agree = rng.random((P, D, T)) > 0.2
     nll = rng.random((P + 1, D, T)) + 2.0
-    settings = {"model": model, "model_seed": 0, "dtype": None, "data": "default", "docs": D, "tokens": T + 8,
-                "prefill": 8, "policies": list(policies), "seed": 0, "batch_size": D, "segment": 512,
-                "engine": "scan", "skip_short": False, "doc_tokens_sha": "0123456789abcdef"}
+    settings = _kl_settings(model, policies, D, T)
     return {"kind": "kl", "schema_version": 1,
             "provenance": provenance(policies=list(policies), reference="fp32", model=model, data="default", seed=0,
                                      engine="scan", implementations=["scan:torch-scan:replay-window"],
@@ -60,6 +64,44 @@ def make_kl(model="tiny-qwen3.5", policies=("shared:nvfp4-sr", "split:fp32/nvfp4
             "length_definition": "decode steps taken when the position is predicted (1 = first decode token)",
             "results": klmod.summarize(kl, agree, nll, list(policies)),
             "timing": {"seconds_this_process": 1.0, "batches_this_process": 1}}
+
+
+def make_kl(model="tiny-qwen3.5", policies=("shared:nvfp4-sr", "split:fp32/nvfp4"), seed=0, per_layer_of=None,
+            T=40) -> dict:
+    """A kl (schema 2) or kl-layers summary as evals/kl.py's run_kl writes it, with its statistics
+    from kl.summarize_plan on random per-position arrays (floors a hundred times smaller than the
+    policies' KLs, except in the first document, where they are larger)."""
+    from precision_lab.evals import kl as klmod
+
+    rng = np.random.default_rng(seed)
+    plan = klmod.build_plan(policies, per_layer_of=per_layer_of)
+    G, C, D = len(plan.rows), len(plan.pairs), 3
+    scale = np.array([1e-2 if plan.rows[a].role == "base" and plan.rows[b].role == "reference" else 1.0 + c
+                      for c, (a, b) in enumerate(plan.pairs)])
+    kl = rng.exponential(1.0, (C, D, T)) * np.linspace(0.01, 0.1, T) * scale[:, None, None]
+    kl[:, 0] *= np.where(scale < 1, 1e3, 1.0)[:, None]
+    agree = rng.random((C, D, T)) > 0.2
+    nll = rng.random((G, D, T)) + 2.0
+    settings = _kl_settings(model, policies, D, T, layout="grouped", sr_seeds=1, per_layer=per_layer_of is not None,
+                            schema_version=2)
+    out = {"kind": "kl" if per_layer_of is None else "kl-layers", "schema_version": 2 if per_layer_of is None else 1,
+           "provenance": provenance(policies=list(policies), reference="matched", model=model, data="default",
+                                    seed=0, engine="scan", implementations=["scan:torch-scan:replay-window"],
+                                    fingerprint="f" * 16, settings=settings),
+           "model": {"name": model, "seed": 0, "dtype": None},
+           "data": {"source": "default", "docs": D, "tokens": T + 8, "prefill": 8, "decode_tokens": T,
+                    "doc_ids": [f"doc{i}" for i in range(D)], "titles": [None] * D},
+           "reference": "matched", "base": "fp32", "policies": list(policies), "seed": 0,
+           "rows": [{"name": r.name, "role": r.role, "implementations": None} for r in plan.rows],
+           "layout": {"name": "grouped", "check": None},
+           "engine": {"requested": "auto", "used": "scan", "implementations": ["scan:torch-scan:replay-window"]},
+           "length_definition": "decode steps taken when the position is predicted (1 = first decode token)",
+           **klmod.summarize_plan(plan, kl, agree, nll),
+           "timing": {"seconds_this_process": 1.0, "batches_this_process": 1}}
+    if per_layer_of is not None:
+        out["ssm_layers"] = [{"index": j, "module": f"model.layers.{j}.linear_attn", "layer_idx": j, "kind": "gdn"}
+                             for j in range(per_layer_of)]
+    return out
 
 
 def make_lmeval(tmp: Path) -> dict:
@@ -261,26 +303,98 @@ def test_sim_table_equals_input(report, inputs):
         assert int(r["state writes"]) == res["state_writes"]
 
 
+def cell_num(cell: str) -> float:
+    """A table number, without the within-floor mark."""
+    return num(cell.replace("‡", "").strip())
+
+
 def test_kl_tables_equal_input(report, inputs):
     md = (report[0] / "index.md").read_text()
     kl = inputs["kl"][1]
-    rows = table(md, "Mean KL (nats per token) at fixed")
+    rows = table(md, "Mean KL (nats per token) against its matched reference at fixed")
     assert [r["policy"] for r in rows] == kl["policies"]
+    marks = 0
     for r in rows:
-        buckets = kl["results"][r["policy"]]["buckets"]["log2"]
+        res = kl["results"][r["policy"]]
+        assert r["reference"] == res["reference"]
+        buckets = res["buckets"]["log2"]
         cols = [k for k in r if k.startswith("length ")]
         assert len(cols) == len(buckets)  # 40 positions: 6 buckets, all shown
         for c, b in zip(cols, buckets):
             assert c == (f"length {b['lo']}" if b["hi"] <= b["lo"] else f"length {b['lo']}–{b['hi']}")
+            assert cell_num(r[c]) == pytest.approx(b["mean"], rel=1e-3)
+            assert ("‡" in r[c]) == (b["verdict"] == "within floor")
+            marks += "‡" in r[c]
+    assert 0 < marks < sum(len(kl["results"][p]["buckets"]["log2"]) for p in kl["policies"])
+    floors = table(md, "Floors: mean KL(p_fp32")
+    for r in floors:
+        ref = kl["references"][r["reference (floor = KL(fp32 ‖ reference))"]]
+        for c, b in zip([k for k in r if k.startswith("length ")], ref["floor"]["buckets"]["log2"]):
             assert num(r[c]) == pytest.approx(b["mean"], rel=1e-3)
     over = table(md, "KL over all decode positions")
     for r in over:
         o = kl["results"][r["policy"]]["overall"]
-        for k in ("mean", "median", "q90", "q95", "q99", "max"):
+        for k in ("mean", "median", "q99", "max"):
             assert num(r[k]) == pytest.approx(o[k], rel=1e-3)
+        assert num(r["floor"]) == pytest.approx(o["floor_mean"], rel=1e-3) and r["verdict"] == o["verdict"]
         assert num(r["top-1 agreement"]) == pytest.approx(o["top1_agreement"], rel=1e-3)
+        assert num(r["NLL"]) == pytest.approx(o["nll"], rel=1e-3)
         lo, hi = (num(x) for x in r["95% CI of mean (docs)"].strip("[]").split(", "))
         assert (lo, hi) == (pytest.approx(o["doc_ci95"][0], rel=1e-3), pytest.approx(o["doc_ci95"][1], rel=1e-3))
+        vs = kl["results"][r["policy"]]["vs_fp32"]["overall"]["mean"]
+        assert num(r["KL vs fp32"]) == pytest.approx(vs, rel=1e-3)
+
+
+def test_version_1_kl_files_still_render(tmp_path):
+    v1 = write(tmp_path / "v1/summary.json", make_kl_v1())
+    build_report([v1], tmp_path / "r")
+    md = (tmp_path / "r/index.md").read_text()
+    assert "schema version 1" in md and "carry no floor" in md
+    rows = table(md, "Mean KL (nats per token) against the fp32-state run at fixed")
+    data = json.loads(v1.read_text())
+    for r in rows:
+        for c, b in zip([k for k in r if k.startswith("length ")], data["results"][r["policy"]]["buckets"]["log2"]):
+            assert num(r[c]) == pytest.approx(b["mean"], rel=1e-3)
+
+
+def test_committed_kl_reports_still_build(tmp_path):
+    """The KL summaries committed under reports/ (schema version 1) are read as they are."""
+    root = Path(__file__).resolve().parents[1] / "reports"
+    files = sorted(root.glob("first-study/data/*-kl-kl-*.json"))
+    assert files
+    build_report(files, tmp_path / "r")
+    assert (tmp_path / "r/index.md").read_text().count("### KL vs length:") == len(files)
+
+
+def test_l_sweep_and_per_layer_sections(tmp_path):
+    pols = ("shared:nvfp4-sr", "shared:nvfp4-sr@L8", "shared:nvfp4-sr@L32", "split:fp16-sr/nvfp4",
+            "split:fp16-sr/nvfp4@L8", "conventional:bf16")
+    main = write(tmp_path / "main.json", make_kl(policies=pols))
+    layers = write(tmp_path / "layers.json", make_kl(policies=("shared:nvfp4-sr", "split:fp16-sr/nvfp4"),
+                                                     per_layer_of=3))
+    build_report([main, layers], tmp_path / "r")
+    md = (tmp_path / "r/index.md").read_text()
+    data = json.loads(main.read_text())
+    sweep = table(md, "Buffer-length sweep")
+    assert [r["policy"] for r in sweep] == ["shared:nvfp4-sr", "split:fp16-sr/nvfp4"]
+    for r in sweep:
+        for L, name in ((8, f"{r['policy']}@L8"), (16, r["policy"]), (32, f"{r['policy']}@L32")):
+            if name not in data["results"]:
+                assert r[f"L = {L}"] == "—"
+                continue
+            assert cell_num(r[f"L = {L}"].split(" [")[0]) == pytest.approx(data["results"][name]["overall"]["mean"],
+                                                                          rel=1e-3)
+    assert (tmp_path / "r/figures/kl-L-sweep-tiny-qwen3.5.png").exists()
+    lay = json.loads(layers.read_text())
+    rows = table(md, "Mean KL (nats per token) with one SSM layer under the policy")
+    assert [r["SSM layer"] for r in rows] == ["0", "1", "2", "all layers", "floor"]
+    for p in ("shared:nvfp4-sr", "split:fp16-sr/nvfp4"):
+        res = lay["results"][p]
+        for r, e in zip(rows[:3], res["per_layer"]):
+            assert cell_num(r[p].split(" [")[0]) == pytest.approx(e["overall"]["mean"], rel=1e-3)
+        assert cell_num(rows[3][p].split(" [")[0]) == pytest.approx(res["all_layers"]["overall"]["mean"], rel=1e-3)
+        assert num(rows[4][p]) == pytest.approx(res["all_layers"]["overall"]["floor_mean"], rel=1e-3)
+    assert (tmp_path / "r/figures/kl-layers-tiny-qwen3.5.png").stat().st_size > 5000
 
 
 def test_lmeval_tables_equal_input(report, inputs):
@@ -416,7 +530,7 @@ def _bad_cases(tmp: Path, inputs) -> dict[str, tuple[Path, str]]:
         "foreign": (write(tmp / "foreign.json", {"results": [1, 2]}), "not a precision-lab result"),
         "list": (write(tmp / "list.json", [1, 2]), "not a precision-lab result"),
         "kind": (write(tmp / "kind.json", {**kl, "kind": "kl-run"}), "unknown result kind 'kl-run'"),
-        "schema": (write(tmp / "schema.json", {**kl, "schema_version": 2}), "schema_version 2"),
+        "schema": (write(tmp / "schema.json", {**kl, "schema_version": 3}), "schema_version 3"),
         "provenance": (write(tmp / "prov.json", no_prov), "no provenance"),
         "missing": (write(tmp / "missing.json", {k: v for k, v in kl.items() if k != "results"}), "without 'results'"),
         "truncated": (tmp / "trunc.json", "not valid JSON"),

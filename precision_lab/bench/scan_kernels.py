@@ -42,8 +42,8 @@ def _call_parts(inp, policy, s0):
 
 def kernel_call(inp, policy, s0):
     """A closure running the scan kernel that run_layer(engine='triton') would pick (no edges)."""
-    from precision_lab.kernels.common.formats import FMT_FP32, KERNEL_FORMATS
     from precision_lab.engines.triton_scan import FP32_CHUNK
+    from precision_lab.kernels.common.formats import FMT_FP32, KERNEL_FORMATS
     from precision_lab.kernels.gdn.scan import gdn_recurrent_scan, gdn_replay_scan
     from precision_lab.kernels.mamba2.scan import mamba2_recurrent_scan, mamba2_replay_scan
 

@@ -1,4 +1,6 @@
-"""precision-lab kl: KL divergence from fp32-state decoding vs generated length (teacher forcing)."""
+"""``precision-lab kl``: KL divergence between each state policy and its matched reference (the same
+arithmetic with fp32 storage) vs generated length, under teacher forcing, with the arithmetic-order
+floor of every reference (KL between the fp32 run and the reference)."""
 from __future__ import annotations
 
 from . import HelpFormatter, add_out_option
@@ -18,10 +20,11 @@ Outputs in the output folder: summary.json (kind "kl"), kl_vs_length.png, run.js
 def add_parser(sub) -> None:
     from precision_lab.evals.kl import DEFAULT_BATCH_TOKENS, DEFAULT_POLICIES
 
-    p = sub.add_parser("kl", help="KL(fp32 state || policy) vs generated length under teacher forcing",
-                       description="KL divergence of each state policy from fp32-state decoding, by generated "
-                       "length, under teacher forcing: the fp32 reference and every policy run in lockstep on the "
-                       "same tokens.", epilog=EPILOG, formatter_class=HelpFormatter)
+    p = sub.add_parser("kl", help="KL(matched fp32 reference || policy) vs generated length under teacher forcing",
+                       description="KL divergence between each state policy and its matched reference (the same "
+                       "arithmetic with fp32 storage) vs generated length, under teacher forcing, with the "
+                       "arithmetic-order floor of every reference (KL between the fp32 run and the reference).",
+                       epilog=EPILOG, formatter_class=HelpFormatter)
     p.add_argument("--model", default="tiny-nemotron-h", help="preset (precision-lab models), hub id or local path")
     p.add_argument("--data", default="default",
                    help="'default' (offline built-in text), 'pg19' (emozilla/pg19-test via datasets), or a "
@@ -30,7 +33,8 @@ def add_parser(sub) -> None:
     p.add_argument("--tokens", type=int, default=1024, help="tokens per document, prefill included (default 1024)")
     p.add_argument("--prefill", type=int, default=32, help="tokens served as prefill before decoding (default 32)")
     p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), metavar="POLICY",
-                   help="state policies compared with the fp32 reference (policy strings as in precision-lab sim)")
+                   help="state policies, each compared with its matched reference (e.g. shared:nvfp4 with "
+                   "shared:fp32, conventional:bf16 with conventional:fp32)")
     p.add_argument("--seed", type=int, default=0, help="stochastic-rounding seed")
     p.add_argument("--batch-size", type=int, default=None,
                    help="documents per batch, the unit that is saved and resumed (default: as many as fit in "
@@ -43,6 +47,14 @@ def add_parser(sub) -> None:
                    "for checkpoints)")
     p.add_argument("--model-seed", type=int, default=0, help="weight seed of presets")
     p.add_argument("--skip-short", action="store_true", help="skip documents shorter than --tokens")
+    p.add_argument("--layout", default="grouped", choices=["grouped", "lockstep"],
+                   help="grouped: one forward per row group (identical computations give identical bits on "
+                   "every backend); lockstep: all groups in one forward, with a check that rows agree")
+    p.add_argument("--sr-seeds", type=int, default=1,
+                   help="seeds per stochastic-rounding policy; >1 reports the spread of KL over seeds")
+    p.add_argument("--per-layer", action="store_true",
+                   help="run each policy in one SSM layer at a time (the others on its matched reference); "
+                   "writes a kl-layers summary")
     add_out_option(p, help="output folder (default: runs/kl/<model>-<hash of the settings>, so a run with other "
                    "settings gets its own folder and the same command resumes in the same one)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -74,6 +86,7 @@ def _run(args) -> int:
     cfg = KLConfig(model=args.model, data=args.data, docs=args.docs, tokens=args.tokens, prefill=args.prefill,
                    policies=tuple(args.policies), seed=args.seed, batch_size=args.batch_size, segment=args.segment,
                    engine=args.engine, dtype=args.dtype, model_seed=args.model_seed, skip_short=args.skip_short,
+                   layout=args.layout, sr_seeds=args.sr_seeds, per_layer=args.per_layer,
                    out=args.out or "", device=args.device, progress=not args.no_progress, plot=not args.no_plot)
     if not args.out:
         cfg = replace(cfg, out=default_out(cfg))
@@ -85,7 +98,12 @@ def _run(args) -> int:
         if "out of memory" in str(e) and not args.debug:
             raise ValueError(str(e)) from e
         raise
-    if summary is not None:
+    if summary is not None and summary["kind"] == "kl-layers":
+        from precision_lab.evals.kl import format_layers_table
+
+        print(format_layers_table(summary))
+        print(f"wrote {out}/summary.json")
+    elif summary is not None:
         print(format_table(summary))
         print(f"engine: {summary['engine']['used']} ({', '.join(summary['engine']['implementations'])})")
         print(f"wrote {out}/summary.json" + ("" if args.no_plot else f" and {out}/kl_vs_length.png"))

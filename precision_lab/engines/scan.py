@@ -196,7 +196,7 @@ class _Scan:
 
     def conventional(self, p: _core.Prepared) -> tuple[torch.Tensor, str]:
         T = p.k.shape[1]
-        if self.policy.update == "fp32":
+        if self.policy.mode == "fp32":
             # identity storage: every step stores its unrounded result, so the stream is one
             # unquantized recurrence; count the T writes it stands for. Scalar decays run chunked;
             # KDA's per-channel decay makes chunk masks [n, n, K] cost more than the plain recurrence

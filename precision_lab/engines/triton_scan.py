@@ -29,7 +29,7 @@ from dataclasses import replace
 
 import torch
 
-from precision_lab.kernels.common.formats import FMT_FP32, FMT_NVFP4, KERNEL_FORMATS
+from precision_lab.kernels.common.formats import FMT_NVFP4, KERNEL_FORMATS
 from precision_lab.kernels.gdn.scan import gdn_recurrent_scan, gdn_replay_scan
 from precision_lab.kernels.mamba2.scan import mamba2_recurrent_scan, mamba2_replay_scan
 from precision_lab.kernels.runtime import triton_unavailable_reason
@@ -238,7 +238,9 @@ def _kernel_part(inputs, policy: StatePolicy, state, tally: _Tally):
         args = (inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta)
         gkw = dict(scale=inputs.scale, qk_l2norm=inputs.qk_l2norm)
 
-    recurrent = policy.mode == "conventional" and upd_fmt != FMT_FP32
+    # conventional:F with any F (fp32 included) runs the per-token recurrent scan: conventional:fp32
+    # is the matched reference of the lossy conventional rows, so it must run their arithmetic
+    recurrent = policy.mode == "conventional"
     if recurrent:
         if is_m2:
             y, s = mamba2_recurrent_scan(*args, u0, fmt=upd_fmt, sr=upd_sr, **common)

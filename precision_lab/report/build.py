@@ -28,6 +28,7 @@ from .style import PolicyColors
 SECTION_TITLES = {
     "sim": "Single-layer simulation",
     "kl": "KL divergence vs generated length",
+    "kl-layers": "Per-layer sensitivity",
     "lmeval": "Task accuracy (lm-eval)",
     "bench-kernels": "Decode kernel benchmarks",
     "bench-scan": "Teacher-forced scan benchmarks",
@@ -128,7 +129,7 @@ def _all_policies(results: list[Result]) -> list[str]:
     names: list[str] = ["fp32"]
     for r in results:
         d = r.data
-        if r.kind in ("sim", "kl") and isinstance(d.get("results"), dict) and d.get("mode") != "equivalence":
+        if r.kind in ("sim", "kl", "kl-layers") and isinstance(d.get("results"), dict) and d.get("mode") != "equivalence":
             names += list(d["results"])
         elif r.kind == "lmeval":
             names += list(d.get("policies", []))
@@ -168,7 +169,7 @@ def _caveats(results: list[Result]) -> list:
     items = []
     by_model: dict[str, list[str]] = defaultdict(list)
     for r in results:
-        if r.kind in ("kl", "lmeval") or (r.kind == "bench-kl" and model_name(r)):
+        if r.kind in ("kl", "kl-layers", "lmeval") or (r.kind == "bench-kl" and model_name(r)):
             by_model[model_name(r) or ""].append(f"`{r.name}`")
     for m, files in by_model.items():
         cls = model_class(m)

@@ -29,14 +29,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-KINDS = ("sim", "kl", "lmeval", "bench-quant", "bench-kernels", "bench-scan", "bench-kl")
+KINDS = ("sim", "kl", "kl-layers", "lmeval", "bench-quant", "bench-kernels", "bench-scan", "bench-kl")
 BENCH_KINDS = ("bench-quant", "bench-kernels", "bench-scan", "bench-kl")
 SCHEMA_VERSION = 1
+# Versions each kind can be read in (others: SCHEMA_VERSION only). KL summaries of version 1 compare
+# with the fp32 run and carry no floor; they are lifted by evals/kl_schema.read_kl_summary.
+READABLE_VERSIONS: dict[str, tuple[int, ...]] = {"kl": (1, 2)}
 
 # Keys each kind must have for its section to say anything (optional fields are checked where used).
 _REQUIRED: dict[str, tuple[str, ...]] = {
     "sim": (),            # two shapes: the error study ("results") or --mode equivalence; checked below
     "kl": ("model", "data", "policies", "results"),
+    "kl-layers": ("model", "data", "policies", "results", "ssm_layers", "references"),
     "lmeval": ("model", "policies", "tasks"),
 }
 
@@ -89,8 +93,10 @@ def load_result(path: str | Path) -> Result:
         raise ResultError(f"{path}: unknown result kind {kind!r}; reports read {', '.join(KINDS)}")
     if kind in BENCH_KINDS:
         return _load_bench(path, raw)
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise ResultError(f"{path}: schema_version {data.get('schema_version')!r}, this version reads {SCHEMA_VERSION}")
+    readable = READABLE_VERSIONS.get(kind, (SCHEMA_VERSION,))
+    if data.get("schema_version") not in readable:
+        raise ResultError(f"{path}: schema_version {data.get('schema_version')!r} of kind {kind!r}; this version "
+                          f"reads {', '.join(map(str, readable))}")
     if not isinstance(data.get("provenance"), dict):
         raise ResultError(f"{path}: no provenance; reports only use results that say what produced them")
     missing = [k for k in _REQUIRED[kind] if k not in data]
@@ -100,7 +106,7 @@ def load_result(path: str | Path) -> Result:
         raise ResultError(f"{path}: a {kind!r} result without {', '.join(repr(m) for m in missing)}; "
                           "the file is truncated or was not written by precision-lab")
     result = Result(path, kind, data, hashlib.sha256(raw).hexdigest())
-    if kind in ("sim", "kl", "lmeval"):
+    if kind in ("sim", "kl", "kl-layers", "lmeval"):
         _check_policy_names(result)
     return result
 
@@ -169,9 +175,9 @@ def setup_key(r: Result) -> str:
                            "seed": r.provenance.get("seed")})
         s = {k: v for k, v in d.get("settings", {}).items() if k not in ("policies",)}
         return _canon(s)
-    if r.kind == "kl":
+    if r.kind in ("kl", "kl-layers"):
         s = dict(prov.get("settings") or {})
-        for k in ("policies", "batch_size", "segment", "engine"):
+        for k in ("policies", "batch_size", "segment", "engine", "layout", "sr_seeds", "schema_version"):
             s.pop(k, None)
         s.setdefault("model", d["model"].get("name") if isinstance(d["model"], dict) else d["model"])
         s["doc_ids"] = d["data"].get("doc_ids")
@@ -198,7 +204,7 @@ def policies_of(r: Result) -> list[tuple[str, str]]:
         if d.get("mode") == "equivalence":
             return [(arch, "equivalence") for arch in equivalence_parts(d)]
         return [("", p) for p in d["results"]]
-    if r.kind == "kl":
+    if r.kind in ("kl", "kl-layers"):
         return [("", p) for p in d["results"]]
     if r.kind == "lmeval":
         out = []
@@ -255,7 +261,7 @@ def describe_setup(r: Result) -> str:
     if r.kind == "sim" and "settings" in d:
         s = d["settings"]
         return f"{s.get('arch')}, {s.get('steps')} steps, seed {s.get('seed')}"
-    if r.kind in ("kl", "lmeval"):
+    if r.kind in ("kl", "kl-layers", "lmeval"):
         return f"model {model_name(r)}, data {data_name(r)}"
     return f"device {gpu_name(prov) or 'unknown'}"
 
@@ -286,7 +292,7 @@ def model_name(r: Result) -> str | None:
 
 def data_name(r: Result) -> str | None:
     d = r.data
-    if r.kind == "kl":
+    if r.kind in ("kl", "kl-layers"):
         dd = d.get("data", {})
         return f"{dd.get('source')} ({dd.get('docs')} docs × {dd.get('tokens')} tokens, prefill {dd.get('prefill')})"
     if r.kind == "lmeval":

@@ -33,7 +33,7 @@ class Context:
 
 def renderers():
     """kind → render(results, ctx) -> blocks (imported lazily: matplotlib is heavy)."""
-    from . import bench, kl, lmeval, sim
+    from . import bench, kl, kl_layers, lmeval, sim
 
-    return {"sim": sim.render, "kl": kl.render, "lmeval": lmeval.render, "bench-kernels": bench.render_kernels,
-            "bench-scan": bench.render_scan, "bench-quant": bench.render_quant, "bench-kl": bench.render_kl}
+    return {"sim": sim.render, "kl": kl.render, "kl-layers": kl_layers.render, "lmeval": lmeval.render,
+            "bench-kernels": bench.render_kernels, "bench-scan": bench.render_scan, "bench-quant": bench.render_quant, "bench-kl": bench.render_kl}

@@ -104,6 +104,10 @@ def render(results: list[Result], ctx: Context) -> list:
         path = ctx.figure(fig, f"lmeval-delta-{model}")
         blocks += [Figure(path, "Paired accuracy differences from the fp32-state run with their bootstrap CIs."), prov]
 
+    # -- per-bucket comparisons (tasks whose items carry a bucket, e.g. context length) -------------
+    for t, e in tasks.items():
+        blocks += _bucket_blocks(ctx, model, t, e, prov)
+
     # -- Figure 7: accuracy by fp32 generation-length quartile -------------------------------------
     for t, e in tasks.items():
         q = _quartiles(t, e)
@@ -131,6 +135,53 @@ def render(results: list[Result], ctx: Context) -> list:
         blocks += [Table(head, rows, caption=f"{t}: accuracy (%) by quartile of fp32 generation length"), prov]
     if not pts:
         blocks.append(prov)
+    return blocks
+
+
+def _delta_cells(cmp: dict | None) -> list[str]:
+    if not cmp:
+        return [MISSING, MISSING, MISSING]
+    d, m = cmp.get("delta") or {}, cmp.get("mcnemar") or {}
+    return [f"{fmt_pts(d.get('delta'), True)} [{fmt_pts(d.get('ci_low'), True)}, {fmt_pts(d.get('ci_high'), True)}]",
+            fmt(m.get("p_value"), 3), f"{m['b']} / {m['c']}" if "b" in m and "c" in m else MISSING]
+
+
+def _bucket_blocks(ctx: Context, model: str, task: str, e: dict, prov) -> list:
+    """Accuracy per item bucket (a task's own bucketing, e.g. context length in bytes), each policy
+    against fp32 and against its matched reference: paired bootstrap CI and exact McNemar p per bucket."""
+    pols = {p: pe for p, pe in e.get("policies", {}).items() if pe.get("by_bucket")}
+    if not pols or not e["fp32"].get("by_bucket"):
+        return []
+    base = {b["bucket"]: b for b in e["fp32"]["by_bucket"]}
+    labels = [b["bucket"] for b in e["fp32"]["by_bucket"]]
+    head = ["policy", "bucket", "n", "accuracy (%)", "fp32 (%)", "Δ vs fp32 (pts) [95% CI]", "McNemar p", "b / c",
+            "reference", "Δ vs reference (pts) [95% CI]", "McNemar p (reference)", "b / c (reference)"]
+    rows = [["fp32", lab, fmt(base[lab].get("n")), fmt_pts(base[lab].get("accuracy")), MISSING, MISSING, MISSING,
+             MISSING, MISSING, MISSING, MISSING, MISSING] for lab in labels]
+    for p, pe in pols.items():
+        vs = pe.get("vs_reference") or {}
+        ref_b = {b["bucket"]: b for b in vs.get("by_bucket") or []}
+        for b in pe["by_bucket"]:
+            rows.append([p, b["bucket"], fmt(b.get("n")), fmt_pts(b.get("accuracy")),
+                         fmt_pts(base.get(b["bucket"], {}).get("accuracy")), *_delta_cells(b),
+                         vs.get("reference", MISSING), *_delta_cells(ref_b.get(b["bucket"]))])
+    blocks: list = [Table(head, rows, caption=f"{task}: accuracy (%) by item bucket with paired differences from fp32 "
+                                              "and from the matched reference (points, 95 % bootstrap CI over items; "
+                                              "exact McNemar test)")]
+    fig, ax = new_figure()
+    x = list(range(len(labels)))
+    ax.plot(x, [100 * base[lab]["accuracy"] for lab in labels], marker="o", color=ctx.colors("fp32"), label="fp32")
+    for p, pe in pols.items():
+        acc = {b["bucket"]: b["accuracy"] for b in pe["by_bucket"]}
+        ax.plot(x, [100 * acc[lab] if lab in acc else float("nan") for lab in labels], marker="o",
+                color=ctx.colors(p), ls=ctx.colors.style(p), label=p)
+    ax.set_xticks(x, labels, fontsize=8)
+    ax.set_xlabel("item bucket")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(f"{model}, {task}: accuracy by bucket", fontsize=9)
+    ax.legend(fontsize=7, title="policy", title_fontsize=8)
+    path = ctx.figure(fig, f"lmeval-buckets-{model}-{task}")
+    blocks += [Figure(path, f"{task}: accuracy per item bucket for each policy."), prov]
     return blocks
 
 
