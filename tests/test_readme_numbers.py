@@ -25,7 +25,23 @@ SIM_32K = "reports/sim/mamba2-32768.json"
 SIM_4K = "reports/sim/mamba2-4096.json"
 SIM_1HEAD = "reports/sim/mamba2-8192-1head-tau1e4.json"
 EQUIV = "reports/sim/equivalence.json"
+GENERATE = "reports/bench/bench_generate.json"
+STUDY = {"nemotron-h": "reports/trained-study-data/kl-gutenberg-nemotron-h.json",
+         "qwen3.5": "reports/trained-study-data/kl-gutenberg-qwen3.5.json"}
+
+
+def study_row(pol):
+    def values(d):
+        (a,) = [x["mean"] for x in d["results"][pol]["buckets"]["log2"] if x["lo"] == 256]
+        (b,) = [x["mean"] for x in d["results"][pol]["buckets"]["log2"] if x["lo"] == 65536]
+        return (a, b, d["results"][pol]["overall"]["floor_mean"])
+    return values
 QWEN_CARD = "precision_lab/assets/models/gutenberg-qwen3.5/card.json"
+
+
+def gen_ms(d, row, batch, preset="qwen3.5-4b-shape"):
+    (r,) = [r for r in d["rows"] if r["preset"] == preset and r["row"] == row and r["batch"] == batch]
+    return r["step_ms_median"]
 NEMO_CARD = "precision_lab/assets/models/gutenberg-nemotron-h/card.json"
 
 
@@ -93,6 +109,18 @@ def one(values):
 
 # --- the table: README phrase -> result file -> values (rounded by the format spec) ---------------
 CLAIMS: list[tuple[str, str, object]] = [
+    # the first study on trained dynamics
+    *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
+      for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))
+      for pol in ("shared:nvfp4-sr", "split:fp32/nvfp4", "split:fp16-sr/nvfp4", "conventional:bf16")],
+    # fast generation (the check passed: the table is read only when it did)
+    ("| plain transformers (`model.generate`) | {:.1f} | {:.1f} |", GENERATE,
+     lambda d: (gen_ms(d, "plain transformers", 1), gen_ms(d, "plain transformers", 8)) if d["check"]["ok"] else ()),
+    ("| `fp32` (fast path) | {:.1f} | {:.1f} |", GENERATE, lambda d: (gen_ms(d, "fp32", 1), gen_ms(d, "fp32", 8))),
+    ("| `split:fp16-sr/nvfp4` | {:.1f} | {:.1f} |", GENERATE,
+     lambda d: (gen_ms(d, "split:fp16-sr/nvfp4", 1), gen_ms(d, "split:fp16-sr/nvfp4", 8))),
+    ("| `shared:nvfp4-sr` | {:.1f} | {:.1f} |", GENERATE,
+     lambda d: (gen_ms(d, "shared:nvfp4-sr", 1), gen_ms(d, "shared:nvfp4-sr", 8))),
     # the shipped trained models (their cards)
     ("| `gutenberg-qwen3.5` | 6 Gated DeltaNet + 2 attention | {:.2f}M | {} | {:.3f} | {} / {} / {} of {} |",
      QWEN_CARD, card_row),
@@ -189,7 +217,7 @@ CLAIMS: list[tuple[str, str, object]] = [
 ]
 
 # Numbers with a unit that are not measurements (definitions, limits, confidence levels).
-NOT_MEASUREMENTS = ("95 % CI", "states over 128×128", "≤ ~2^-21")
+NOT_MEASUREMENTS = ("95 % CI", "95 % interval", "states over 128×128", "≤ ~2^-21")
 
 
 def rendered(claim) -> str:

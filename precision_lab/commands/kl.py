@@ -6,7 +6,7 @@ from __future__ import annotations
 from . import HelpFormatter, add_out_option
 
 EPILOG = """examples:
-  precision-lab kl                                   # offline demo: tiny-nemotron-h, built-in text, CPU, ~1 min
+  precision-lab kl                                   # the shipped trained gutenberg-qwen3.5 on 2 held-out plays, CPU
   precision-lab kl --model tiny-nemotron-h --policies shared:nvfp4 split:fp32/nvfp4 --out runs/kl-nemo
   precision-lab kl --model Qwen/Qwen3.5-4B --data pg19 --docs 8 --tokens 131072 --prefill 512 \\
       --policies shared:nvfp4 split:fp32/nvfp4 split:fp16-sr/nvfp4 --segment 8192 --out runs/kl-qwen4b
@@ -25,12 +25,15 @@ def add_parser(sub) -> None:
                        "arithmetic with fp32 storage) vs generated length, under teacher forcing, with the "
                        "arithmetic-order floor of every reference (KL between the fp32 run and the reference).",
                        epilog=EPILOG, formatter_class=HelpFormatter)
-    p.add_argument("--model", default="tiny-nemotron-h", help="preset (precision-lab models), hub id or local path")
-    p.add_argument("--data", default="default",
-                   help="'default' (offline built-in text), 'pg19' (emozilla/pg19-test via datasets), or a "
+    p.add_argument("--model", default="gutenberg-qwen3.5",
+                   help="preset (precision-lab models), hub id or local path; the default is the shipped trained "
+                   "Qwen3.5-style model")
+    p.add_argument("--data", default="gutenberg",
+                   help="'gutenberg' (held-out Shakespeare plays, offline; gutenberg:train|validation|heldout), "
+                   "'default' (built-in text), 'pg19' (emozilla/pg19-test via datasets), or a "
                    ".parquet/.jsonl/.txt file or directory")
-    p.add_argument("--docs", type=int, default=4, help="number of documents (default 4)")
-    p.add_argument("--tokens", type=int, default=1024, help="tokens per document, prefill included (default 1024)")
+    p.add_argument("--docs", type=int, default=2, help="number of documents")
+    p.add_argument("--tokens", type=int, default=2048, help="tokens per document, prefill included")
     p.add_argument("--prefill", type=int, default=32, help="tokens served as prefill before decoding (default 32)")
     p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), metavar="POLICY",
                    help="state policies, each compared with its matched reference (e.g. shared:nvfp4 with "

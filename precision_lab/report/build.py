@@ -183,6 +183,12 @@ def _caveats(results: list[Result]) -> list:
             items.append(f"Model `{m}`{where} has the layer and state shapes of a published checkpoint but random "
                          "weights. Its timings transfer to the real model; its KL or accuracy numbers do not (random "
                          "logits are near uniform and hide state errors).")
+        elif cls == "trained":
+            items.append(f"Model `{m}`{where} is a small byte-level hybrid trained by precision-lab on Project "
+                         "Gutenberg's Shakespeare (model card: precision_lab/assets/models/{m}/README.md), "
+                         "measured on held-out plays it never saw. Its dynamics are trained ones (decays, state "
+                         "scales, logit sensitivity); it is ~500x smaller than the published 4B models and reads "
+                         "bytes, not tokens, so magnitudes do not transfer one to one.")
         elif cls == "checkpoint":
             items.append(f"Model `{m}`{where} is a pretrained checkpoint.")
         else:

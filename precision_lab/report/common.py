@@ -59,7 +59,8 @@ def provenance_line(results: list[Result], policies: list[str] | None = None) ->
 # what a result can show
 # ------------------------------------------------------------------------------------------------
 def model_class(name: str | None) -> str:
-    """"tiny", "shape" (random-init copy of a published shape) or "checkpoint" for a model name.
+    """"tiny", "shape" (random-init copy of a published shape), "trained" (a model trained by
+    precision-lab and shipped with it) or "checkpoint" for a model name.
 
     Preset names are looked up in the preset table; names that are not presets are checkpoints
     (hub ids or local paths) unless they look like a preset (tiny-*, *-shape) the installed version
@@ -71,7 +72,7 @@ def model_class(name: str | None) -> str:
         from precision_lab.models.presets import PRESETS
 
         if name in PRESETS:
-            return PRESETS[name].kind if PRESETS[name].kind in ("tiny", "shape") else "shape"
+            return PRESETS[name].kind if PRESETS[name].kind in ("tiny", "shape", "trained") else "shape"
     except ImportError:  # pragma: no cover - the models package always ships with the report
         pass
     base = name.rstrip("/").rsplit("/", 1)[-1].lower()
