@@ -11,13 +11,6 @@ from precision_lab.models import apply_policy, cache_kwarg, load_model, new_stre
 PRESETS = ["tiny-qwen3.5", "tiny-nemotron-h"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # the kernels compiled where a GPU is present
 

@@ -15,13 +15,6 @@ from precision_lab.models.presets import TRAINED, load_trained, trained_card, tr
 NAMES = sorted(TRAINED)
 
 
-@pytest.fixture(autouse=True)
-def _threads():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def test_trained_presets_are_listed():
     kinds = {p["name"]: p["kind"] for p in list_presets()}
