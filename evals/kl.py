@@ -20,7 +20,7 @@ run on the same tokens and weights in one pass over the data, in row groups (``l
 computations give identical bits on every backend and records which implementation served each
 group; ``lockstep`` serves all groups in one forward of ``G*B`` rows and adds a copy of the
 ``fp32`` group at the far end of the batch whose KL against the first (``layout.check``) measures
-whether the backend treats all rows alike (on CPU it does not: see ``precision_lab.engine``).
+whether the backend treats all rows alike (on CPU it does not: see ``precision_lab.teacher_forced``).
 
 Per position t of the decode part of the stream (t >= prefill), from fp32 logits in fp64,
 
@@ -669,9 +669,9 @@ def kl_stream(model, toks: torch.Tensor, *, n_groups: int | None = None, prefill
     hits:   a list that receives one array [G, B, N-prefill] (bool): whether each run's argmax is the
             true next token
     """
-    from precision_lab.engine import lm_logits, run_grouped
-    from precision_lab.engine import run as tf_run
     from precision_lab.models import policy_mixers
+    from precision_lab.teacher_forced import lm_logits, run_grouped
+    from precision_lab.teacher_forced import run as tf_run
 
     B, N = toks.shape
     G = len(groups) if groups is not None else n_groups
@@ -867,8 +867,8 @@ def run_kl(cfg: KLConfig, *, rank: int | None = None, world: int | None = None,
         one model for several runs); its policies are replaced
     """
     from precision_lab.data import load_documents
-    from precision_lab.engine import resolve_engine
     from precision_lab.models import apply_policy, load_model, policy_mixers, ssm_modules
+    from precision_lab.teacher_forced import resolve_engine
 
     cfg = cfg.normalized()
     env_rank, env_world, local = _dist_info()

@@ -1,4 +1,4 @@
-"""``precision-lab`` command line. Each subcommand lives in ``precision_lab/commands/<name>.py``
+"""``precision-lab`` command line. Each subcommand lives in ``precision_lab/commands/<name>_command.py``
 and exposes ``add_parser(subparsers)``; heavy imports stay inside the command's run function so
 ``precision-lab --help`` is instant. Every subcommand uses ``commands.HelpFormatter`` (defaults
 shown) and spells its output option ``-o/--out``."""
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"precision_lab.commands.{name}").add_parser(sub)
+        importlib.import_module(f"precision_lab.commands.{name}_command").add_parser(sub)
     return parser
 
 

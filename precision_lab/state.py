@@ -92,7 +92,7 @@ class LayerState:
                    "a"    [B, W, H, 1] log decay (Mamba-2: A·dt; GDN: g) or [B, W, H, C] (KDA)
                    "k"    [B, W, H, C] key (Mamba-2: B of the head's group; GDN/KDA: normalised k)
                    "u"    [B, W, H, R] what is outer-multiplied with k (Mamba-2: dt·x; GDN/KDA: d,
-                          computed from the read copy, see ``precision_lab.engines.decode``)
+                          computed from the read copy, see ``precision_lab.engines.torch_decode``)
                    "v"    [B, W, H, R] value (GDN/KDA; read by the recompute fold only)
                    "beta" [B, W, H]    (likewise)
                  Empty (W = 0) for fp32/conventional modes.

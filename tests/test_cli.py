@@ -65,7 +65,7 @@ def test_version(capsys):
 def test_top_level_examples_parse_and_name_the_files_the_commands_write():
     from precision_lab.evals.kl import KLConfig
 
-    from precision_lab.commands.kl import default_out
+    from precision_lab.commands.kl_command import default_out
 
     parser = build_parser()
     lines = [ln.split("#")[0].strip() for ln in EPILOG.splitlines() if ln.strip().startswith("precision-lab ")]

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import precision_lab.models as M
-from precision_lab.engine import compare_engines, run, teacher_forced_logits, token_by_token
+from precision_lab.teacher_forced import compare_engines, run, teacher_forced_logits, token_by_token
 
 POLICIES = ["fp32", "conventional:fp16-sr", "shared:nvfp4-sr@L4", "split:bf16-sr/nvfp4@L4",
             "split:fp32/fp8e4m3@L4@fold=buffered"]

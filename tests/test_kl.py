@@ -110,7 +110,7 @@ def test_clear_errors(tmp_path, monkeypatch):
         run_kl(_cfg(tmp_path, "p2", policies=("fp32",)))
 
     # out of memory: the message says what to change
-    import precision_lab.engine as eng
+    import precision_lab.teacher_forced as eng
 
     real = eng._body
 

@@ -126,8 +126,8 @@ def test_floor_is_the_kl_between_fp32_and_the_reference(tmp_path):
     """The floor recorded for a reference equals KL(fp32 || reference) computed from two separate
     teacher-forced runs (grouped rows give the bits of separate runs)."""
     from precision_lab.data import load_documents
-    from precision_lab.engine import teacher_forced_logits
     from precision_lab.models import apply_policy, load_model
+    from precision_lab.teacher_forced import teacher_forced_logits
 
     s = run_kl(KLConfig(model="tiny-qwen3.5", docs=2, tokens=30, prefill=3, segment=16, policies=("shared:nvfp4",),
                         out=str(tmp_path / "r"), progress=False, plot=False, device="cpu", engine="scan"))
@@ -173,8 +173,8 @@ def test_per_layer_rows_run_the_policy_in_one_layer(tmp_path):
     """Each per-layer row equals a direct run with the policy in that SSM layer and the reference in
     the others; the all-layers row equals the plain run's policy row; a lossless policy gives 0."""
     from precision_lab.data import load_documents
-    from precision_lab.engine import lm_logits, run_grouped
     from precision_lab.models import apply_policy, load_model
+    from precision_lab.teacher_forced import lm_logits, run_grouped
 
     base = dict(model="tiny-qwen3.5", docs=2, tokens=30, prefill=3, segment=16, progress=False, plot=False,
                 device="cpu", engine="scan")

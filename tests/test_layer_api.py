@@ -138,7 +138,7 @@ def test_state_and_argument_errors():
 def test_scan_and_triton_engines_are_dispatched():
     """engine='scan'/'triton' reach their modules (or fail with a clear message naming them)."""
     inp = random_inputs("mamba2", batch=1, tokens=8, dtype=torch.float32)
-    for engine, module in (("scan", "precision_lab.engines.scan"), ("triton", "precision_lab.engines.triton_scan")):
+    for engine, module in (("scan", "precision_lab.engines.torch_scan"), ("triton", "precision_lab.engines.triton_scan")):
         try:
             y, st = run_layer(inp, "fp32", engine=engine)
         except RuntimeError as e:

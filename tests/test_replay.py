@@ -1,4 +1,4 @@
-"""The ReplaySSM state machine (precision_lab.engines.decode) against conventional decode.
+"""The ReplaySSM state machine (precision_lab.engines.torch_decode) against conventional decode.
 
 float64 runs use the "fp32" format, which the state machine applies as the identity in every
 compute dtype (see precision_lab.state.StateWriter), so these tests see the algebra without fp32 rounding.
@@ -8,7 +8,7 @@ import torch
 from precision_lab.quant import fake_quantize, get_quantizer
 from precision_lab.quant.philox import COPY_READ, COPY_UPDATE, state_rbits
 
-from precision_lab.engines.decode import run_decode
+from precision_lab.engines.torch_decode import run_decode
 from precision_lab.layer import Drafts, random_inputs, run_layer
 from precision_lab.policy import StatePolicy
 from precision_lab.recurrences import _core, prepare

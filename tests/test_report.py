@@ -486,7 +486,7 @@ def test_caveats_and_provenance(report, inputs):
 def test_long_kl_runs_keep_the_longest_bucket():
     from precision_lab.evals.kl import log2_buckets
 
-    from precision_lab.report.sections.kl import table_buckets
+    from precision_lab.report.sections.kl_section import table_buckets
 
     rows = [{"lo": lo, "hi": hi - 1} for lo, hi in log2_buckets(131072)]  # 18 buckets
     idx = table_buckets(rows)

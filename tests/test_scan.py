@@ -1,4 +1,4 @@
-"""The scan engine (precision_lab.engines.scan) against the decode engine (the ground truth), every mode.
+"""The scan engine (precision_lab.engines.torch_scan) against the decode engine (the ground truth), every mode.
 
 float64 compute: outputs agree to 1e-12 and the stored checkpoints are the same bits, in every mode
 and format, SR included (the fold and the SR bits are the decode engine's; only the output
@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 import torch
 
-import precision_lab.engines.scan as scan_mod
+import precision_lab.engines.torch_scan as scan_mod
 from precision_lab.layer import random_inputs, run_layer
 from precision_lab.policy import StatePolicy
 

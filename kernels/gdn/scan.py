@@ -22,7 +22,7 @@ solved as ``D = (I + A)⁻¹ RHS`` with the inverse built by forward substitutio
 
 where the flush folds the d's computed from the read copy (``gdn_fold="buffered"``; the flush
 token's own d reads U: ``d_{L-1} = β (v − e^{c} U k − Σ_{s<L-1} e^{c_{L-1}−c_s}(k_s·k) d_s)``, as in
-``precision_lab.engines.decode``) or recomputes all of them from U (``"recompute"``: same (I + A)⁻¹,
+``precision_lab.engines.torch_decode``) or recomputes all of them from U (``"recompute"``: same (I + A)⁻¹,
 right-hand side from U). In shared and fp32 modes R is U and both folds coincide.
 
 ``gdn_recurrent_scan_fwd_kernel`` (conventional): per token ``d = β (v − α S k)``,

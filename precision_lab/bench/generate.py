@@ -6,7 +6,7 @@ What a run does (``run``):
 1. **Check** (tiny presets, fp32 weights, on the GPU): for every policy, the fast path (decode-step
    kernels, CUDA graphs) and the torch ``decode`` engine are fed the same tokens (the decode
    engine's own greedy generation) and their logits compared with the bound the teacher-forced
-   engine uses (``precision_lab.engine.compare_engines``: fp32 to 2e-5 relative; a lossy policy's
+   engine uses (``precision_lab.teacher_forced.compare_engines``: fp32 to 2e-5 relative; a lossy policy's
    max KL(decode ‖ fast) ≤ 5 % of its own mean KL against fp32). The verdicts go into the JSON;
    timings of a run whose check failed are labelled so and no ratio is reported for them.
 2. **Timing** (the published shapes, random init, bf16 weights): per preset, batch and row, one
@@ -84,11 +84,11 @@ def _reset_served(model) -> None:
 def check(presets: list[str], policies: list[str], *, batch: int = 4, prompt: int = 48, new_tokens: int = 40,
           seed: int = 0) -> dict:
     """The GPU correctness check of the fast path (see the module docstring)."""
-    from precision_lab.engine import compare_engines
     from precision_lab.generation import generate
     from precision_lab.models import apply_policy, load_model
+    from precision_lab.teacher_forced import compare_engines
 
-    out = {"ok": True, "criterion": "precision_lab.engine.compare_engines (fp32: max|diff|/max|logit| < 2e-5; "
+    out = {"ok": True, "criterion": "precision_lab.teacher_forced.compare_engines (fp32: max|diff|/max|logit| < 2e-5; "
                                     "lossy: max KL(decode||fast) <= 0.05 x mean KL(fp32||policy))",
            "presets": {}}
     pols = ["fp32"] + [p for p in policies if p != "fp32"]

@@ -47,16 +47,16 @@ def run(*, model="qwen3.5-4b-shape", policies=("shared:nvfp4", "split:fp32/nvfp4
     from precision_lab.models._hf import import_transformers
 
     import_transformers()
-    from precision_lab.engine import (
+    from precision_lab.evals.kl import kl_stream
+    from precision_lab.models import apply_policy, load_model, policy_mixers
+    from precision_lab.teacher_forced import (
         compare_engines,
         lm_logits,
         resolve_engine,
         teacher_forced_logits,
         token_by_token,
     )
-    from precision_lab.engine import run as stream_segments
-    from precision_lab.evals.kl import kl_stream
-    from precision_lab.models import apply_policy, load_model, policy_mixers
+    from precision_lab.teacher_forced import run as stream_segments
 
     from .ceiling import copy_ceiling
 

@@ -3,7 +3,7 @@
 One run:
 1. builds an fp32 "state" x [B, H, R, C] (``problems.quant_state``);
 2. checks every kernel against the torch reference (precision_lab.quant) on the device, bit for bit
-   (codes, block scales, global scales; dequantized values), chunk by chunk over the leading axis;
+   (codes, block scales, global scales; dequantized values), chunk by chunk over the first axis;
    a kernel whose check fails gets no throughput number;
 3. measures the copy ceiling (``ceiling.copy_ceiling``) and times each kernel with
    triton.testing.do_bench (median; the L2 is flushed before every call, and x is ≫ the 50 MB L2);

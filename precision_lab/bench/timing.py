@@ -1,7 +1,7 @@
 """GPU timers: cold-L2 launch timing (CUDA-graph replay), CUDA-event medians, and the one used by
 the quantizer benchmark (``triton.testing.do_bench``, which flushes the L2 before every call).
 
-An H200's L2 (50 MB) holds a small batch's fp32 state whole; timing one buffer over and over would
+The L2 of an H200 (50 MB) holds a small batch's fp32 state whole; timing one buffer over and over would
 measure the cache. ``time_launches`` cycles over enough independent buffer sets (``n_sets``) that
 every launch reads its data from HBM.
 """

@@ -3,9 +3,9 @@
 All engines serve the same semantics and read and write the same state (``precision_lab.state``):
 
 =================  ============================================================================
-``decode``         token by token through the torch state machine (``engines/decode.py``); the
+``decode``         token by token through the torch state machine (``engines/torch_decode.py``); the
                    ground truth, and the only engine for KDA, custom and MX formats
-``scan``           window-parallel teacher forcing in torch (``engines/scan.py``)
+``scan``           window-parallel teacher forcing in torch (``engines/torch_scan.py``)
 ``triton``         window-parallel teacher forcing on the Triton scan kernels
                    (``engines/triton_scan.py``)
 ``triton-decode``  token by token on the Triton decode-step kernels, state in the packed device
@@ -29,8 +29,8 @@ ENGINE_CHOICES = (*ENGINES, "auto")
 
 # engine name -> (module, function) implementing ``fn(inputs, policy, **run_layer kwargs) -> (y, stats)``
 _IMPLEMENTATIONS = {
-    "decode": ("precision_lab.engines.decode", "run_decode"),
-    "scan": ("precision_lab.engines.scan", "run_layer_scan"),
+    "decode": ("precision_lab.engines.torch_decode", "run_decode"),
+    "scan": ("precision_lab.engines.torch_scan", "run_layer_scan"),
     "triton": ("precision_lab.engines.triton_scan", "run_layer_triton"),
     "triton-decode": ("precision_lab.engines.triton_decode", "run_layer_triton_decode"),
 }

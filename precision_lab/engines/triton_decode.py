@@ -173,7 +173,7 @@ def run_layer_triton_decode(inputs, policy: StatePolicy | str, *, initial_state:
     ``precision_lab.layer.run_layer``). A prefill runs on the torch decode engine (one chunked
     pass, one write) and the stream moves to the device layout after it; ``stats.state`` is the
     LayerState of the result (converted losslessly), ``stats.extra["device_state"]`` the packed one."""
-    from precision_lab.engines.decode import run_decode
+    from precision_lab.engines.torch_decode import run_decode
     from precision_lab.engines.triton_scan import _dims, _slice
     from precision_lab.layer import LayerStats
     from precision_lab.recurrences import prepare as prepare_inputs

@@ -12,7 +12,7 @@ How a segment is served (``stats.implementation`` lists the parts that ran):
   uses the chunked scan as above.
 * ``shared`` / ``split``: the window scan over whole windows. A segment that starts inside a window
   (a state carried from a previous segment), a prefill, and the partial window at the end of the
-  segment are run by the torch scan engine (``engines/scan.py``): at most L - 1 tokens at each end,
+  segment are run by the torch scan engine (``engines/torch_scan.py``): at most L - 1 tokens at each end,
   so the kernel carries all the weight.
 * Anything the kernels do not implement (KDA, custom or block-scaled formats other than NVFP4,
   L > 64, states over 128×128, CPU without ``TRITON_INTERPRET=1``) runs on the torch engine, and
@@ -112,7 +112,7 @@ def unsupported_reason(inputs, policy: StatePolicy) -> str | None:
 # The torch engine used for fallbacks and segment edges
 # ---------------------------------------------------------------------------------------------
 def _run_torch(inputs, policy, **kwargs):
-    from precision_lab.engines.scan import run_layer_scan
+    from precision_lab.engines.torch_scan import run_layer_scan
 
     y, stats = run_layer_scan(inputs, policy, **kwargs)
     return y, stats, "torch-scan"

@@ -15,7 +15,7 @@ form with checkpoint S₀ and cumulative log decay c:
     o   = e^{c_W}(S₀ q) + Σ_j e^{c_W − c_j} (k_j·q) d_j,      S_W = e^{c_W} S₀ + Σ_j e^{c_W − c_j} d_j k_jᵀ
 
 Which checkpoint the d's of a ReplaySSM window are computed from (``gdn_fold``) is fixed in
-``precision_lab.engines.decode``.
+``precision_lab.engines.torch_decode``.
 """
 from __future__ import annotations
 

@@ -33,7 +33,9 @@ class Context:
 
 def renderers():
     """kind → render(results, ctx) -> blocks (imported lazily: matplotlib is heavy)."""
-    from . import bench, kl, kl_layers, lmeval, sim
+    from . import bench_section, kl_layers_section, kl_section, lmeval_section, sim_section
 
-    return {"sim": sim.render, "kl": kl.render, "kl-layers": kl_layers.render, "lmeval": lmeval.render,
-            "bench-kernels": bench.render_kernels, "bench-scan": bench.render_scan, "bench-quant": bench.render_quant, "bench-kl": bench.render_kl}
+    return {"sim": sim_section.render, "kl": kl_section.render, "kl-layers": kl_layers_section.render,
+            "lmeval": lmeval_section.render, "bench-kernels": bench_section.render_kernels,
+            "bench-scan": bench_section.render_scan, "bench-quant": bench_section.render_quant,
+            "bench-kl": bench_section.render_kl}

@@ -2,7 +2,7 @@
 
 Under teacher forcing the whole token stream of a layer is known, so the ReplaySSM decode of
 docs/design.md §4 can be evaluated a window at a time instead of a token at a time. The semantics are
-exactly those of the ``decode`` engine (``precision_lab.engines.decode``, the ground truth): which state
+exactly those of the ``decode`` engine (``precision_lab.engines.torch_decode``, the ground truth): which state
 each quantity comes from, when state is written, which SR bits each write draws. Only the
 arithmetic order of the *outputs* (and of the delta rule's d's) differs, so the two engines agree
 to the rounding of the compute dtype. This module is the reference of the Triton scan kernel and
@@ -24,7 +24,7 @@ lower-triangular system
     (I + A) d = β ⊙ (v − S₀ (e^{c} ⊙ k)),      A[j, i] = β_j (e^{c_j − c_i} ⊙ k_i)·k_j  (i < j)
 
 solved once per window (the inverse (I + A)^{-1} depends only on the inputs, so it is computed for a
-whole block of windows at once). Which S₀ the d's come from follows ``engines/decode.py``:
+whole block of windows at once). Which S₀ the d's come from follows ``engines/torch_decode.py``:
     non-flush d's (both folds):  from R (read copy + the window's earlier d's);
     flush, gdn_fold="buffered":  the flush token's d from U with the buffered (R-based) d's;
                                  the fold uses those buffered d's;
@@ -279,7 +279,7 @@ class _Scan:
         else:
             keep = dict(rec)
             keep.pop("c")
-            if self.delta:  # the buffered d's are the read-copy ones (engines/decode.py)
+            if self.delta:  # the buffered d's are the read-copy ones (engines/torch_decode.py)
                 keep["u"] = d_all.permute(0, 2, 1, 3).contiguous()
             self.records = keep
             self.window_len = n

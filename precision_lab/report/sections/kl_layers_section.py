@@ -13,7 +13,7 @@ from ..document import Figure, Heading, Note, Paragraph, Table
 from ..results import Result, ResultError, model_name
 from ..style import new_figure
 from . import Context
-from .kl import WITHIN_MARK
+from .kl_section import WITHIN_MARK
 
 
 def _cell(o: dict) -> str:
