@@ -67,6 +67,24 @@ def commit_window(window: int, accepted: int, flushed: bool) -> int:
     return accepted if flushed else window + accepted
 
 
+def spec_rounds(accept, T: int, start: int, end: int):
+    """The rounds of a speculative schedule over tokens start..end-1: yields (round r, first token,
+    tokens kept a), each round keeping ``accept[r]`` (in 1..T) tokens, the last one cut at ``end``.
+    A schedule that ends before the stream, or a count outside 1..T, is an error naming the round."""
+    accept = [int(a) for a in (accept.tolist() if isinstance(accept, torch.Tensor) else accept)]
+    pos, r = start, 0
+    while pos < end:
+        if r >= len(accept):
+            raise ValueError(f"the acceptance schedule ({len(accept)} rounds) ends at token {pos - start} of "
+                             f"{end - start}")
+        if not 1 <= accept[r] <= T:
+            raise ValueError(f"round {r}: accepted tokens must be in 1..T = 1..{T}, got {accept[r]}")
+        a = min(accept[r], end - pos)
+        yield r, pos, a
+        pos += a
+        r += 1
+
+
 def record_fields(kind: str) -> tuple[str, ...]:
     """The fields of a window record: a (log decay), k (key), u (Mamba-2: dt·x; delta rule: d),
     and for the delta rule also v and beta (the recompute fold re-solves the d's from U with them;
@@ -539,7 +557,7 @@ def _to_device(packed, dev):
 
 
 __all__ = ["DeviceState", "LayerState", "StateWriter", "commit_window", "device_unsupported_reason", "select_rows",
-           "empty_records", "is_flush", "is_spec_flush", "next_pow2", "record_fields", "resolve_seq_ids",
+           "empty_records", "is_flush", "is_spec_flush", "next_pow2", "record_fields", "resolve_seq_ids", "spec_rounds",
            "start_state"]
 
 

@@ -79,6 +79,7 @@ from precision_lab.state import (
     is_flush,
     is_spec_flush,
     next_pow2,
+    spec_rounds,
     start_state,
 )
 
@@ -345,22 +346,13 @@ def run_decode(inputs: LayerInputs, policy: StatePolicy, *, drafts: Drafts | Non
         impl = f"{IMPLEMENTATION}:{'replay' if policy.is_replay else 'conventional'}-decode"
     else:
         T = 1 + n_drafts
-        accept = [int(a) for a in (drafts.accept.tolist() if isinstance(drafts.accept, torch.Tensor)
-                                   else drafts.accept)]
         rej = None if drafts.rejected is None else prepare_inputs(drafts.rejected)
-        pos, r = prefill_len, 0
-        while pos < T_all:
-            if r >= len(accept):
-                raise ValueError(f"the acceptance schedule ({len(accept)} rounds) ends at token {pos} of {T_all}")
-            if not 1 <= accept[r] <= T:
-                raise ValueError(f"round {r}: accepted tokens must be in 1..T = 1..{T}, got {accept[r]}")
-            a = min(accept[r], T_all - pos)
+        r = -1
+        for r, pos, a in spec_rounds(drafts.accept, T, prefill_len, T_all):
             toks = [p.token(pos + j) if j < a else _rejected_token(p, rej, r, j, T, pos + j) for j in range(T)]
             ys = m.spec_round(toks, a)
             y[:, pos:pos + a] = torch.stack(ys[:a], 1)
-            pos += a
-            r += 1
-        extra.update(rounds=r, tokens_per_round=T)
+        extra.update(rounds=r + 1, tokens_per_round=T)
         impl = f"{IMPLEMENTATION}:{'replay' if policy.is_replay else 'snapshot'}-speculative"
     stats = LayerStats(state_writes=m.state_writes, record_writes=m.ring.writes, engine="decode",
                        implementation=impl, state=m.to_state(), copy_writes=m.copy_writes, flushes=m.flushes,

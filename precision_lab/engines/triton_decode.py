@@ -25,7 +25,15 @@ from __future__ import annotations
 import torch
 
 from precision_lab.policy import StatePolicy
-from precision_lab.state import DeviceState, LayerState, commit_window, is_flush, is_spec_flush, start_state
+from precision_lab.state import (
+    DeviceState,
+    LayerState,
+    commit_window,
+    is_flush,
+    is_spec_flush,
+    spec_rounds,
+    start_state,
+)
 
 __all__ = ["advance", "advance_device", "advance_host", "decode_tokens", "device_unsupported", "run_layer_triton_decode", "spec_round",
            "step_token", "to_device_state"]
@@ -240,23 +248,15 @@ def run_layer_triton_decode(inputs, policy: StatePolicy | str, *, initial_state:
         impl = f"{prefill_impl}triton:{inputs.kind}_{what}_step({Td} steps)"
     else:
         Tr = 1 + n_drafts
-        accept = [int(a) for a in (drafts.accept.tolist() if isinstance(drafts.accept, torch.Tensor)
-                                   else drafts.accept)]
-        rej = None if drafts.rejected is None else drafts.rejected
-        ys, pos, r = [], 0, 0
-        while pos < Td:
-            if r >= len(accept):
-                raise ValueError(f"the acceptance schedule ({len(accept)} rounds) ends at token {pos} of {Td}")
-            if not 1 <= accept[r] <= Tr:
-                raise ValueError(f"round {r}: accepted tokens must be in 1..T = 1..{Tr}, got {accept[r]}")
-            a = min(accept[r], Td - pos)
+        rej = drafts.rejected
+        ys, r = [], -1
+        for r, pos, a in spec_rounds(drafts.accept, Tr, 0, Td):
             # the round's T tokens: a true ones, then the rejected drafts of this round
             block = _slice(rest, pos, pos + a)
             if a < Tr:
                 block = _cat_inputs(block, _rejected_inputs(rest, rej, r, a, Tr, pos))
             ys.append(spec_round(ds, block, 0, Tr, a)[:, :a])
-            pos += a
-            r += 1
+        r += 1
         if ys:
             parts.append(torch.cat(ys, 1).to(vt.dtype))
         extra.update(rounds=r, tokens_per_round=Tr)
