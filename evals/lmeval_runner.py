@@ -12,7 +12,7 @@ resumes where it stopped. Every run's python/numpy/torch seeds are reset by lm-e
 (and GPQA's shuffled choices) are identical across policies; the pairing is checked item by item
 (prompt hashes) before any statistic is computed.
 
-The summary ``OUT/lmeval.json`` (kind "lmeval") holds, per task and policy: accuracy, the delta
+The summary ``OUT/lmeval.json`` (kind "lmeval", class ``lmeval_schema.LMEvalResult``) holds, per task and policy: accuracy, the delta
 against FP32 with a paired bootstrap CI, the exact McNemar p-value, accuracy by quartile of the
 FP32 generation length, and generation-length statistics (see ``stats.py``). When a policy's matched
 reference (``StatePolicy.matched_reference``: its arithmetic with fp32 storage) was run too, the
@@ -33,13 +33,13 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from precision_lab.evals import lmeval_schema
 from precision_lab.evals import stats as st
 from precision_lab.evals import tasks as task_presets
 
 from precision_lab.policy import StatePolicy
 
 log = logging.getLogger(__name__)
-SCHEMA_VERSION = 1
 
 
 @dataclass
@@ -362,12 +362,17 @@ class Study:
                         served[name] = served.get(name, 0) + n
                 (entry["fp32"] if policy == "fp32" else entry["policies"][policy])["served"] = served
             out_tasks[task] = entry
-        return {"kind": "lmeval", "schema_version": SCHEMA_VERSION,
-                "provenance": provenance(config=asdict(c), data_digest=self.data_digest,
-                                         policies=c.policies, model=c.model, seed=c.seed),
-                "model": c.model, "policies": c.policies, "tasks": out_tasks,
-                "runs": {t: {p: str(self.run_path(p, t).relative_to(self.out)) for p in ps}
-                         for t, ps in records.items()}}
+        summary = {"kind": "lmeval", "schema_version": lmeval_schema.SCHEMA_VERSION,
+                   "provenance": provenance(config=asdict(c), data_digest=self.data_digest,
+                                            policies=c.policies, model=c.model, seed=c.seed),
+                   "model": c.model, "policies": c.policies, "tasks": out_tasks,
+                   "runs": {t: {p: str(self.run_path(p, t).relative_to(self.out)) for p in ps}
+                            for t, ps in records.items()}}
+        # through the summary's class (evals/lmeval_schema.py): a layout the report would refuse fails here
+        try:
+            return lmeval_schema.to_json(lmeval_schema.load(summary))
+        except lmeval_schema.SchemaError as e:
+            raise RuntimeError(f"the lm-eval summary does not fit its schema ({e})") from e
 
 
 def run_study(cfg: LMEvalConfig) -> dict | None:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
@@ -82,7 +82,6 @@ class SimConfig:
     avg: int = 256
     bins: int = 96
     engine: str = "scan"
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.arch not in ARCHS:
@@ -225,9 +224,20 @@ def parse_policies(cfg: SimConfig) -> list:
 
 
 def run_sim(cfg: SimConfig, log=print) -> dict:
-    """Run every policy of ``cfg`` and return the result dict (kind "sim"; see the module docstring)."""
+    """Run every policy of ``cfg`` and return the result as its JSON object (kind "sim", class
+    ``sim_schema.SimResult``; see the module docstring)."""
+    from .bench.schema import Device, read_as
     from .layer import run_layer
     from .provenance import provenance
+    from .sim_schema import (
+        ErrorCurve,
+        PolicyErrors,
+        SimMetric,
+        SimProvenance,
+        SimResult,
+        SimSettings,
+        to_json,
+    )
 
     policies = parse_policies(cfg)
     names = [p.short_str() for p in policies]
@@ -247,38 +257,37 @@ def run_sim(cfg: SimConfig, log=print) -> dict:
         err = step_errors(y, y_ref)
         if not torch.isfinite(err).all():
             raise FloatingPointError(f"policy {name}: non-finite outputs")
-        res = summarize(err, ends, cfg.avg, cfg.bins)
-        res.update(state_writes=stats.state_writes, record_writes=stats.record_writes,
-                   copy_writes=stats.copy_writes, engine=stats.engine, implementation=stats.implementation,
-                   seconds=round(time.perf_counter() - t, 3), policy=pol.short_str(), mode=pol.mode,
-                   update=pol.update, read=pol.read, buffer_len=pol.buffer_len, gdn_fold=pol.gdn_fold)
+        s = summarize(err, ends, cfg.avg, cfg.bins)
+        res = PolicyErrors(
+            window_ends=s["window_ends"], mean_rel_error_last=s["mean_rel_error_last"],
+            mean_rel_error_window=s["mean_rel_error_window"], curve=ErrorCurve(**s["curve"]),
+            state_writes=stats.state_writes, record_writes=stats.record_writes, copy_writes=stats.copy_writes,
+            engine=stats.engine, implementation=stats.implementation, seconds=round(time.perf_counter() - t, 3),
+            policy=pol.short_str(), mode=pol.mode, update=pol.update, read=pol.read, buffer_len=pol.buffer_len,
+            gdn_fold=pol.gdn_fold)
         results[name] = res
         with bar.external_write_mode():  # keep the log line and the bar from overwriting each other
-            log(f"  {name:<28s} {res['seconds']:7.2f} s   {stats.state_writes} state writes")
+            log(f"  {name:<28s} {res.seconds:7.2f} s   {stats.state_writes} state writes")
     bar.close()
-    settings = asdict(cfg)
-    settings["decay"] = list(cfg.decay)
-    settings["policies"] = names
-    settings["head_decays"] = head_decays(cfg).tolist()
-    settings.pop("extra")
-    return {
-        "kind": "sim",
-        "schema_version": 1,
-        "provenance": provenance(settings=settings, policies=names, seed=cfg.seed, sr_seed=cfg.sr_seed,
-                                 **cfg.extra),
-        "settings": settings,
-        "metric": {
-            "error": "per step: ||y_t - y_ref_t|| / ||y_ref_t|| over heads and rows, mean over the batch",
-            "window_stat": f"mean over the {cfg.avg} steps ending at each window end (mean_rel_error_last); "
-                           "mean over the whole window (mean_rel_error_window)",
-            "reference": "same float32 inputs in float64, unquantized recurrence (chunked form), no state rounding",
-            "compute_dtype": "float32",
-            "engine": cfg.engine,
-        },
-        "window_ends": ends,
-        "seconds": round(time.perf_counter() - t0, 3),
-        "results": results,
-    }
+    settings = SimSettings(
+        arch=cfg.arch, steps=cfg.steps, batch=cfg.batch, heads=cfg.heads, rows=cfg.rows, cols=cfg.cols,
+        groups=cfg.groups, decay=list(cfg.decay), jitter=cfg.jitter, input_scale=cfg.input_scale, seed=cfg.seed,
+        sr_seed=cfg.sr_seed, policies=names, avg=cfg.avg, bins=cfg.bins, engine=cfg.engine,
+        head_decays=head_decays(cfg).tolist())
+    p = provenance()
+    result = SimResult(
+        provenance=SimProvenance(created=p["created"], command=p["command"], git=p["git"], versions=p["versions"],
+                                 device=read_as(Device, p["device"], "provenance.device"),
+                                 settings=settings, policies=names, seed=cfg.seed, sr_seed=cfg.sr_seed),
+        settings=settings,
+        metric=SimMetric(
+            error="per step: ||y_t - y_ref_t|| / ||y_ref_t|| over heads and rows, mean over the batch",
+            window_stat=f"mean over the {cfg.avg} steps ending at each window end (mean_rel_error_last); "
+                        "mean over the whole window (mean_rel_error_window)",
+            reference="same float32 inputs in float64, unquantized recurrence (chunked form), no state rounding",
+            compute_dtype="float32", engine=cfg.engine),
+        window_ends=ends, seconds=round(time.perf_counter() - t0, 3), results=results)
+    return to_json(result)
 
 
 def format_table(result: dict) -> str:
@@ -371,13 +380,30 @@ def run_equivalence(arch: str = "mamba2", steps: int = 1000, rows: int = 64, col
 
 
 def equivalence_result(archs=ARCHS, seed: int = 0, log=print, **kwargs) -> dict:
-    """``run_equivalence`` for each architecture, as a result dict (kind "sim", mode "equivalence")."""
+    """``run_equivalence`` for each architecture, as the JSON object of a result (kind "sim", mode
+    "equivalence", class ``sim_schema.SimEquivalenceResult``)."""
+    from .bench.schema import Device, read_as
     from .provenance import provenance
+    from .sim_schema import (
+        EQUIVALENCE,
+        ArchEquivalence,
+        DecodeEquivalence,
+        EquivalenceProvenance,
+        SimEquivalenceResult,
+        SpeculativeEquivalence,
+        to_json,
+    )
 
-    results = {arch: run_equivalence(arch, seed=seed, log=log, **kwargs) for arch in archs}
-    return {"kind": "sim", "schema_version": 1,
-            "provenance": provenance(mode="equivalence", archs=list(archs), seed=seed, settings=kwargs),
-            "mode": "equivalence", "results": results}
+    results = {}
+    for arch in archs:
+        part = run_equivalence(arch, seed=seed, log=log, **kwargs)
+        results[arch] = ArchEquivalence(decode=DecodeEquivalence(**part["decode"]),
+                                        speculative=SpeculativeEquivalence(**part["speculative"]))
+    p = provenance()
+    prov = EquivalenceProvenance(created=p["created"], command=p["command"], git=p["git"], versions=p["versions"],
+                                 device=read_as(Device, p["device"], "provenance.device"), mode=EQUIVALENCE,
+                                 archs=list(archs), seed=seed, settings=dict(kwargs))
+    return to_json(SimEquivalenceResult(provenance=prov, mode=EQUIVALENCE, results=results))
 
 
 __all__ = ["ARCHS", "DEFAULT_POLICIES", "SimConfig", "format_table", "make_inputs", "plot", "run_equivalence", "equivalence_result", "run_sim",

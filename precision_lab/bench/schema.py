@@ -458,6 +458,20 @@ def dump(result: BenchResult, path) -> None:
     path.write_text(json.dumps(to_json(result), indent=1, allow_nan=False) + "\n")
 
 
+def read_as(tp, value, where: str = ""):
+    """``value`` (parsed JSON) as type ``tp`` (a result class, or a list/dict/union of them), checked
+    the way ``load`` checks a benchmark file: unknown or missing fields and wrong types raise
+    SchemaError naming the field; numbers are kept exactly as written. The other result kinds
+    (``precision_lab.sim_schema``, ``evals/lmeval_schema.py``) read their files with it."""
+    return _decode(tp, value, where)
+
+
+def plain(obj):
+    """The JSON form of a result object (dataclasses as objects, integer keys as strings); a
+    non-finite number raises SchemaError."""
+    return _encode(obj)
+
+
 def _check_v2(result) -> None:
     prov = result.provenance
     if not prov.smoke and not prov.git:

@@ -89,7 +89,7 @@ def _run(args, sim) -> int:
         _refuse_to_overwrite([out.with_suffix(".json")], args.force)
         result = sim.equivalence_result([args.arch] if args.arch else sim.ARCHS, seed=args.seed)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.with_suffix(".json").write_text(json.dumps(result, indent=1))
+        out.with_suffix(".json").write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
         print(f"wrote {out.with_suffix('.json')}")
         return 0
 
@@ -107,7 +107,7 @@ def _run(args, sim) -> int:
     print(sim.format_table(result))
     print(f"\ntotal {result['seconds']:.1f} s")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    out.with_suffix(".json").write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
     print(f"wrote {out.with_suffix('.json')}")
     if not args.no_plot:
         sim.plot(result, out.with_suffix(".png"))

@@ -21,7 +21,17 @@ from pathlib import Path
 
 from .common import model_class, provenance_line
 from .document import Bullets, Code, Document, Heading, Paragraph, Table
-from .results import KINDS, Result, ResultError, data_name, device_str, load_results, model_name, setup_key
+from .results import (
+    KINDS,
+    Result,
+    ResultError,
+    data_name,
+    device_str,
+    is_equivalence,
+    load_results,
+    model_name,
+    setup_key,
+)
 from .sections import Context, renderers
 from .style import PolicyColors
 
@@ -129,10 +139,12 @@ def _all_policies(results: list[Result]) -> list[str]:
     names: list[str] = ["fp32"]
     for r in results:
         d = r.data
-        if r.kind in ("sim", "kl", "kl-layers") and isinstance(d.get("results"), dict) and d.get("mode") != "equivalence":
+        if r.kind == "sim":
+            names += [] if is_equivalence(r) else list(r.typed.results)
+        elif r.kind in ("kl", "kl-layers") and isinstance(d.get("results"), dict):
             names += list(d["results"])
         elif r.kind == "lmeval":
-            names += list(d.get("policies", []))
+            names += r.typed.policies
         elif r.kind == "bench-scan":
             names += [x.policy for x in r.typed.rows]
         elif r.kind == "bench-kernels":
@@ -156,7 +168,7 @@ def _inputs_table(results: list[Result], data_names) -> Table:
     rows = []
     for r in results:
         prov = r.provenance
-        pols = _all_policies([r])[1:] if r.kind != "lmeval" else r.data.get("policies", [])
+        pols = _all_policies([r])[1:] if r.kind != "lmeval" else r.typed.policies
         rows.append([f"`{data_names[r.path]}`", r.kind, model_name(r) or "—", data_name(r) or "—",
                      ", ".join(dict.fromkeys(pols)) or "—", str(prov.get("git") or "unknown"),
                      device_str(prov), str(prov.get("created", "—"))])
@@ -195,13 +207,13 @@ def _caveats(results: list[Result]) -> list:
             items.append(f"{where.strip(' ()')}: the file does not name its model; treat it as unverified.")
     for r in results:
         if r.kind == "lmeval":
-            cfg = r.provenance.get("config") or {}
-            if cfg.get("synthetic"):
+            cfg = r.typed.provenance.config
+            if cfg.synthetic:
                 items.append(f"`{r.name}` is scored on the shipped SYNTHETIC task rows (a smoke test of the "
                              "pipeline); its accuracies say nothing about the real benchmarks.")
-            if cfg.get("limit") is not None:
-                items.append(f"`{r.name}` is limited to {cfg['limit']} items per task; CIs are correspondingly wide.")
-    sims = [f"`{r.name}`" for r in results if r.kind == "sim" and r.data.get("mode") != "equivalence"]
+            if cfg.limit is not None:
+                items.append(f"`{r.name}` is limited to {cfg.limit} items per task; CIs are correspondingly wide.")
+    sims = [f"`{r.name}`" for r in results if r.kind == "sim" and not is_equivalence(r)]
     if sims:
         items.append(f"Simulation results ({', '.join(sims)}) come from one synthetic layer with random inputs and "
                      "no model: they measure how state storage error propagates through the recurrence at "

@@ -12,8 +12,10 @@ What "mixed" means (``check_mixed``), i.e. which sets of inputs a report refuses
 - benchmark files from a smoke run (the Triton interpreter on a CPU): their timings are not
   measurements, so the report refuses to plot them.
 
-Benchmark files are read through their result classes (``precision_lab.bench.schema``; version 1
-files converted there), and ``Result.data`` holds the class's JSON form.
+Benchmark, simulator and lm-eval files are read through their result classes
+(``precision_lab.bench.schema``, with version-1 benchmark files converted there;
+``precision_lab.sim_schema``; ``evals/lmeval_schema.py``): ``Result.typed`` is the result object and
+``Result.data`` the class's JSON form. KL files are checked by ``evals/kl_schema.py``.
 
 The setup of a result is everything that changes its numbers except the policy (``setup_key``):
 results of the same kind and setup are drawn in one figure (their policies side by side); results
@@ -31,6 +33,8 @@ from typing import Any
 
 KINDS = ("sim", "kl", "kl-layers", "lmeval", "bench-quant", "bench-kernels", "bench-scan", "bench-kl")
 BENCH_KINDS = ("bench-quant", "bench-kernels", "bench-scan", "bench-kl")
+# kinds read through a result class of their own (every field checked), besides the benchmarks
+CLASS_KINDS = ("sim", "lmeval")
 SCHEMA_VERSION = 1
 # Versions each kind can be read in (others: SCHEMA_VERSION only). KL summaries of version 1 compare
 # with the fp32 run and carry no floor; they are lifted by evals/kl_schema.read_kl_summary.
@@ -38,10 +42,8 @@ READABLE_VERSIONS: dict[str, tuple[int, ...]] = {"kl": (1, 2)}
 
 # Keys each kind must have for its section to say anything (optional fields are checked where used).
 _REQUIRED: dict[str, tuple[str, ...]] = {
-    "sim": (),            # two shapes: the error study ("results") or --mode equivalence; checked below
     "kl": ("model", "data", "policies", "results"),
     "kl-layers": ("model", "data", "policies", "results", "ssm_layers", "references"),
-    "lmeval": ("model", "policies", "tasks"),
 }
 
 
@@ -55,7 +57,7 @@ class Result:
     kind: str
     data: dict[str, Any]
     digest: str = ""
-    typed: Any = None  # the benchmark kinds' result object (precision_lab.bench.schema)
+    typed: Any = None  # the result object of a kind read through its class (BENCH_KINDS, CLASS_KINDS)
 
     @property
     def provenance(self) -> dict[str, Any]:
@@ -93,6 +95,10 @@ def load_result(path: str | Path) -> Result:
         raise ResultError(f"{path}: unknown result kind {kind!r}; reports read {', '.join(KINDS)}")
     if kind in BENCH_KINDS:
         return _load_bench(path, raw)
+    if kind in CLASS_KINDS:
+        result = _load_class_kind(path, raw, data)
+        _check_policy_names(result)
+        return result
     readable = READABLE_VERSIONS.get(kind, (SCHEMA_VERSION,))
     if data.get("schema_version") not in readable:
         raise ResultError(f"{path}: schema_version {data.get('schema_version')!r} of kind {kind!r}; this version "
@@ -100,14 +106,11 @@ def load_result(path: str | Path) -> Result:
     if not isinstance(data.get("provenance"), dict):
         raise ResultError(f"{path}: no provenance; reports only use results that say what produced them")
     missing = [k for k in _REQUIRED[kind] if k not in data]
-    if kind == "sim" and "results" not in data and data.get("mode") != "equivalence":
-        missing.append("results")
     if missing:
         raise ResultError(f"{path}: a {kind!r} result without {', '.join(repr(m) for m in missing)}; "
                           "the file is truncated or was not written by precision-lab")
     result = Result(path, kind, data, hashlib.sha256(raw).hexdigest())
-    if kind in ("sim", "kl", "kl-layers", "lmeval"):
-        _check_policy_names(result)
+    _check_policy_names(result)
     return result
 
 
@@ -123,12 +126,26 @@ def _load_bench(path: Path, raw: bytes) -> Result:
     return Result(path, data["kind"], encode(typed), hashlib.sha256(raw).hexdigest(), typed)
 
 
+def _load_class_kind(path: Path, raw: bytes, data: dict) -> Result:
+    from precision_lab import sim_schema
+    from precision_lab.bench.schema import SchemaError
+    from precision_lab.evals import lmeval_schema
+
+    schema = {"sim": sim_schema, "lmeval": lmeval_schema}[data["kind"]]
+    try:
+        typed = schema.load(data)
+    except SchemaError as e:
+        raise ResultError(f"{path}: a {data['kind']!r} result without the layout this version reads ({e}); the file "
+                          "is truncated, edited or was not written by precision-lab") from e
+    return Result(path, data["kind"], schema.to_json(typed), hashlib.sha256(raw).hexdigest(), typed)
+
+
 def _check_policy_names(r: Result) -> None:
     """Policies must be named by StatePolicy.short_str(): legends and colours key on those names, and
     two spellings of one policy would be drawn as two policies."""
     from precision_lab.policy import StatePolicy
 
-    if r.kind == "sim" and r.data.get("mode") == "equivalence":
+    if is_equivalence(r):
         return  # keyed by architecture, not by policy
     for _, name in policies_of(r):
         try:
@@ -170,10 +187,10 @@ def setup_key(r: Result) -> str:
     """A string naming everything but the policy that a result's numbers depend on."""
     d, prov = r.data, r.provenance
     if r.kind == "sim":
-        if d.get("mode") == "equivalence":
-            return _canon({"mode": "equivalence", "settings": r.provenance.get("settings"),
-                           "seed": r.provenance.get("seed")})
-        s = {k: v for k, v in d.get("settings", {}).items() if k not in ("policies",)}
+        if is_equivalence(r):
+            return _canon({"mode": "equivalence", "settings": r.typed.provenance.settings,
+                           "seed": r.typed.provenance.seed})
+        s = {k: v for k, v in d["settings"].items() if k != "policies"}
         return _canon(s)
     if r.kind in ("kl", "kl-layers"):
         s = dict(prov.get("settings") or {})
@@ -184,10 +201,9 @@ def setup_key(r: Result) -> str:
         return _canon(s)
     if r.kind == "lmeval":
         # per task: handled by conflicts() on (task, policy); the setup is the model and run settings
-        cfg = dict(prov.get("config") or {})
+        cfg = dict(prov["config"])
         for k in ("policies", "out", "tasks", "batch_size", "device", "n_boot", "stats_seed"):
-            cfg.pop(k, None)
-        cfg.setdefault("model", d["model"])
+            cfg.pop(k)
         return _canon(cfg)
     # benchmarks: the device and the shapes the benchmark ran at
     t = r.typed
@@ -201,16 +217,16 @@ def policies_of(r: Result) -> list[tuple[str, str]]:
     """(scope, policy) pairs a result holds; two results of the same kind and setup must not share one."""
     d = r.data
     if r.kind == "sim":
-        if d.get("mode") == "equivalence":
-            return [(arch, "equivalence") for arch in equivalence_parts(d)]
-        return [("", p) for p in d["results"]]
+        if is_equivalence(r):
+            return [(arch, "equivalence") for arch in r.typed.results]
+        return [("", p) for p in r.typed.results]
     if r.kind in ("kl", "kl-layers"):
         return [("", p) for p in d["results"]]
     if r.kind == "lmeval":
         out = []
-        for task, e in d["tasks"].items():
+        for task, e in r.typed.tasks.items():
             out.append((task, "fp32"))
-            out += [(task, p) for p in e.get("policies", {})]
+            out += [(task, p) for p in e.policies]
         return out
     if r.kind == "bench-quant":
         return [("", k) for k in r.typed.kernels]
@@ -248,19 +264,18 @@ def check_mixed(results: list[Result]) -> None:
             owner[k] = r
 
 
-def equivalence_parts(d: dict) -> dict[str, dict]:
-    """arch → {"decode", "speculative"} of a ``sim --mode equivalence`` result (one arch per file in
-    the first layout, ``results`` keyed by arch since)."""
-    if isinstance(d.get("results"), dict):
-        return d["results"]
-    return {str(d.get("arch")): {"decode": d.get("decode", {}), "speculative": d.get("speculative", {})}}
+def is_equivalence(r: Result) -> bool:
+    """A ``sim --mode equivalence`` result (``sim_schema.SimEquivalenceResult``)."""
+    from precision_lab.sim_schema import SimEquivalenceResult
+
+    return isinstance(r.typed, SimEquivalenceResult)
 
 
 def describe_setup(r: Result) -> str:
-    d, prov = r.data, r.provenance
-    if r.kind == "sim" and "settings" in d:
-        s = d["settings"]
-        return f"{s.get('arch')}, {s.get('steps')} steps, seed {s.get('seed')}"
+    prov = r.provenance
+    if r.kind == "sim" and not is_equivalence(r):
+        s = r.typed.settings
+        return f"{s.arch}, {s.steps} steps, seed {s.seed}"
     if r.kind in ("kl", "kl-layers", "lmeval"):
         return f"model {model_name(r)}, data {data_name(r)}"
     return f"device {gpu_name(prov) or 'unknown'}"
@@ -296,10 +311,10 @@ def data_name(r: Result) -> str | None:
         dd = d.get("data", {})
         return f"{dd.get('source')} ({dd.get('docs')} docs × {dd.get('tokens')} tokens, prefill {dd.get('prefill')})"
     if r.kind == "lmeval":
-        cfg = r.provenance.get("config") or {}
-        src = "synthetic rows" if cfg.get("synthetic") else (cfg.get("data_dir") or "lm-eval task data")
-        lim = cfg.get("limit")
-        return f"{', '.join(d['tasks'])} from {src}" + (f", limit {lim}" if lim is not None else "")
+        cfg = r.typed.provenance.config
+        src = "synthetic rows" if cfg.synthetic else (cfg.data_dir or "lm-eval task data")
+        lim = cfg.limit
+        return f"{', '.join(r.typed.tasks)} from {src}" + (f", limit {lim}" if lim is not None else "")
     if r.kind == "sim":
         return "synthetic random inputs"
     return None
