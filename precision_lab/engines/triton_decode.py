@@ -197,7 +197,7 @@ def run_layer_triton_decode(inputs, policy: StatePolicy | str, *, initial_state:
         # engine over whole speculative streams (relative error 0.3-0.4 at T = 2, 3, 4) although its
         # single-step kernel tests pass; the interpreter agrees. Until that is found, speculative
         # Mamba-2 streams on a GPU run the torch engine, by name.
-        reason = "Mamba-2 speculative verify on compiled kernels is under investigation (docs/pitfalls.md)"
+        reason = "Mamba-2 speculative verify on compiled kernels is under investigation (docs/pitfalls.md §12)"
     if reason is not None:
         if isinstance(state, DeviceState):
             state = state.to_layer_state(prepare_inputs(_slice(inputs, 0, 0)).dtype)
