@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from precision_lab.bench.schema import Device, SchemaError, plain, read_as
+from precision_lab.bench.schema import Device, plain, read_as, result_body
 
 KIND = "lmeval"
 SCHEMA_VERSION = 1
@@ -212,14 +212,7 @@ class LMEvalResult:
 def load(data: dict) -> LMEvalResult:
     """The typed summary of an lm-eval file's JSON object. Raises SchemaError naming the first field
     that does not fit."""
-    if not isinstance(data, dict):
-        raise SchemaError(f"an lm-eval summary is a JSON object, got {type(data).__name__}")
-    if data.get("kind") != KIND:
-        raise SchemaError(f"kind {data.get('kind')!r} is not {KIND!r}")
-    version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise SchemaError(f"schema_version {version!r} of {KIND!r}; this version reads {SCHEMA_VERSION}")
-    return read_as(LMEvalResult, {k: v for k, v in data.items() if k not in ("kind", "schema_version")})
+    return read_as(LMEvalResult, result_body(data, KIND, SCHEMA_VERSION, "an lm-eval summary"))
 
 
 def to_json(result: LMEvalResult) -> dict:

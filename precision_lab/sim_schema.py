@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from precision_lab.bench.schema import Device, SchemaError, plain, read_as
+from precision_lab.bench.schema import Device, SchemaError, plain, read_as, result_body
 
 KIND = "sim"
 SCHEMA_VERSION = 1
@@ -201,14 +201,7 @@ AnySimResult = SimResult | SimEquivalenceResult
 def load(data: dict) -> AnySimResult:
     """The typed result of a simulator file's JSON object; ``mode: "equivalence"`` selects the
     equivalence shape. Raises SchemaError naming the first field that does not fit."""
-    if not isinstance(data, dict):
-        raise SchemaError(f"a simulator result is a JSON object, got {type(data).__name__}")
-    if data.get("kind") != KIND:
-        raise SchemaError(f"kind {data.get('kind')!r} is not {KIND!r}")
-    version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise SchemaError(f"schema_version {version!r} of {KIND!r}; this version reads {SCHEMA_VERSION}")
-    body = {k: v for k, v in data.items() if k not in ("kind", "schema_version")}
+    body = result_body(data, KIND, SCHEMA_VERSION, "a simulator result")
     cls = SimEquivalenceResult if "mode" in body else SimResult
     result = read_as(cls, body)
     _check(result)

@@ -458,6 +458,18 @@ def dump(result: BenchResult, path) -> None:
     path.write_text(json.dumps(to_json(result), indent=1, allow_nan=False) + "\n")
 
 
+def result_body(data, kind: str, version: int, what: str) -> dict:
+    """The fields of a single-kind result file's JSON object, its ``kind`` and ``schema_version``
+    checked and removed (``what`` names the file kind in errors)."""
+    if not isinstance(data, dict):
+        raise SchemaError(f"{what} is a JSON object, got {type(data).__name__}")
+    if data.get("kind") != kind:
+        raise SchemaError(f"kind {data.get('kind')!r} is not {kind!r}")
+    if data.get("schema_version") != version:
+        raise SchemaError(f"schema_version {data.get('schema_version')!r} of {kind!r}; this version reads {version}")
+    return {k: v for k, v in data.items() if k not in ("kind", "schema_version")}
+
+
 def read_as(tp, value, where: str = ""):
     """``value`` (parsed JSON) as type ``tp`` (a result class, or a list/dict/union of them), checked
     the way ``load`` checks a benchmark file: unknown or missing fields and wrong types raise
