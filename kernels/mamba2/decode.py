@@ -164,7 +164,7 @@ def mamba2_replay_step_kernel(
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
-    FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, SB_PREC: tl.constexpr, SB_FORM: tl.constexpr,
+    FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, STATE_PREC: tl.constexpr,
 ):
     i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
     i_g = i_h // (H // G)
@@ -273,11 +273,8 @@ def mamba2_replay_step_kernel(
         w_new = tl.where(causal, w_new * tl.exp(c_new[:, None] - c_new[None, :]), 0.0)
         c_t = tl.load(C_ptr + (bt * G + i_g)[:, None] * C + cols[None, :], mask=m_t[:, None] & m_c[None, :],
                       other=0).to(tl.float32)
-        if SB_FORM == 0:
-            s_ct = tl.dot(c_t, tl.trans(b_s), input_precision=SB_PREC)
-        else:
-            s_ct = tl.trans(tl.dot(b_s, tl.trans(c_t), input_precision=SB_PREC))
-        b_y = tl.exp(c_new)[:, None] * s_ct + tl.dot(w_new, n_u, input_precision=VERIFY_PREC)
+        b_y = tl.exp(c_new)[:, None] * tl.dot(c_t, tl.trans(b_s), input_precision=STATE_PREC) + \
+            tl.dot(w_new, n_u, input_precision=VERIFY_PREC)
         if not FLUSH:
             m_h = m_t[:, None] & m_win[None, :]
             w_hist = tl.load(sc_rows + jj[None, :], mask=m_h, other=0)
@@ -344,7 +341,14 @@ def _replay_warps(T: int, flush: bool) -> int:
     return NONFLUSH_NUM_WARPS if T == 1 and not flush else 4
 
 
-_SB = [None, 0]  # diagnostic switch: (precision of the S_b product, its operand order)
+def _state_product_precision(verify_precision: str, br: int, P: int, read_code: int) -> str:
+    """Precision of the verify block's C_T S_bᵀ product. Measured on the H200 (Triton 3.6): with an
+    NVFP4 read tile whose row block is padded (P < BR, e.g. P = 8 in a 16-row block) the compiled
+    3-pass TF32 product returns wrong outputs (relative error 0.17-0.40 over speculative streams),
+    while fp32 FMAs ("ieee") agree to 1e-7 and unpadded tiles (P = 64) agree with either; the
+    interpreter agrees with both (docs/pitfalls.md §12). Padded tiles are small, so fp32 FMAs cost
+    nothing that matters there."""
+    return "ieee" if (read_code == FMT_NVFP4 and br > P) else verify_precision
 
 
 def _opt(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
@@ -452,7 +456,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
         BR=br, BC=bc, BJ=bj, TP=max(pow2(T), 16), HW=x.is_cuda, FOLD_PREC=fold_precision,
-        VERIFY_PREC=verify_precision, SB_PREC=_SB[0] or verify_precision, SB_FORM=_SB[1],
+        VERIFY_PREC=verify_precision, STATE_PREC=_state_product_precision(verify_precision, br, P, read.code),
         num_warps=num_warps or _replay_warps(T, flush),
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance
         # and the records are single products); a flush rounds state and must not
