@@ -67,6 +67,7 @@ class Settings:
     new_tokens: int
     plain_transformers_tokens: int
     weights: str
+    policy_prefill: str | None = None   # how a policy row's prefill was timed (absent in older files)
 
 
 @dataclass
