@@ -47,6 +47,7 @@ def sr_bits(seed, seq, head, event, rows, C, COPY: tl.constexpr, BC: tl.constexp
     """SR values [BR, BC] of the state tile with rows ``rows`` [BR] and columns 0..BC-1 of a [R, C]
     matrix, at one write (``seed`` = layer_seed; counter fields as in quant/philox.py). Columns at
     or beyond C get values too, which the caller drops with its mask."""
+    # (written without %: the interpreter's constexpr has no reflected modulo for ``int % GROUP``)
     tl.static_assert((BC // GROUP) * GROUP == BC, "a state tile spans whole groups of 8 columns")
     base = (event << EVENT_SHIFT) | (seq << SEQ_SHIFT) | (head.to(tl.int64) << HEAD_SHIFT)
     # each row starts a new group: group (row, g) covers columns 8g .. 8g+7

@@ -10,9 +10,9 @@ amax); a kernel that walks a matrix in row blocks parks the fp32 result of each 
 (``store_late_nvfp4``).
 
 SR bits come from ``sr_bits`` in ``kernels/common/philox.py`` (the state-write layout of
-quant/philox.py: one Philox call per 8 columns of a row). Tiles therefore span columns 0..BLOCK_C-1 of their rows (BLOCK_C a
-multiple of 8), and callers pass the tile's ``rows`` and the matrix width ``C`` instead of element
-indices.
+quant/philox.py: one Philox call per 8 columns of a row). Tiles therefore span columns
+0..BLOCK_C-1 of their rows (BLOCK_C a multiple of 8), and callers pass the tile's ``rows`` and the
+matrix width ``C`` instead of element indices.
 """
 from __future__ import annotations
 
