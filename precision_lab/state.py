@@ -271,7 +271,7 @@ class StateWriter:
                 _probe(policy, spec, q)
 
     def rbits(self, S: torch.Tensor, spec: str, copy: int, event: int) -> torch.Tensor | None:
-        """SR words [B, H, R, C] of one write of ``spec`` (None for a format that rounds to nearest)."""
+        """SR values [B, H, R, C] of one write of ``spec`` (None for a format that rounds to nearest)."""
         from precision_lab.quant.philox import state_rbits
 
         if not getattr(self._q[spec], "stochastic", False):
