@@ -163,5 +163,6 @@ def rbits_for(shape, fmt: str, *, seed: int, layer: int, seq_ids: torch.Tensor, 
     from precision_lab.quant.philox import state_rbits
 
     B, H, R, C = shape
-    return state_rbits(seed, layer, seq_ids.cpu().view(B, 1), torch.arange(H).view(1, H),
-                       events.cpu().view(B, 1), (R, C), copy)
+    dev = seq_ids.device
+    return state_rbits(seed, layer, seq_ids.view(B, 1), torch.arange(H, device=dev).view(1, H),
+                       torch.as_tensor(events, device=dev).view(B, 1), (R, C), copy, device=dev)

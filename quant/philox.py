@@ -122,34 +122,37 @@ def groups_per_row(C: int) -> int:
 
 
 def sr_offsets(seq: torch.Tensor | int, head: torch.Tensor | int, event: torch.Tensor | int,
-               shape: tuple[int, int], copy: int = COPY_UPDATE) -> torch.Tensor:
+               shape: tuple[int, int], copy: int = COPY_UPDATE, device=None) -> torch.Tensor:
     """Counters of every group of the [R, C] state matrices addressed by broadcastable seq/head/event.
 
     Returns int64 counters of shape ``broadcast(seq, head, event).shape + (R, ceil(C / 8))``; group
-    (row, g) holds the elements (row, 8g .. 8g+7).
+    (row, g) holds the elements (row, 8g .. 8g+7). ``device``: where the counters (and the Philox
+    arithmetic on them) live; a GPU state's bits are drawn on the GPU, since a whole batch's state
+    write is millions of counters (on the CPU that took ~1 s per layer for a 4B model at batch 8).
     """
     r, c = shape
     n_groups = r * groups_per_row(c)
     if n_groups > (1 << GROUP_BITS):
         raise ValueError(f"a state matrix [{r}, {c}] spans {n_groups} groups of {GROUP} elements; the SR counter "
                          f"layout allows {1 << GROUP_BITS} (rows × ceil(columns / {GROUP}))")
-    seq, head, event = (torch.as_tensor(v, dtype=torch.int64) for v in (seq, head, event))
+    seq, head, event = (torch.as_tensor(v, dtype=torch.int64, device=device) for v in (seq, head, event))
     for name, v, bits in (("sequence", seq, SEQ_BITS), ("head", head, HEAD_BITS), ("write event", event, EVENT_BITS)):
         if v.numel() and (int(v.min()) < 0 or int(v.max()) >= (1 << bits)):
             raise ValueError(f"{name} index out of the SR counter layout's {bits}-bit range")
     base = (event << EVENT_SHIFT) | (seq << SEQ_SHIFT) | (head << HEAD_SHIFT)
     if copy:
-        base = base | torch.tensor(-(1 << 63), dtype=torch.int64)  # bit 63 set
-    group = torch.arange(n_groups, dtype=torch.int64).reshape(r, groups_per_row(c))
+        base = base | torch.tensor(-(1 << 63), dtype=torch.int64, device=base.device)  # bit 63 set
+    group = torch.arange(n_groups, dtype=torch.int64, device=base.device).reshape(r, groups_per_row(c))
     return base[..., None, None] | group
 
 
-def state_rbits(seed: int, layer: int, seq, head, event, shape: tuple[int, int], copy: int = COPY_UPDATE) -> torch.Tensor:
-    """SR values (int64 in [0, 2**16)) for state matrices of ``shape`` = (R, C).
+def state_rbits(seed: int, layer: int, seq, head, event, shape: tuple[int, int], copy: int = COPY_UPDATE,
+                device=None) -> torch.Tensor:
+    """SR values (int64 in [0, 2**16)) for state matrices of ``shape`` = (R, C), computed on ``device``.
 
     Output shape: ``broadcast(seq, head, event).shape + (R, C)``.
     """
-    offs = sr_offsets(seq, head, event, shape, copy)
+    offs = sr_offsets(seq, head, event, shape, copy, device=device)
     return group_bits(layer_seed(seed, layer), offs)[..., : shape[1]]
 
 

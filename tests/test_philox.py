@@ -239,3 +239,14 @@ def test_layout_range_errors():
         philox.sr_offsets(0, 0, 0, (1 << philox.GROUP_BITS, 9))
     with pytest.raises(ValueError, match="seed"):
         philox.layer_seed(-1, 0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the torch port's int64 arithmetic on CUDA")
+def test_state_bits_drawn_on_the_gpu_equal_the_cpu_port():
+    """The torch state writer draws a GPU state's SR bits on the GPU (int64 products wrap the same way)."""
+    from precision_lab.quant.philox import state_rbits
+
+    args = (1234, 7, torch.tensor([[3], [65535]]), torch.arange(5).view(1, 5), 9, (16, 40))
+    cpu = state_rbits(*args, copy=1)
+    gpu = state_rbits(*args, copy=1, device="cuda")
+    assert gpu.device.type == "cuda" and torch.equal(gpu.cpu(), cpu)
