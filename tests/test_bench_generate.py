@@ -58,6 +58,20 @@ def test_committed_result_file():
     assert load(to_json(t)) == t
 
 
+@pytest.mark.parametrize("name,rows", [("bench_generate_nemotron.json", 14), ("bench_generate_b64.json", 7)])
+def test_later_committed_runs_load_with_their_check(name, rows):
+    """The runs that added nemotron-3-nano-4b-shape (batches 1 and 8) and batch 64 of qwen3.5-4b-shape:
+    each passed its GPU check first, captured graphs for every policy row, and no two files time the
+    same (preset, batch, row)."""
+    t = load(json.loads((COMMITTED.parent / name).read_text()))
+    assert t.check.status == "passed" and t.provenance.git and len(t.rows) == rows
+    assert all(r.graphs.captured >= 1 for r in t.rows if r.row != PLAIN)
+    keys = [(r.preset, r.batch, r.row) for f in ("bench_generate.json", "bench_generate_nemotron.json",
+                                                  "bench_generate_b64.json")
+            for r in load(json.loads((COMMITTED.parent / f).read_text())).rows]
+    assert len(keys) == len(set(keys))
+
+
 def test_the_writer_writes_only_what_the_report_reads():
     d = json.loads(COMMITTED.read_text())
     d["rows"][1]["step_ms_median"] = float("nan")
