@@ -12,6 +12,8 @@ model_args (besides every HFLM argument: dtype, batch_size, max_length, device, 
                 Triton scans for prefills; the torch engines elsewhere), ``decode``, ``scan``,
                 ``triton`` or ``triton-decode`` (see precision_lab.models.apply_policy)
     scoring     ``stock`` (default) or ``decode`` for loglikelihood requests, see below
+    prompt      ``prefill`` (default) or ``decode``: how the prompt (the context) enters the state, see
+                below
     fast_decode ``auto`` (default: on when the model is on CUDA), ``true`` or ``false``: generate and
                 decode-score through ``precision_lab.generation`` (static caches, decode steps as
                 CUDA graphs) instead of ``model.generate``; same tokens, same scores
@@ -31,6 +33,16 @@ prefilled once and its stream branched per continuation (``precision_lab.models.
 the answer choices of a question share one prefill, and each choice starts from exactly the state it
 would have alone (its SR sequence id is the context's); the scores then agree with separate streams
 to fp32 rounding (a batch of another size sums the projections in another order).
+
+Prompt (``prompt=prefill|decode``). By default a prompt is a prefill: its state is computed in
+one pass and written once into the checkpoint, so a lossy policy touches only what is decoded after
+it (the generated tokens, or a scored continuation). ``prompt=decode`` runs the prompt's tokens as
+decode steps instead (one forward with the decode path's semantics: ReplaySSM windows of L, flushes,
+SR, the same as ``precision_lab.teacher_forced``, served by the scan engines), so the continuation
+reads the state the lossy decode path built over the whole context, as if the context had been
+generated. The prompt must then be unpadded: decode scoring prefills one context per batch (its
+choices are the rows), and generation refuses a padded batch (use ``batch_size=1``). Stock scoring
+runs no stream, so ``prompt=decode`` needs ``scoring=decode`` for loglikelihood requests.
 
 SR sequence ids. Each request's stream draws its stochastic-rounding bits under a sequence id
 derived from its prompt tokens (CRC-32 of the token ids, 16 bits: the width of the Philox counter
@@ -55,6 +67,7 @@ from precision_lab.policy import StatePolicy
 log = logging.getLogger(__name__)
 
 SCORING_MODES = ("stock", "decode")
+PROMPT_MODES = ("prefill", "decode")
 
 
 def _flag(value, name: str) -> bool | None:
@@ -122,13 +135,16 @@ class ReplaySSMLM(HFLM):
 
     def __init__(self, pretrained: str | transformers.PreTrainedModel = "tiny-qwen3.5", policy: str = "fp32",
                  seed: int | str = 0, engine: str = "auto", scoring: str = "stock", fast_decode: str | bool = "auto",
-                 graphs: str | bool = True, **kwargs) -> None:
+                 graphs: str | bool = True, prompt: str = "prefill", **kwargs) -> None:
         from precision_lab.models import PRESETS, apply_policy, load_model
 
         if scoring not in SCORING_MODES:
             raise ValueError(f"scoring must be one of {SCORING_MODES}, got {scoring!r}")
+        if prompt not in PROMPT_MODES:
+            raise ValueError(f"prompt must be one of {PROMPT_MODES}, got {prompt!r}")
         self.state_policy = StatePolicy.parse(str(policy), seed=int(seed)).validate()
         self.scoring = scoring
+        self.prompt = prompt
         self.engine = engine
         self._fast = _flag(fast_decode, "fast_decode")
         self.graphs = bool(_flag(graphs, "graphs") if str(graphs).lower() != "auto" else True)
@@ -167,8 +183,15 @@ class ReplaySSMLM(HFLM):
         """A fresh cache whose SR sequence ids are the prompts' CRCs (pad positions excluded)."""
         from precision_lab.models import new_stream
 
+        self._check_unpadded(attention_mask)
         self.streams += 1
-        return new_stream(self.model, seq_ids=self._seq_ids(context, attention_mask))
+        return new_stream(self.model, seq_ids=self._seq_ids(context, attention_mask),
+                          first_is_prefill=self.prompt == "prefill")
+
+    def _check_unpadded(self, attention_mask: torch.Tensor | None) -> None:
+        if self.prompt == "decode" and attention_mask is not None and not bool(attention_mask.bool().all()):
+            raise ValueError("replayssm: prompt=decode runs each prompt token as a decode step, so prompts must be "
+                             "unpadded (a pad position would be a step too); use batch_size=1")
 
     def _model_generate(self, context: torch.Tensor, max_length: int, stop: list[str],
                         **generation_kwargs) -> torch.Tensor:
@@ -198,6 +221,7 @@ class ReplaySSMLM(HFLM):
         from precision_lab.generation import generate
 
         mask = generation_kwargs.get("attention_mask")
+        self._check_unpadded(mask)
         n_new = max_length - context.shape[1]
         if n_new < 1:
             return context
@@ -221,7 +245,7 @@ class ReplaySSMLM(HFLM):
                            stop=stopped if stops else None, do_sample=do_sample, temperature=temp or 1.0,
                            top_k=int(generation_kwargs.get("top_k", 0) or 0),
                            top_p=float(generation_kwargs.get("top_p", 1.0) or 1.0),
-                           seq_ids=self._seq_ids(context, mask))
+                           seq_ids=self._seq_ids(context, mask), first_is_prefill=self.prompt == "prefill")
         self.last_generation = {"prefill_seconds": res.prefill_seconds, "steps": res.new_tokens,
                                 "step_seconds_median": (sorted(res.step_seconds)[len(res.step_seconds) // 2]
                                                         if res.step_seconds else None), "graphs": res.graphs}
@@ -263,6 +287,9 @@ class ReplaySSMLM(HFLM):
     # -- loglikelihood -----------------------------------------------------------------------------
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs: int | None = None):
         if self.scoring == "stock":
+            if self.prompt == "decode":
+                raise ValueError("replayssm: prompt=decode needs scoring=decode for loglikelihood requests (stock "
+                                 "scoring is one full forward and runs no decode stream)")
             return super()._loglikelihood_tokens(requests, disable_tqdm=disable_tqdm, override_bs=override_bs)
         return self._decode_loglikelihood(requests, disable_tqdm=disable_tqdm, override_bs=override_bs)
 
@@ -290,8 +317,7 @@ class ReplaySSMLM(HFLM):
         pad = self._pad_id()
         results: list[tuple[float, bool] | None] = [None] * n
         pbar = tqdm(total=n, disable=disable_tqdm or self.rank != 0, desc="Scoring through the decode path")
-        for start in range(0, n, bs):
-            idx = order[start : start + bs]
+        for idx in self._score_batches(requests, order, bs):
             ctxs, conts = [], []
             for i in idx:
                 _, ctx, cont = requests[i]
@@ -330,6 +356,19 @@ class ReplaySSMLM(HFLM):
         pbar.close()
         return results  # type: ignore[return-value]
 
+    def _score_batches(self, requests, order: list[int], bs: int) -> list[list[int]]:
+        """Request indices per scoring batch: ``bs`` at a time in ``order``; with ``prompt=decode``
+        one context per batch (its continuations, ``bs`` at a time), so no prompt is padded."""
+        if self.prompt != "decode":
+            return [order[s : s + bs] for s in range(0, len(order), bs)]
+        batches: list[list[int]] = []
+        for i in order:
+            if batches and len(batches[-1]) < bs and tuple(requests[batches[-1][0]][1]) == tuple(requests[i][1]):
+                batches[-1].append(i)
+            else:
+                batches.append([i])
+        return batches
+
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Token rows left-padded to one length: (ids [B, P], mask [B, P]) on the model's device."""
         P = max(map(len, rows))
@@ -355,7 +394,7 @@ class ReplaySSMLM(HFLM):
         with torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
                             enabled=self.mixed_precision_dtype is not None):
             return score_branches(self.model, inp, mask, torch.tensor(branch_of), forced, graphs=self.graphs,
-                                  seq_ids=self._seq_ids(inp, mask))
+                                  seq_ids=self._seq_ids(inp, mask), first_is_prefill=self.prompt == "prefill")
 
     @torch.no_grad()
     def _forced_decode(self, inp: torch.Tensor, mask: torch.Tensor, forced: torch.Tensor) -> torch.Tensor:
@@ -384,6 +423,7 @@ class ReplaySSMLM(HFLM):
         report = self.model.precision_lab_report() if hasattr(self.model, "precision_lab_report") else {}
         info.update({"replayssm_policy": self.state_policy.short_str(), "replayssm_seed": self.state_policy.seed,
                      "replayssm_engine": self.engine, "replayssm_scoring": self.scoring,
+                     "replayssm_prompt": self.prompt,
                      "replayssm_fast_decode": self.fast_decode, "replayssm_graphs": self.graphs,
                      "replayssm_preset": self.preset, "replayssm_served": report.get("layers")})
         return info

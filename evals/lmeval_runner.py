@@ -12,13 +12,17 @@ resumes where it stopped. Every run's python/numpy/torch seeds are reset by lm-e
 (and GPQA's shuffled choices) are identical across policies; the pairing is checked item by item
 (prompt hashes) before any statistic is computed.
 
-The summary ``OUT/lmeval.json`` (kind "lmeval", class ``lmeval_schema.LMEvalResult``) holds, per task and policy: accuracy, the delta
+The summary ``OUT/lmeval.json`` (kind "lmeval", class ``lmeval_schema.LMEvalResult``) is rewritten after every
+policy, so a study cut short (a time limit) leaves a valid summary of the policies it finished
+(``policies`` lists them). It holds, per task and policy: accuracy with its own CI, the delta
 against FP32 with a paired bootstrap CI, the exact McNemar p-value, accuracy by quartile of the
 FP32 generation length, and generation-length statistics (see ``stats.py``). When a policy's matched
 reference (``StatePolicy.matched_reference``: its arithmetic with fp32 storage) was run too, the
 same paired statistics against that reference are under ``vs_reference``. Tasks whose documents
 carry a ``bucket`` field (e.g. context-length buckets, ``tasks/next_speaker.py``) also get every
-comparison per bucket (``by_bucket``).
+comparison per bucket (``by_bucket``). Multiple-choice samples also keep every choice's
+log-likelihood and the chosen index (``loglikelihoods``, ``pred``), and ``changed_responses`` counts
+items whose chosen answer changed.
 
 Data parallel: launch the same command under ``accelerate launch`` / ``torchrun`` with a hub id or
 path as ``--model``; lm-eval shards the requests over ranks and gathers the samples on rank 0,
@@ -139,6 +143,18 @@ def _served_calls(lm, since: dict | None = None) -> dict[str, dict[str, int]]:
     return out
 
 
+def _choice_loglikelihoods(sample: dict) -> list[float] | None:
+    """The log-likelihood of each continuation of a loglikelihood / multiple-choice sample (lm-eval
+    logs ``resps`` as one ``[(loglikelihood, is_greedy)]`` per request), else None."""
+    out = []
+    for r in sample.get("resps") or []:
+        first = r[0] if isinstance(r, (list, tuple)) and r else None
+        if not isinstance(first, (list, tuple)) or not first or isinstance(first[0], (str, bool)):
+            return None
+        out.append(float(first[0]))
+    return out or None
+
+
 def _declared_tasks(paths) -> set[str]:
     """Task names declared (``task: NAME``) by the YAML files under ``paths``."""
     import re
@@ -175,6 +191,15 @@ class Study:
             self.presets = task_presets.write_task_configs(self.task_dir, data, wanted)
             for name, p in self.presets.items():
                 self.data_digest[name] = _file_digest([data / f for t in p.tasks for f in set(t.data_files.values())])
+        # tasks of the included folders (e.g. generated items): their files' digest, so a run file made
+        # from other items is never reused
+        others = [t for t in self.cfg.tasks if t not in self.presets]
+        files = [f for d in self.cfg.include_path if Path(d).is_dir() for f in Path(d).rglob("*")
+                 if f.is_file() and f.suffix in (".yaml", ".yml", ".jsonl", ".json", ".py")]
+        if others and files:
+            digest = _file_digest(files)
+            for t in others:
+                self.data_digest[t] = digest
         return {t: (self.presets[t].task_names if t in self.presets else [t]) for t in self.cfg.tasks}
 
     def task_manager(self):
@@ -225,9 +250,12 @@ class Study:
                 log.info("reusing %s", path)
                 return rec
             log.warning("%s was made with other settings; rerunning", path)
+        import time
+
         from lm_eval import simple_evaluate
 
         lm = self.lm()
+        t0 = time.perf_counter()
         lm.set_policy(policy, seed=self.cfg.seed)
         lm.generation_lengths.clear()
         served_before = _served_calls(lm)
@@ -244,7 +272,8 @@ class Study:
         rec = {"fingerprint": fp, "policy": policy, "task": task,
                "lm_eval_results": res["results"], "n_shot": res.get("n-shot"),
                "samples": self._extract(task, res["samples"], lm),
-               "served": _served_calls(lm, since=served_before)}
+               "served": _served_calls(lm, since=served_before),
+               "seconds": time.perf_counter() - t0}
         _atomic_write_json(path, rec)
         return rec
 
@@ -260,6 +289,7 @@ class Study:
                 resp = s["resps"][0][0] if s["resps"] and s["resps"][0] else None
                 gen = isinstance(resp, str)
                 doc = s.get("doc") if isinstance(s.get("doc"), dict) else {}
+                lls = _choice_loglikelihoods(s) if not gen else None
                 out.append({
                     "task": sub, "doc_id": s["doc_id"], "prompt_hash": s.get("prompt_hash"),
                     "score": task_presets.sample_score(preset, s),
@@ -270,6 +300,10 @@ class Study:
                     "gen_tokens": lm.generation_lengths.get(s["arguments"][0][0]) if gen else None,
                     # per-item buckets of tasks that define them (e.g. context length)
                     "bucket": doc.get("bucket"),
+                    "item_id": doc.get("id"),
+                    # loglikelihood tasks: every choice's log-likelihood and the chosen one (argmax)
+                    "loglikelihoods": lls,
+                    "pred": None if not lls else max(range(len(lls)), key=lls.__getitem__),
                 })
         if not out:
             raise RuntimeError(f"task {task}: lm-eval logged no samples under filter "
@@ -281,15 +315,16 @@ class Study:
         tasks = self.prepare_tasks()
         tm = self.task_manager()
         records: dict[str, dict[str, dict]] = {}
+        summary = None
         for policy in self.cfg.policies:
             for task, lm_tasks in tasks.items():
                 rec = self.run_one(policy, task, lm_tasks, tm)
                 if rec is not None:
                     records.setdefault(task, {})[policy] = rec
-        if not records:
-            return None
-        summary = self.summarize(records)
-        _atomic_write_json(self.out / "lmeval.json", summary)
+            if records:
+                # rewritten after every policy: a run cut short leaves the summary of the policies it finished
+                summary = self.summarize(records)
+                _atomic_write_json(self.out / "lmeval.json", summary)
         return summary
 
     def summarize(self, records: dict[str, dict[str, dict]]) -> dict:
@@ -307,6 +342,7 @@ class Study:
             has_len = all(x is not None for x in b_len)
             entry = {"n": len(items), "lm_eval_tasks": sorted({k[0] for k in items}),
                      "fp32": {"accuracy": sum(b_scores) / len(b_scores),
+                              "accuracy_ci": st.accuracy_interval(b_scores, n_boot=c.n_boot, seed=c.stats_seed),
                               "generation_length": st.length_stats(b_len) if has_len else None},
                      "policies": {}}
             preset = self.presets.get(task)
@@ -329,8 +365,10 @@ class Study:
                     b_scores, [idx[k]["score"] for k in items],
                     base_lengths=b_len if has_len else None, var_lengths=v_len if has_len else None,
                     n_boot=c.n_boot, seed=c.stats_seed)
+                # a changed response: another generated text, or another chosen answer (multiple choice)
                 entry["policies"][policy]["changed_responses"] = sum(
-                    idx[k]["response"] != base_idx[k]["response"] for k in items)
+                    (idx[k]["response"], idx[k].get("pred")) != (base_idx[k]["response"], base_idx[k].get("pred"))
+                    for k in items)
                 buckets = [base_idx[k].get("bucket") for k in items]
                 if all(b is not None for b in buckets):
                     entry["policies"][policy]["by_bucket"] = st.compare_by_bucket(
@@ -352,7 +390,8 @@ class Study:
                 for bk, sc in zip(buckets, b_scores):
                     counts.setdefault(bk, []).append(sc)
                 entry["fp32"]["by_bucket"] = [
-                    {"bucket": bk, "n": len(v), "accuracy": sum(v) / len(v)}
+                    {"bucket": bk, "n": len(v), "accuracy": sum(v) / len(v),
+                     "accuracy_ci": st.accuracy_interval(v, n_boot=c.n_boot, seed=c.stats_seed)}
                     for bk, v in sorted(counts.items(), key=lambda kv: st._bucket_order(kv[0]))]
             for policy, rec in by_policy.items():
                 # which implementations served the SSM layers in this run (engine:implementation -> calls)
@@ -362,10 +401,11 @@ class Study:
                         served[name] = served.get(name, 0) + n
                 (entry["fp32"] if policy == "fp32" else entry["policies"][policy])["served"] = served
             out_tasks[task] = entry
+        done = [p for p in c.policies if all(p in by_policy for by_policy in records.values())]
         summary = {"kind": "lmeval", "schema_version": lmeval_schema.SCHEMA_VERSION,
                    "provenance": provenance(config=asdict(c), data_digest=self.data_digest,
                                             policies=c.policies, model=c.model, seed=c.seed),
-                   "model": c.model, "policies": c.policies, "tasks": out_tasks,
+                   "model": c.model, "policies": done, "tasks": out_tasks,
                    "runs": {t: {p: str(self.run_path(p, t).relative_to(self.out)) for p in ps}
                             for t, ps in records.items()}}
         # through the summary's class (evals/lmeval_schema.py): a layout the report would refuse fails here

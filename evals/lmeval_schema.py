@@ -9,7 +9,9 @@ reference where that was run). The statistics are those of ``evals/stats.py``.
 
 Version 1 is the layout every committed summary has; it is read as written, field by field (the
 reader of ``precision_lab.bench.schema``: an unknown or missing field, or a value of the wrong type,
-is refused with the field named). ``to_json`` checks a summary against its class before the study
+is refused with the field named). Fields added to version 1 later have defaults and are absent from
+older files: ``accuracy_ci`` (a run's own accuracy CI, ``AccuracyInterval``) on the baseline, the
+policy comparisons and every bucket. ``to_json`` checks a summary against its class before the study
 writes it, so a study cannot write a file the report would refuse.
 """
 from __future__ import annotations
@@ -106,6 +108,17 @@ class McNemar:
 
 
 @dataclass
+class AccuracyInterval:
+    """A CI of one run's accuracy over items, not paired (``stats.accuracy_interval``): ``method``
+    "wilson" (Wilson score interval, 0/1 scores) or "bootstrap" (percentile, fractional scores)."""
+
+    low: float
+    high: float
+    confidence: float
+    method: str
+
+
+@dataclass
 class LengthQuartile:
     """Accuracy within one quartile of the fp32 run's generation length; ``accuracy`` keyed
     ``fp32`` and ``policy``, null (and no length range) for an empty quartile."""
@@ -124,11 +137,13 @@ class BucketCount:
     bucket: str
     n: int
     accuracy: float
+    accuracy_ci: AccuracyInterval | None = None
 
 
 @dataclass
 class BucketComparison:
-    """A paired comparison within one item bucket (``stats.compare_by_bucket``)."""
+    """A paired comparison within one item bucket (``stats.compare_by_bucket``); ``accuracy_ci``:
+    the CI of ``accuracy`` on its own."""
 
     bucket: str
     n: int
@@ -136,6 +151,7 @@ class BucketComparison:
     baseline_accuracy: float
     delta: PairedDelta
     mcnemar: McNemar
+    accuracy_ci: AccuracyInterval | None = None
 
 
 @dataclass
@@ -149,6 +165,7 @@ class ReferenceComparison:
     delta: PairedDelta
     mcnemar: McNemar
     by_bucket: list[BucketComparison] | None = None
+    accuracy_ci: AccuracyInterval | None = None
 
 
 @dataclass
@@ -167,6 +184,7 @@ class PolicyComparison:
     generation_length: LengthStats | None = None
     by_bucket: list[BucketComparison] | None = None
     vs_reference: ReferenceComparison | None = None
+    accuracy_ci: AccuracyInterval | None = None
 
 
 @dataclass
@@ -177,6 +195,7 @@ class Baseline:
     generation_length: LengthStats | None
     served: dict[str, int]
     by_bucket: list[BucketCount] | None = None
+    accuracy_ci: AccuracyInterval | None = None
 
 
 @dataclass

@@ -19,12 +19,16 @@ Inputs are per-item scores in item order, one array per run, aligned by item:
 - ``length_stats``: mean, median, quantiles and max of generation lengths.
 - ``compare_by_bucket``: the paired comparison within each bucket of items (e.g. context-length
   buckets of a long-context task), each with its own bootstrap CI and McNemar test.
+- ``accuracy_interval``: a CI of one run's accuracy on its own (not paired): the Wilson score
+  interval for 0/1 scores (it stays inside [0, 1] and is not degenerate at 0 or n correct), a
+  percentile bootstrap over items for fractional scores.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
+from statistics import NormalDist
 
 import numpy as np
 
@@ -103,6 +107,38 @@ def mcnemar_p(b: int, c: int) -> float:
     return float(min(Fraction(1), 2 * tail))
 
 
+def wilson_interval(k: int, n: int, *, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a proportion k/n: (p + z²/2n ± z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n)."""
+    if n < 1 or not 0 <= k <= n:
+        raise ValueError(f"need 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    # exact at the ends (the formula gives 0 and 1 there up to rounding)
+    return (0.0 if k == 0 else max(0.0, mid - half)), (1.0 if k == n else min(1.0, mid + half))
+
+
+def accuracy_interval(scores: Sequence[float], *, confidence: float = 0.95, n_boot: int = 10_000,
+                      seed: int = 0) -> dict:
+    """CI of mean(scores) over items: Wilson for 0/1 scores, else a percentile bootstrap.
+    Returns {"low", "high", "confidence", "method"} ("wilson" | "bootstrap")."""
+    a = _as_scores(scores, "scores")
+    if a.size == 0:
+        raise ValueError("no items")
+    if np.isin(a, (0.0, 1.0)).all():
+        lo, hi = wilson_interval(int(a.sum()), int(a.size), confidence=confidence)
+        return {"low": lo, "high": hi, "confidence": confidence, "method": "wilson"}
+    rng = np.random.Generator(np.random.PCG64(seed))
+    means = a[rng.integers(0, a.size, size=(n_boot, a.size))].mean(axis=1)
+    alpha = 1.0 - confidence
+    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return {"low": float(lo), "high": float(hi), "confidence": confidence, "method": "bootstrap"}
+
+
 def quartile_bins(lengths: Sequence[int]) -> list[np.ndarray]:
     """Item indices of four equal-count bins by ascending length (stable: ties keep item order)."""
     a = np.asarray(lengths)
@@ -159,6 +195,7 @@ def compare_runs(base_scores: Sequence[float], var_scores: Sequence[float], *, b
         "baseline_accuracy": float(b.mean()),
         "delta": paired_bootstrap(b, v, n_boot=n_boot, seed=seed, confidence=confidence),
         "mcnemar": mcnemar_exact(b, v),
+        "accuracy_ci": accuracy_interval(v, confidence=confidence, n_boot=n_boot, seed=seed),
     }
     if base_lengths is not None:
         out["by_fp32_length_quartile"] = accuracy_by_length_quartile(base_lengths, {"fp32": b, "policy": v})
@@ -182,7 +219,7 @@ def compare_by_bucket(buckets: Sequence, base_scores: Sequence[float], var_score
 
     buckets: [n] a label per item (aligned with the scores). Returns one dict per bucket, ordered by
     the label's leading number where it has one: {"bucket", "n", "accuracy", "baseline_accuracy",
-    "delta": paired_bootstrap, "mcnemar": mcnemar_exact}.
+    "delta": paired_bootstrap, "mcnemar": mcnemar_exact, "accuracy_ci": accuracy_interval of var}.
     """
     b, v = _paired(base_scores, var_scores)
     labels = list(buckets)
@@ -195,5 +232,6 @@ def compare_by_bucket(buckets: Sequence, base_scores: Sequence[float], var_score
         out.append({"bucket": lab, "n": int(idx.size), "accuracy": float(v[idx].mean()),
                     "baseline_accuracy": float(b[idx].mean()),
                     "delta": paired_bootstrap(b[idx], v[idx], n_boot=n_boot, seed=seed, confidence=confidence),
-                    "mcnemar": mcnemar_exact(b[idx], v[idx])})
+                    "mcnemar": mcnemar_exact(b[idx], v[idx]),
+                    "accuracy_ci": accuracy_interval(v[idx], confidence=confidence, n_boot=n_boot, seed=seed)})
     return out

@@ -1,5 +1,5 @@
-"""The state-precision study on trained models: KL vs length, per-layer sensitivity and a long-context
-task, for each model, written as result files ``precision-lab report`` turns into the study's report.
+"""The state-precision study on trained models: KL vs length, per-layer sensitivity and a task by
+context length, for each model, written as result files ``precision-lab report`` turns into the study's report.
 
     precision-lab study --models MODEL [MODEL ...] --data HELD_OUT --speaker-data HELD_OUT_PLAYS \\
         --out OUT            # at most 3 result files per model plus study.txt, nothing else
@@ -15,13 +15,16 @@ Per model:
    the documents with the whole play decoded under each policy (``speaker``).
 2. ``kl-layers-<model>.json`` (kind "kl-layers"): each of ``LAYER_POLICIES`` in one SSM layer at a
    time, the other layers on its matched reference.
-3. ``lmeval-<model>.json`` (kind "lmeval"): the next-speaker task (``tasks/next_speaker.py``) over
-   held-out plays through the ``replayssm`` lm-eval model for fp32, the task policies and their
-   matched references; exact match by context-length bucket, each policy against fp32 and against
-   its matched reference with paired bootstrap CIs and exact McNemar p per bucket. Through
-   ``replayssm`` the prompt is a prefill (one checkpoint write) and only the generated name is
-   decoded under the policy, and every item is a generation of its own, so this stage is a sample
-   (``--plays`` x buckets x ``--per-bucket``); the teacher-forced score in (1) covers every tag.
+3. ``lmeval-<model>.json`` (kind "lmeval"): an lm-eval task over the held-out plays (``--task``,
+   ``TASKS``; by default the multiple-choice next speaker of ``tasks/play_choice.py``) through the
+   ``replayssm`` lm-eval model for fp32, the task policies and (``task_references``) their matched
+   references, run in that order; accuracy with its CI by context-length bucket, and each policy
+   against fp32 and against its matched reference on the same items, with paired bootstrap CIs and
+   exact McNemar p per bucket. The multiple-choice tasks score through the decode path
+   (``scoring=decode``), one context per batch branched per choice; with ``--task-prompt decode``
+   (the default) every context byte is a decode step of the policy, with ``prefill`` the context is
+   one prefill. Every item runs its own stream, so this stage is a sample (plays x buckets x
+   ``--per-bucket``); the teacher-forced next-speaker score in (1) covers every tag.
 
 Work files (per-position batches, per-run lm-eval samples, the generated task) go to ``--work``
 (default ``OUT-work``), so OUT holds only what the report needs; every stage is resumable there.
@@ -29,8 +32,8 @@ Work files (per-position batches, per-run lm-eval samples, the generated task) g
 
 Sizes (defaults, meant for one H200 and two ~10M-parameter byte-level models with the Triton
 engine): 8 documents x 100K positions x 21 row groups for the KL run; 4 x 16K positions for the
-per-layer run; 8 plays x 3 buckets x 2 items up to 16K bytes of context, 5 policy runs, for the
-task. Each is a flag.
+per-layer run; every held-out play x 5 buckets (256 to 65,536+ bytes of context) x 2 items, 11
+policy runs (fp32, 7 policies, 3 references), for the task. Each is a flag.
 """
 from __future__ import annotations
 
@@ -49,8 +52,12 @@ STUDY_POLICIES = ("conventional:bf16", "conventional:fp8e4m3-sr", "shared:nvfp4-
 GDN_ONLY_POLICIES = ("split:fp16-sr/nvfp4@fold=buffered",)
 L_SWEEP = ("shared:nvfp4-sr@L8", "shared:nvfp4-sr@L32", "split:fp16-sr/nvfp4@L8", "split:fp16-sr/nvfp4@L32")
 LAYER_POLICIES = ("shared:nvfp4-sr", "split:fp16-sr/nvfp4")
-TASK_POLICIES = ("shared:nvfp4-sr", "split:fp16-sr/nvfp4")
+TASK_POLICIES = STUDY_POLICIES
 STAGES = ("kl", "layers", "lmeval")
+# the lm-eval stage's task: --task name -> (module in precision_lab.evals.tasks, lm-eval task name)
+TASKS = {"speaker-choice": ("play_choice", "shakespeare_speaker_choice"),
+         "word-choice": ("play_choice", "shakespeare_word_choice"),
+         "next-speaker": ("next_speaker", "shakespeare_next_speaker")}
 
 
 @dataclass
@@ -78,14 +85,20 @@ class StudyConfig:
     layer_policies: tuple[str, ...] = LAYER_POLICIES
     # next speaker scored from the KL stream (every speaker tag of the documents)
     tf_buckets: tuple[int, ...] = (256, 1024, 4096, 16384, 65536)
-    # the next-speaker lm-eval task (a sample of tags, through replayssm)
-    plays: int = 8
-    buckets: tuple[int, ...] = (256, 1024, 4096)
+    # the lm-eval task (a sample of positions of the held-out plays, through replayssm)
+    task: str = "speaker-choice"            # speaker-choice | word-choice | next-speaker (TASKS)
+    plays: int | None = None                # held-out plays used (None: all)
+    buckets: tuple[int, ...] = (256, 1024, 4096, 16384, 65536)
     per_bucket: int = 2
-    max_context: int | None = 16_384
-    max_gen_toks: int = 12
+    max_context: int | None = None
+    choices: int = 4                        # K of the multiple-choice tasks
+    distractors: str = "other-plays"        # speaker-choice: other-plays | cast | recent
+    task_prompt: str = "decode"             # multiple-choice tasks: replayssm prompt=prefill|decode
+    max_gen_toks: int = 12                  # next-speaker
     task_policies: tuple[str, ...] = TASK_POLICIES
-    lmeval_batch_size: str = "1"            # no padding: long prompts stay one unmasked sequence
+    task_references: bool = True            # also run each task policy's matched reference
+    lmeval_batch_size: str | None = None    # default: K for multiple choice (one context, its K choices
+                                            # per batch), 1 for next-speaker (no padding)
     model_args: str = ""                    # extra replayssm/HFLM args, "k=v,k=v"
     n_boot: int = 10_000
     # common
@@ -105,12 +118,16 @@ class StudyConfig:
             raise ValueError(f"unknown stage(s) to skip {bad}; stages are {', '.join(STAGES)}")
         for p in (*self.policies, *self.gdn_policies, *self.l_sweep, *self.layer_policies, *self.task_policies):
             StatePolicy.parse(p)
+        if self.task not in TASKS:
+            raise ValueError(f"unknown task {self.task!r}; tasks are {', '.join(TASKS)}")
+        if self.task_prompt not in ("prefill", "decode"):
+            raise ValueError(f"task prompt must be prefill or decode, got {self.task_prompt!r}")
 
     @classmethod
     def quick(cls, models, **kw) -> StudyConfig:
         """Every size shrunk for a CPU smoke run (minutes on two cores, tiny presets)."""
-        sizes = dict(docs=2, tokens=64, segment=32, layer_docs=2, layer_tokens=40, plays=1, buckets=(64, 512),
-                     tf_buckets=(64, 256), per_bucket=1, max_context=None, max_gen_toks=3,
+        sizes = dict(docs=2, tokens=64, segment=32, layer_docs=2, layer_tokens=40, plays=2, buckets=(64, 512),
+                     tf_buckets=(64, 256), per_bucket=1, max_context=1024, max_gen_toks=3,
                      l_sweep=("shared:nvfp4-sr@L8",),
                      policies=("conventional:bf16", "shared:nvfp4-sr", "split:fp16-sr/nvfp4"),
                      layer_policies=("shared:nvfp4-sr",), task_policies=("shared:nvfp4-sr",),
@@ -132,10 +149,11 @@ def kl_policies(cfg: StudyConfig, kinds: set[str]) -> list[str]:
 
 
 def task_policies(cfg: StudyConfig) -> list[str]:
-    """fp32, then every task policy's matched reference, then the task policies (each once)."""
+    """fp32, then the task policies, then (``task_references``) their matched references, each once:
+    a run cut short by a time limit has the policies before the references."""
     pols = [StatePolicy.parse(p) for p in cfg.task_policies]
-    names = ["fp32"] + [p.matched_reference().short_str() for p in pols] + [p.short_str() for p in pols]
-    return list(dict.fromkeys(names))
+    refs = [p.matched_reference().short_str() for p in pols] if cfg.task_references else []
+    return list(dict.fromkeys(["fp32"] + [p.short_str() for p in pols] + refs))
 
 
 def _copy_atomic(src: Path, dst: Path) -> None:
@@ -159,7 +177,7 @@ def run_study(cfg: StudyConfig, log=print) -> dict:
     files, timing, text = [], {}, []
     task_dir = None
     if "lmeval" not in cfg.skip:
-        task_dir = _write_speaker_task(cfg, work / "speaker-task", log)
+        task_dir = _write_task(cfg, work / f"{cfg.task}-task", log)
     for model_name in cfg.models:
         stem = model_stem(model_name)
         t0 = time.perf_counter()
@@ -203,7 +221,7 @@ def run_study(cfg: StudyConfig, log=print) -> dict:
             files.append(str(dst))
             timing[f"{stem}/lmeval"] = time.perf_counter() - t0
             text += [format_task_table(s), ""]
-            log(f"study: {model_name}: next-speaker task done in {timing[f'{stem}/lmeval']:.0f} s -> {dst}")
+            log(f"study: {model_name}: {cfg.task} task done in {timing[f'{stem}/lmeval']:.0f} s -> {dst}")
     total = sum(timing.values())
     text += ["timing (s): " + ", ".join(f"{k} {v:.1f}" for k, v in timing.items()) + f"; total {total:.1f}",
              "settings: " + json.dumps({k: v for k, v in asdict(cfg).items() if k != "extra"}, default=str),
@@ -212,15 +230,32 @@ def run_study(cfg: StudyConfig, log=print) -> dict:
     return {"files": files, "timing": timing, "summary_text": str(out / "study.txt")}
 
 
-def _write_speaker_task(cfg: StudyConfig, folder: Path, log) -> Path:
-    from precision_lab.evals.tasks.next_speaker import make_items, plays_from_source, write_task
+def _write_task(cfg: StudyConfig, folder: Path, log) -> Path:
+    """Draw the task's items from the held-out plays and write its YAML and jsonl into ``folder``."""
+    import importlib
 
+    from precision_lab.evals.tasks.next_speaker import plays_from_source
+
+    module, task_name = TASKS[cfg.task]
+    mod = importlib.import_module(f"precision_lab.evals.tasks.{module}")
     plays = plays_from_source(cfg.speaker_data or cfg.data, limit=cfg.plays)
-    items = make_items(plays, buckets=cfg.buckets, per_bucket=cfg.per_bucket, seed=cfg.seed,
-                       max_context=cfg.max_context)
-    write_task(folder, items, max_gen_toks=cfg.max_gen_toks)
-    log(f"study: next-speaker task: {len(items)} items from {len(plays)} plays -> {folder}")
-    (folder / "max_context_tokens.txt").write_text(str(max(it["context_bytes"] for it in items)))
+    common = dict(buckets=cfg.buckets, per_bucket=cfg.per_bucket, seed=cfg.seed, max_context=cfg.max_context)
+    if cfg.task == "next-speaker":
+        items = mod.make_items(plays, **common)
+        mod.write_task(folder, items, max_gen_toks=cfg.max_gen_toks)
+        tail = cfg.max_gen_toks
+    else:
+        kind = cfg.task.removesuffix("-choice")
+        items = mod.make_items(plays, kind=kind, k=cfg.choices, distractors=cfg.distractors, **common)
+        mod.write_task(folder, items, task=task_name)
+        tail = max(len(c.encode("utf-8")) for it in items for c in it["choices"])
+    counts = {}
+    for it in items:
+        counts[it["bucket"]] = counts.get(it["bucket"], 0) + 1
+    log(f"study: {cfg.task} task: {len(items)} items from {len(plays)} plays "
+        f"({', '.join(f'{b}: {n}' for b, n in counts.items())}) -> {folder}")
+    # the longest prompt plus what is generated or scored after it, for lm-eval's max_length
+    (folder / "max_context_tokens.txt").write_text(str(max(it["context_bytes"] for it in items) + tail))
     return folder
 
 
@@ -228,20 +263,27 @@ def _run_task(cfg: StudyConfig, model: str, task_dir: Path, out: Path, device: s
     try:
         import lm_eval  # noqa: F401
     except ImportError as e:
-        raise ValueError("the next-speaker stage needs lm-eval (pip install 'lm-eval>=0.4'); or pass "
+        raise ValueError(f"the lm-eval stage ({cfg.task}) needs lm-eval (pip install 'lm-eval>=0.4'); or pass "
                          "--skip lmeval") from e
     from precision_lab.evals.lmeval_runner import LMEvalConfig
     from precision_lab.evals.lmeval_runner import run_study as run_lmeval
-    from precision_lab.evals.tasks.next_speaker import TASK_NAME
 
+    task_name = TASKS[cfg.task][1]
+    mc = cfg.task != "next-speaker"
     # lm-eval cuts prompts to the model's max_length (often its training length): allow the longest
     # context (bytes = tokens for byte-level models) unless the caller set it
-    longest = int((task_dir / "max_context_tokens.txt").read_text()) + cfg.max_gen_toks + 8
+    longest = int((task_dir / "max_context_tokens.txt").read_text()) + 8
     extra = [] if "max_length=" in cfg.model_args else [f"max_length={longest}"]
+    if "prompt=" not in cfg.model_args:
+        extra.append(f"prompt={cfg.task_prompt}")
+    if mc and "fast_decode=" not in cfg.model_args:
+        # one prefill per context, branched per choice, on CPU too (there the steps run eagerly)
+        extra.append("fast_decode=true")
     args = ",".join(a for a in (cfg.model_args, f"dtype={cfg.dtype}" if cfg.dtype else "", *extra) if a)
-    lc = LMEvalConfig(model=model, tasks=[TASK_NAME], out=str(out), policies=task_policies(cfg),
-                      include_path=[str(task_dir)], seed=cfg.seed, engine=cfg.engine, batch_size=cfg.lmeval_batch_size,
-                      model_args=args, device=device, n_boot=cfg.n_boot)
+    batch = cfg.lmeval_batch_size or (str(cfg.choices) if mc else "1")
+    lc = LMEvalConfig(model=model, tasks=[task_name], out=str(out), policies=task_policies(cfg),
+                      include_path=[str(task_dir)], seed=cfg.seed, engine=cfg.engine, batch_size=batch,
+                      scoring="decode" if mc else "stock", model_args=args, device=device, n_boot=cfg.n_boot)
     s = run_lmeval(lc)
     if s is None:
         raise RuntimeError("lm-eval returned no summary on this rank")
@@ -249,13 +291,17 @@ def _run_task(cfg: StudyConfig, model: str, task_dir: Path, out: Path, device: s
 
 
 def format_task_table(summary: dict) -> str:
-    """Exact match per context-length bucket for each policy, with the paired difference against fp32
+    """Accuracy per context-length bucket for each policy, with the paired difference against fp32
     and against the matched reference (95 % CI in points, McNemar p)."""
     lines = []
     for task, e in summary["tasks"].items():
         fb = {b["bucket"]: b for b in (e["fp32"].get("by_bucket") or [])}
-        lines.append(f"{task}: exact match (%) by context length (bytes); fp32 overall {100 * e['fp32']['accuracy']:.1f} "
+        lines.append(f"{task}: accuracy (%) by context length (bytes); fp32 overall {100 * e['fp32']['accuracy']:.1f} "
                      f"over {e['n']} items")
+        for b in e["fp32"].get("by_bucket") or []:
+            ci = b.get("accuracy_ci")
+            lines.append(f"  fp32 {b['bucket']:<14} n={b['n']:<4} {100 * b['accuracy']:5.1f}"
+                         + (f" [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]" if ci else ""))
         lines.append(f"{'policy':<30} {'bucket':<14} {'n':>4} {'acc':>6} {'fp32':>6} {'d vs fp32 [95% CI]':>24} "
                      f"{'p':>6} {'d vs reference [95% CI]':>26} {'p':>6}")
         for p, pe in e["policies"].items():
@@ -273,5 +319,5 @@ def format_task_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["GDN_ONLY_POLICIES", "LAYER_POLICIES", "L_SWEEP", "STUDY_POLICIES", "TASK_POLICIES", "StudyConfig",
+__all__ = ["GDN_ONLY_POLICIES", "LAYER_POLICIES", "L_SWEEP", "STUDY_POLICIES", "TASKS", "TASK_POLICIES", "StudyConfig",
            "format_task_table", "kl_policies", "model_stem", "run_study", "task_policies"]

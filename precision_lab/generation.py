@@ -58,9 +58,11 @@ class GenerationResult:
         return len(self.step_seconds)
 
 
-def static_cache(model: nn.Module, batch: int, max_len: int, *, seq_ids: torch.Tensor | None = None):
+def static_cache(model: nn.Module, batch: int, max_len: int, *, seq_ids: torch.Tensor | None = None,
+                 first_is_prefill: bool = True):
     """A transformers ``StaticCache`` for ``max_len`` tokens with a precision-lab stream attached
-    (``seq_ids``: SR sequence ids, default 0..B-1)."""
+    (``seq_ids``: SR sequence ids, default 0..B-1; ``first_is_prefill=False``: the first forward's
+    tokens are decode steps too, see ``precision_lab.models.new_stream``)."""
     from transformers import StaticCache
 
     from precision_lab.models.mixers import stream_context
@@ -73,6 +75,7 @@ def static_cache(model: nn.Module, batch: int, max_len: int, *, seq_ids: torch.T
                            "transformers >= 5.24") from e
     ctx = stream_context(cache)
     ctx.seq_ids = None if seq_ids is None else torch.as_tensor(seq_ids, dtype=torch.int64)
+    ctx.first_is_prefill = first_is_prefill
     return cache
 
 
@@ -211,13 +214,18 @@ def _sample(logits: torch.Tensor, *, do_sample: bool, temperature: float, top_k:
 
 
 def _prefill(model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, max_len: int,
-             seq_ids: torch.Tensor | None):
+             seq_ids: torch.Tensor | None, first_is_prefill: bool = True):
     """One prefill forward into a fresh static cache: (cache, last logits [B, V] fp32, positions
-    [B, P], seconds)."""
+    [B, P], seconds). With ``first_is_prefill=False`` the forward runs the prompt's tokens as decode
+    steps (the decode path's windows, flushes and SR, served by the scan engines; rows must then be
+    unpadded, since a pad position would be a step too)."""
     from precision_lab.models import cache_kwarg
 
     B, P = input_ids.shape
-    cache = static_cache(model, B, max_len, seq_ids=seq_ids)
+    if not first_is_prefill and not bool(mask.bool().all()):
+        raise ValueError("a prompt decoded as decode steps must be unpadded (a pad position would be a decode "
+                         "step): one prompt length per batch")
+    cache = static_cache(model, B, max_len, seq_ids=seq_ids, first_is_prefill=first_is_prefill)
     pos = (mask.cumsum(-1) - 1).clamp_min(0)
     t0 = time.perf_counter()
     out = model(input_ids=input_ids, attention_mask=mask, position_ids=pos, use_cache=True,
@@ -235,7 +243,8 @@ def generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
              check_every: int = 16, forced: torch.Tensor | None = None, return_logits: bool = False,
              do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
              generator: torch.Generator | None = None, seq_ids: torch.Tensor | None = None,
-             on_step: Callable[[int, str, float], None] | None = None) -> GenerationResult:
+             on_step: Callable[[int, str, float], None] | None = None,
+             first_is_prefill: bool = True) -> GenerationResult:
     """Generate up to ``max_new_tokens`` tokens after ``input_ids`` [B, P] (left-padded where
     ``attention_mask`` [B, P] has zeros) through a policy-adapted model (see the module docstring).
 
@@ -247,6 +256,8 @@ def generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
     return_logits: keep the logits [B, N, V] of every step (fp32)
     seq_ids:       SR sequence ids of the rows (default 0..B-1)
     on_step:       called as ``on_step(i, how, seconds)`` after each step (how: eager/capture/replay)
+    first_is_prefill: False runs the prompt as decode steps (one forward with the decode path's
+                   semantics, see ``precision_lab.models.new_stream``); rows must then be unpadded
     Generation stops when every row has finished (EOS or ``stop``), after the step that finished
     the last one is seen by a check; finished rows keep running (their tokens are replaced by
     ``pad_token_id`` in the result), as rows of a static batch must.
@@ -258,7 +269,7 @@ def generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
     if forced is not None and tuple(forced.shape) != (B, max_new_tokens):
         raise ValueError(f"forced must be [B, max_new_tokens] = {[B, max_new_tokens]}, got {list(forced.shape)}")
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(dev, torch.long)
-    cache, logits, pos, prefill_s = _prefill(model, input_ids, mask, P + max_new_tokens, seq_ids)
+    cache, logits, pos, prefill_s = _prefill(model, input_ids, mask, P + max_new_tokens, seq_ids, first_is_prefill)
     return _decode(model, cache, logits, input_ids, mask, pos[:, -1:], max_new_tokens=max_new_tokens,
                    graphs=graphs, eos_token_id=eos_token_id, pad_token_id=pad_token_id, stop=stop,
                    check_every=check_every, forced=forced, return_logits=return_logits, do_sample=do_sample,
@@ -269,12 +280,13 @@ def generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
 @torch.no_grad()
 def score_branches(model: nn.Module, context_ids: torch.Tensor, context_mask: torch.Tensor | None,
                    branch_of: torch.Tensor, forced: torch.Tensor, *, graphs: bool | None = None,
-                   seq_ids: torch.Tensor | None = None) -> torch.Tensor:
+                   seq_ids: torch.Tensor | None = None, first_is_prefill: bool = True) -> torch.Tensor:
     """Logits [N, T, V] of feeding ``forced`` [N, T] after context ``branch_of[n]`` of
     ``context_ids`` [U, P]: each context is prefilled once and its stream branched per row
     (``precision_lab.models.branch_stream``) — e.g. the answer choices of one question. Each row
     starts from exactly the state its context's own stream would have (same SR bits: ``seq_ids``
-    [U] follow the context); later steps agree with separate streams to fp32 rounding."""
+    [U] follow the context); later steps agree with separate streams to fp32 rounding.
+    ``first_is_prefill=False`` runs the contexts as decode steps (see ``generate``)."""
     from precision_lab.models import branch_stream
 
     dev = context_ids.device
@@ -282,7 +294,7 @@ def score_branches(model: nn.Module, context_ids: torch.Tensor, context_mask: to
     N, T = forced.shape
     branch_of = torch.as_tensor(branch_of, dtype=torch.long, device=dev)
     mask = torch.ones_like(context_ids) if context_mask is None else context_mask.to(dev, torch.long)
-    cache, logits, pos, prefill_s = _prefill(model, context_ids, mask, P + T, seq_ids)
+    cache, logits, pos, prefill_s = _prefill(model, context_ids, mask, P + T, seq_ids, first_is_prefill)
     cache = branch_stream(cache, branch_of)
     res = _decode(model, cache, logits.index_select(0, branch_of), context_ids.index_select(0, branch_of),
                   mask.index_select(0, branch_of), pos[:, -1:].index_select(0, branch_of), max_new_tokens=T,

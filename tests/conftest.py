@@ -1,6 +1,33 @@
-"""Test-wide setup: CPU runs Triton kernels under the interpreter; HF caches go to a scratch path."""
+"""Test-wide setup: tests import this checkout; CPU runs Triton kernels under the interpreter; HF caches
+go to a scratch path."""
 import os
 import tempfile
+from pathlib import Path
+
+
+def _import_this_checkout() -> None:
+    """Tests import this checkout's code, also in a second git worktree whose editable install belongs
+    to another checkout (tests/_this_checkout.py); interpreters the tests start do too, through a
+    ``sitecustomize`` put first on their PYTHONPATH."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("_this_checkout", Path(__file__).with_name("_this_checkout.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    if not mod.mapped_elsewhere(root):
+        return
+    mod.install(root)
+    boot = Path(tempfile.mkdtemp(prefix="precision-lab-checkout-"))
+    (boot / "sitecustomize.py").write_text(
+        "import importlib.util as _u\n"
+        f"_s = _u.spec_from_file_location('_this_checkout', {str(Path(__file__).with_name('_this_checkout.py'))!r})\n"
+        "_m = _u.module_from_spec(_s); _s.loader.exec_module(_m)\n"
+        f"_m.install({str(root)!r})\n")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(boot), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
+_import_this_checkout()
 
 # Must be set before triton is imported anywhere: without a GPU, kernels run in the interpreter.
 try:

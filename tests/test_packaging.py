@@ -112,7 +112,10 @@ def test_an_editable_install_registers_replayssm_with_lm_eval(tmp_path):
     with zipfile.ZipFile(wheel) as z:
         z.extractall(site_dir)
     code = _REGISTERED_AFTER_EDITABLE_INSTALL.format(deps=sysconfig.get_paths()["purelib"], site=str(site_dir))
-    r = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    # no PYTHONPATH either: a checkout on it (PYTHONPATH=. runs) would be found before the install
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                       env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     name, where = r.stdout.split()
     assert name == "ReplaySSMLM" and Path(where).is_relative_to(project)

@@ -9,7 +9,14 @@ import re
 import numpy as np
 import pytest
 from precision_lab.evals import stats as st
-from precision_lab.evals.study import StudyConfig, kl_policies, model_stem, run_study, task_policies
+from precision_lab.evals.study import (
+    STUDY_POLICIES,
+    StudyConfig,
+    kl_policies,
+    model_stem,
+    run_study,
+    task_policies,
+)
 from precision_lab.evals.tasks import next_speaker as ns
 
 # A play in the modern layout (tag on its own line after a blank line) with stage directions and a
@@ -167,15 +174,20 @@ def test_study_policies():
     assert "split:fp16-sr/nvfp4@fold=buffered" in gdn and "split:fp16-sr/nvfp4@fold=buffered" not in mamba
     assert {"shared:nvfp4-sr@L8", "shared:nvfp4-sr@L32", "split:fp16-sr/nvfp4@L8", "split:fp16-sr/nvfp4@L32"} <= set(gdn)
     assert len(gdn) == len(set(gdn)) == 12
-    tp = task_policies(cfg)
-    assert tp == ["fp32", "shared:fp32", "split:fp32/fp32", "shared:nvfp4-sr", "split:fp16-sr/nvfp4"]
+    tp = task_policies(cfg)     # fp32, the study policies, then their matched references
+    assert tp == ["fp32", *STUDY_POLICIES, "conventional:fp32", "shared:fp32", "split:fp32/fp32"]
+    assert task_policies(StudyConfig(models=("m",), task_references=False)) == ["fp32", *STUDY_POLICIES]
     tp = task_policies(StudyConfig(models=("m",), task_policies=("conventional:bf16", "shared:nvfp4@L8")))
-    assert tp == ["fp32", "conventional:fp32", "shared:fp32@L8", "conventional:bf16", "shared:nvfp4@L8"]
+    assert tp == ["fp32", "conventional:bf16", "shared:nvfp4@L8", "conventional:fp32", "shared:fp32@L8"]
     assert model_stem("/ckpts/shakespeare-qwen/") == "shakespeare-qwen" and model_stem("org/Model-1B") == "Model-1B"
     with pytest.raises(ValueError, match="unknown stage"):
         StudyConfig(models=("m",), skip=("kl", "nope"))
     with pytest.raises(ValueError, match="unknown mode"):
         StudyConfig(models=("m",), policies=("sharded:nvfp4",))
+    with pytest.raises(ValueError, match="unknown task"):
+        StudyConfig(models=("m",), task="poetry")
+    with pytest.raises(ValueError, match="prefill or decode"):
+        StudyConfig(models=("m",), task_prompt="stream")
 
 
 def test_quick_study_end_to_end(tmp_path):
@@ -203,8 +215,10 @@ def test_quick_study_end_to_end(tmp_path):
     lay = json.loads((out / "kl-layers-tiny-nemotron-h.json").read_text())
     assert lay["kind"] == "kl-layers" and len(lay["ssm_layers"]) == 3
     lm = json.loads((out / "lmeval-tiny-nemotron-h.json").read_text())
-    e = lm["tasks"][ns.TASK_NAME]
+    e = lm["tasks"]["shakespeare_speaker_choice"]   # the default task: next speaker among K, contexts decoded
     assert set(lm["policies"]) == {"fp32", "shared:fp32", "shared:nvfp4-sr"} and e["policies"]["shared:nvfp4-sr"]["by_bucket"]
+    assert lm["provenance"]["config"]["scoring"] == "decode" and "prompt=decode" in lm["provenance"]["config"]["model_args"]
+    assert all(b["accuracy_ci"] for b in e["fp32"]["by_bucket"])
     assert "timing (s):" in (out / "study.txt").read_text()
     index = build_report(res["files"], tmp_path / "report")
     md = index.with_name("index.md").read_text()
@@ -255,3 +269,25 @@ def test_model_args_are_typed_as_lm_eval_reads_them():
 
     assert _parse_kv("max_length=4096,dtype=bfloat16,add_bos_token=true,temperature=0.5") == {
         "max_length": 4096, "dtype": "bfloat16", "add_bos_token": True, "temperature": 0.5}
+
+
+@pytest.mark.parametrize("task", ["speaker-choice", "word-choice", "next-speaker"])
+def test_task_stage_writes_each_task(tmp_path, task):
+    """The lm-eval stage's task files for every --task: the YAML lm-eval loads and the longest prompt
+    plus what follows it (lm-eval's max_length)."""
+    from precision_lab.evals.study import TASKS, _write_task
+
+    plays = tmp_path / "plays"
+    plays.mkdir()
+    (plays / "a.txt").write_text(MODERN * 3)
+    (plays / "b.txt").write_text(FOLIO * 6)
+    cfg = StudyConfig(models=("m",), data=str(plays), task=task, buckets=(64, 256), per_bucket=2, choices=3,
+                      distractors="cast")
+    folder = _write_task(cfg, tmp_path / "task", log=lambda *a: None)
+    name = TASKS[task][1]
+    rows = [json.loads(x) for x in (folder / f"{name}.jsonl").read_text().splitlines()]
+    assert rows and f"task: {name}" in (folder / f"{name}.yaml").read_text()
+    tail = cfg.max_gen_toks if task == "next-speaker" else max(len(c) for r in rows for c in r["choices"])
+    assert int((folder / "max_context_tokens.txt").read_text()) == max(r["context_bytes"] for r in rows) + tail
+    if task != "next-speaker":
+        assert all(len(r["choices"]) == 3 and r["kind"] == task.removesuffix("-choice") for r in rows)

@@ -1,6 +1,7 @@
 """``precision-lab study``: the state-precision study on given models — KL vs length against matched
-references with floors (and the buffer-length sweep), per-layer sensitivity, and the next-speaker
-task through lm-eval — written as at most three result files per model plus study.txt."""
+references with floors (and the buffer-length sweep), per-layer sensitivity, and a multiple-choice
+task over held-out plays through lm-eval — written as at most three result files per model plus
+study.txt."""
 from __future__ import annotations
 
 import argparse  # noqa: F401
@@ -10,6 +11,11 @@ from . import HelpFormatter
 EPILOG = """examples:
   precision-lab study --models MODEL_A MODEL_B --data HELD_OUT --speaker-data HELD_OUT_PLAYS --out OUT
   precision-lab study --quick --models tiny-qwen3.5 --speaker-data plays/ --out runs/study-smoke   # CPU smoke run
+  # only the task, on both trained models, every held-out play, contexts decoded through each policy
+  precision-lab study --models gutenberg-qwen3.5 gutenberg-nemotron-h --skip kl layers --task speaker-choice \
+      --task-prompt decode --per-bucket 2 --out runs/task
+  # CPU smoke run of the task stage (a couple of minutes)
+  precision-lab study --quick --models gutenberg-qwen3.5 --data gutenberg --skip kl layers --out runs/task-smoke
   precision-lab report OUT/*.json -o reports/NAME
 Rerun the same command after an interruption: every stage resumes from --work (default OUT-work).
 """
@@ -23,7 +29,7 @@ def add_parser(sub) -> None:
                        description=__doc__.replace("``", ""), epilog=EPILOG, formatter_class=HelpFormatter)
     p.add_argument("--models", nargs="+", required=True, help="presets, local paths or hub ids")
     p.add_argument("--data", default=d.data, help=f"held-out documents for the KL runs (default {d.data!r})")
-    p.add_argument("--speaker-data", default=None, help="held-out plays for the next-speaker task (default: --data)")
+    p.add_argument("--speaker-data", default=None, help="held-out plays for the lm-eval task (default: --data)")
     p.add_argument("--out", default=d.out, help="result folder: kl-*, kl-layers-*, lmeval-* JSON and study.txt")
     p.add_argument("--work", default=None, help="work folder (resumable runs; default OUT-work)")
     p.add_argument("--quick", action="store_true", help="shrink every size for a CPU smoke run (flags below still win)")
@@ -42,15 +48,26 @@ def add_parser(sub) -> None:
     g.add_argument("--layer-policies", nargs="+", help=f"default: {' '.join(d.layer_policies)}")
     g.add_argument("--tf-buckets", type=int, nargs="+",
                    help=f"context-length edges of the teacher-forced next-speaker score (default {list(d.tf_buckets)})")
-    g = p.add_argument_group("next-speaker lm-eval task")
-    g.add_argument("--plays", type=int, help=f"held-out plays used (default {d.plays})")
+    g = p.add_argument_group("lm-eval task over held-out plays (stage lmeval)")
+    g.add_argument("--task", choices=list(st.TASKS),
+                   help=f"speaker-choice: next speaker among K names; word-choice: next word among K of the same "
+                        f"length; next-speaker: generate the name (default {d.task})")
+    g.add_argument("--plays", type=int, help="held-out plays used (default: all)")
     g.add_argument("--buckets", type=int, nargs="+", help=f"context-length edges in bytes (default {list(d.buckets)})")
     g.add_argument("--per-bucket", type=int, help=f"items per play and bucket (default {d.per_bucket})")
-    g.add_argument("--max-context", type=int, help=f"longest context in bytes (default {d.max_context})")
-    g.add_argument("--max-gen-toks", type=int, help=f"default {d.max_gen_toks}")
-    g.add_argument("--task-policies", nargs="+", help=f"default: {' '.join(d.task_policies)} (+ references, fp32)")
-    g.add_argument("--lmeval-batch-size", help=f"default {d.lmeval_batch_size}")
-    g.add_argument("--model-args", help="extra replayssm/HFLM model args, k=v,k=v (e.g. max_length=131072)")
+    g.add_argument("--max-context", type=int, help="longest context in bytes (default: the whole play)")
+    g.add_argument("--choices", type=int, help=f"K, choices per item of the multiple-choice tasks (default {d.choices})")
+    g.add_argument("--distractors", choices=["other-plays", "cast", "recent"],
+                   help=f"speaker-choice distractors (default {d.distractors})")
+    g.add_argument("--task-prompt", choices=["prefill", "decode"],
+                   help=f"how the context enters the state: one prefill, or every byte a decode step of the policy "
+                        f"(default {d.task_prompt})")
+    g.add_argument("--max-gen-toks", type=int, help=f"next-speaker (default {d.max_gen_toks})")
+    g.add_argument("--task-policies", nargs="+", help=f"default: {' '.join(d.task_policies)} (+ fp32 and references)")
+    g.add_argument("--no-task-references", action="store_true",
+                   help="do not run the task policies' matched references (fp32 and the task policies only)")
+    g.add_argument("--lmeval-batch-size", help="default: K for the multiple-choice tasks, 1 for next-speaker")
+    g.add_argument("--model-args", help="extra replayssm/HFLM model args, k=v,k=v (e.g. graphs=false)")
     g = p.add_argument_group("common")
     g.add_argument("--engine", choices=["auto", "scan", "triton", "decode"], help="default auto")
     g.add_argument("--device", help="auto | cpu | cuda")
@@ -63,8 +80,8 @@ def add_parser(sub) -> None:
 
 
 _FIELDS = ("data", "out", "work", "docs", "tokens", "prefill", "segment", "batch_size", "sr_seeds", "layer_docs",
-           "layer_tokens", "plays", "per_bucket", "max_context", "max_gen_toks", "lmeval_batch_size", "model_args",
-           "engine", "device", "dtype", "seed")
+           "layer_tokens", "task", "plays", "per_bucket", "max_context", "choices", "distractors", "task_prompt",
+           "max_gen_toks", "lmeval_batch_size", "model_args", "engine", "device", "dtype", "seed")
 _TUPLES = ("policies", "l_sweep", "layer_policies", "buckets", "tf_buckets", "task_policies")
 
 
@@ -75,6 +92,8 @@ def _run(args) -> int:
     kw.update({f: tuple(getattr(args, f)) for f in _TUPLES if getattr(args, f) is not None})
     kw["speaker_data"] = args.speaker_data
     kw["skip"] = tuple(args.skip)
+    if args.no_task_references:
+        kw["task_references"] = False
     if args.no_progress:
         kw["progress"] = False
     cfg = StudyConfig.quick(args.models, **kw) if args.quick else StudyConfig(tuple(args.models), **kw)

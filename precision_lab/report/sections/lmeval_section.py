@@ -4,7 +4,7 @@ against the fp32-state run with paired bootstrap CIs and McNemar p (Table-2 styl
 quartile of the fp32 run's generation length (Figure-7 style)."""
 from __future__ import annotations
 
-from precision_lab.evals.lmeval_schema import BucketComparison, TaskSummary
+from precision_lab.evals.lmeval_schema import AccuracyInterval, BucketComparison, TaskSummary
 
 from ..common import MISSING, fmt, fmt_pts, provenance_line
 from ..document import Figure, Heading, Note, Paragraph, Table
@@ -28,15 +28,18 @@ def render(results: list[Result], ctx: Context) -> list:
     pols = []
     for e in tasks.values():
         pols += [p for p in e.policies if p not in pols]
-    blocks: list = [Heading(f"lm-eval accuracy: {model}", 3)]
+    prompt = _prompt_mode(cfg.model_args)
+    blocks: list = [Heading(f"lm-eval accuracy: {model}" + ("" if prompt == "prefill" else f" (prompt {prompt})"), 3)]
     prov = Note(provenance_line(results, ["fp32", *pols]))
     conf = next((pe.delta.confidence for e in tasks.values() for pe in e.policies.values()), None)
     level = f"{100 * conf:g} %" if finite(conf) else "the stored"
     blocks.append(Paragraph(
         "Accuracy of each state policy and its difference from the fp32-state run on the same items "
         f"(paired: {level} percentile bootstrap CI over items, exact McNemar test on the discordant items; "
-        "b = items only fp32 answered correctly, c = items only the policy did). "
-        f"Settings: scoring `{cfg.scoring}`, generation `{cfg.gen_kwargs or 'task default'}`, "
+        "b = items only fp32 answered correctly, c = items only the policy did); the accuracy CI is each run's "
+        "own (Wilson score interval for right/wrong scores, not paired). "
+        f"Settings: scoring `{cfg.scoring}`, prompt `{prompt}`, "
+        f"generation `{cfg.gen_kwargs or 'task default'}`, "
         f"few-shot {cfg.num_fewshot if cfg.num_fewshot is not None else 'task default'}, "
         f"SR seed {cfg.seed}, limit {cfg.limit if cfg.limit is not None else 'none'}."))
 
@@ -47,16 +50,17 @@ def render(results: list[Result], ctx: Context) -> list:
         blocks.append(Paragraph(f"SSM layers served by: {', '.join(served)}."))
 
     # -- Table 2: deltas ---------------------------------------------------------------------------
-    head = ["task", "policy", "n", "accuracy (%)", "Δ vs fp32 (pts)", "95% CI (pts)", "McNemar p", "b / c",
-            "changed responses"]
+    head = ["task", "policy", "n", "accuracy (%)", "accuracy CI (%)", "Δ vs fp32 (pts)", "95% CI (pts)",
+            "McNemar p", "b / c", "changed responses"]
     rows = []
     for t, e in tasks.items():
-        rows.append([t, "fp32", fmt(e.n), fmt_pts(e.fp32.accuracy), MISSING, MISSING, MISSING, MISSING, MISSING])
+        rows.append([t, "fp32", fmt(e.n), fmt_pts(e.fp32.accuracy), _acc_ci(e.fp32.accuracy_ci), MISSING, MISSING,
+                     MISSING, MISSING, MISSING])
         for p, pe in e.policies.items():
             d, m = pe.delta, pe.mcnemar
             ci = f"[{fmt_pts(d.ci_low, True)}, {fmt_pts(d.ci_high, True)}]"
-            rows.append([t, p, fmt(pe.n), fmt_pts(pe.accuracy), fmt_pts(d.delta, True), ci, fmt(m.p_value, 3),
-                         f"{m.b} / {m.c}", fmt(pe.changed_responses)])
+            rows.append([t, p, fmt(pe.n), fmt_pts(pe.accuracy), _acc_ci(pe.accuracy_ci), fmt_pts(d.delta, True), ci,
+                         fmt(m.p_value, 3), f"{m.b} / {m.c}", fmt(pe.changed_responses)])
     blocks.append(Table(head, rows, caption="Accuracy and paired difference from the fp32-state run "
                                             "(percentage points)"))
     if len(tasks) > 1:
@@ -129,6 +133,20 @@ def render(results: list[Result], ctx: Context) -> list:
     return blocks
 
 
+def _acc_ci(ci: AccuracyInterval | None) -> str:
+    """An accuracy CI in percent, ``[lo, hi]`` (older files have none)."""
+    return MISSING if ci is None else f"[{fmt_pts(ci.low)}, {fmt_pts(ci.high)}]"
+
+
+def _prompt_mode(model_args: str) -> str:
+    """How prompts entered the state (the ``prompt=`` model arg of replayssm; prefill by default)."""
+    for part in (model_args or "").split(","):
+        k, _, v = part.partition("=")
+        if k.strip() == "prompt":
+            return v.strip()
+    return "prefill"
+
+
 def _delta_cells(cmp: BucketComparison | None) -> list[str]:
     if cmp is None:
         return [MISSING, MISSING, MISSING]
@@ -141,25 +159,26 @@ def _bucket_blocks(ctx: Context, model: str, task: str, e: TaskSummary, prov) ->
     """Accuracy per item bucket (a task's own bucketing, e.g. context length in bytes), each policy
     against fp32 and against its matched reference: paired bootstrap CI and exact McNemar p per bucket."""
     pols = {p: pe for p, pe in e.policies.items() if pe.by_bucket}
-    if not pols or not e.fp32.by_bucket:
+    if not e.fp32.by_bucket:
         return []
     base = {b.bucket: b for b in e.fp32.by_bucket}
     labels = [b.bucket for b in e.fp32.by_bucket]
-    head = ["policy", "bucket", "n", "accuracy (%)", "fp32 (%)", "Δ vs fp32 (pts) [95% CI]", "McNemar p", "b / c",
-            "reference", "Δ vs reference (pts) [95% CI]", "McNemar p (reference)", "b / c (reference)"]
-    rows = [["fp32", lab, fmt(base[lab].n), fmt_pts(base[lab].accuracy), MISSING, MISSING, MISSING,
-             MISSING, MISSING, MISSING, MISSING, MISSING] for lab in labels]
+    head = ["policy", "bucket", "n", "accuracy (%)", "accuracy CI (%)", "fp32 (%)", "Δ vs fp32 (pts) [95% CI]",
+            "McNemar p", "b / c", "reference", "Δ vs reference (pts) [95% CI]", "McNemar p (reference)",
+            "b / c (reference)"]
+    rows = [["fp32", lab, fmt(base[lab].n), fmt_pts(base[lab].accuracy), _acc_ci(base[lab].accuracy_ci), MISSING,
+             MISSING, MISSING, MISSING, MISSING, MISSING, MISSING, MISSING] for lab in labels]
     for p, pe in pols.items():
         vs = pe.vs_reference
         ref_b = {b.bucket: b for b in (vs.by_bucket or [])} if vs is not None else {}
         for b in pe.by_bucket:
             fp32_bucket = base.get(b.bucket)
-            rows.append([p, b.bucket, fmt(b.n), fmt_pts(b.accuracy),
+            rows.append([p, b.bucket, fmt(b.n), fmt_pts(b.accuracy), _acc_ci(b.accuracy_ci),
                          fmt_pts(fp32_bucket.accuracy if fp32_bucket else None), *_delta_cells(b),
                          vs.reference if vs is not None else MISSING, *_delta_cells(ref_b.get(b.bucket))])
-    blocks: list = [Table(head, rows, caption=f"{task}: accuracy (%) by item bucket with paired differences from fp32 "
-                                              "and from the matched reference (points, 95 % bootstrap CI over items; "
-                                              "exact McNemar test)")]
+    blocks: list = [Table(head, rows, caption=f"{task}: accuracy (%) by item bucket, with its own CI, and paired "
+                                              "differences from fp32 and from the matched reference on the same items "
+                                              "(points, 95 % bootstrap CI over items; exact McNemar test)")]
     fig, ax = new_figure()
     x = list(range(len(labels)))
     ax.plot(x, [100 * base[lab].accuracy for lab in labels], marker="o", color=ctx.colors("fp32"), label="fp32")
