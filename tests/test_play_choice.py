@@ -278,3 +278,17 @@ def test_end_to_end_through_replayssm(tmp_path):
     assert max(abs(a - b) for i in f for a, b in zip(f[i], q[i])) > 1e-3
     md = build_report([tmp_path / "out" / "lmeval.json"], tmp_path / "report").with_name("index.md").read_text()
     assert f"{name}: accuracy (%) by item bucket" in md and "accuracy CI (%)" in md and "prompt `decode`" in md
+
+
+def test_committed_cpu_measurements_agree_with_and_without_the_moved_whitespace():
+    """reports/play-choice-cpu/ (README: every item chose the same answer both ways) and the designs
+    the README table lists."""
+    from pathlib import Path
+
+    files = sorted((Path(__file__).resolve().parent.parent / "reports" / "play-choice-cpu").glob("*.json"))
+    assert len(files) == 10
+    for f in files:
+        d = json.loads(f.read_text())
+        n = d["summary"]["n"]
+        assert d["summary"]["same_answer_moved_or_not"] == f"{n}/{n}" and len(d["items"]) == n
+        assert d["provenance"]["command"].startswith("play_choice_fp32.py") and d["provenance"]["git"]

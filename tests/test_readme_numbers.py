@@ -251,6 +251,17 @@ CLAIMS: list[tuple[str, str, object]] = [
                      for op in ("mamba2", "gdn"))),
 ]
 
+# fp32 accuracy of the multiple-choice play task on CPU, one README table row per model and design
+PLAY_CHOICE = (("speaker-other-plays-k4", "speaker", "names from the other plays", 4),
+               ("speaker-cast-k4", "speaker", "other speakers of the play", 4),
+               ("speaker-recent-k4", "speaker", "speakers of the last 40 speeches", 4),
+               ("speaker-recent-k2", "speaker", "speakers of the last 40 speeches", 2),
+               ("word-k4", "word", "words of the play with as many letters", 4))
+CLAIMS += [(f"| {model} | {kind} | {what} | {k} | {{}} | {{:.1f}} % | {{:.1f}} % |",
+            f"reports/play-choice-cpu/{stem}-{model}.json",
+            lambda d: (d["summary"]["n"], 100 * d["summary"]["acc"], 100 * d["summary"]["acc_last256"]))
+           for model in ("gutenberg-qwen3.5", "gutenberg-nemotron-h") for stem, kind, what, k in PLAY_CHOICE]
+
 # Numbers with a unit that are not measurements (definitions, limits, confidence levels).
 NOT_MEASUREMENTS = ("(target ≤ 1.15×)", "95 % CI", "95 % interval", "states over 128×128", "≤ ~2^-21")
 

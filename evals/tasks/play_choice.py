@@ -13,12 +13,12 @@ Why. ``next_speaker.py`` asks a model to *generate* the next speaker's name, whi
 show a precision effect. Ranking K given continuations by log-likelihood is easier, and a task a
 model does clearly above chance can show whether a lossy state changes its answers. Measured on CPU
 with an fp32 state (``scripts/play_choice_fp32.py``, reports/play-choice-cpu/, README "The
-multiple-choice play task"): both models pick the true speaker against names from the other plays,
-and the true word against other words, clearly above chance; against the other speakers of the same
-play, or of the last speeches, they are near chance. In every design they do as well from the last
-256 bytes of the context as from all of it: these models draw on little further back, so for them
-no item tests long-range memory (a model that does will be tested by the same items: the true
-speaker's previous tag can be far back, ``gap_bytes``). What grows with a bucket is then the stream
+multiple-choice play task"): both models pick the true speaker against names from the other plays
+clearly above chance, and the true word against other words less so; against the other speakers of
+the same play, or of the last speeches, they are at chance. In no design does the whole context beat
+its last 256 bytes by more than a few items: these models draw on little further back, so for them
+no item tests long-range memory (a model that does is tested by the same items: the true speaker's
+previous tag can be further back, ``gap_bytes``). What grows with a bucket is then the stream
 the state has run through: with ``prompt=decode`` (below) a context of N bytes is N decode steps of
 the policy before the choices are read, so the buckets ask whether a lossy state's answers drift as
 that stream grows.
