@@ -140,10 +140,10 @@ CLAIMS: list[tuple[str, str, object]] = [
       for pol in ("shared:nvfp4-sr", "split:fp32/nvfp4", "split:fp16-sr/nvfp4", "conventional:bf16")],
     # fast generation over the three runs (each passed its check: the table is read only when all did)
     *[(f"| qwen3.5-4b-shape, {label} | {{:.1f}} | {{:.1f}} | {{:.1f}} |", GENERATE,
-       (lambda row: lambda d: tuple(gen_ms(gen_all(), row, b) for b in (1, 8, 64)))(row))
+       (lambda name: lambda d: tuple(gen_ms(gen_all(), name, b) for b in (1, 8, 64)))(row))
       for label, row in GEN_ROWS],
     *[(f"| nemotron-3-nano-4b-shape, {label} | {{:.1f}} | {{:.1f}} | — |", GENERATE,
-       (lambda row: lambda d: tuple(gen_ms(gen_all(), row, b, NEMO) for b in (1, 8)))(row))
+       (lambda name: lambda d: tuple(gen_ms(gen_all(), name, b, NEMO) for b in (1, 8)))(row))
       for label, row in GEN_ROWS],
     ("The lossy policies take at most {:.2f}× the `fp32` step wherever measured", GENERATE,
      lambda d: (max(r["step_ms_median"] / gen_ms(gen_all(), "fp32", r["batch"], r["preset"]) for r in gen_all()["rows"]
