@@ -396,7 +396,7 @@ def _replay_warps(T: int, flush: bool, fused: bool = False, bj: int = 16) -> int
 def _state_product_precision(verify_precision: str, br: int, P: int, read_code: int) -> str:
     """Precision of the verify block's C_T S_bᵀ product. Measured on the H200 (Triton 3.6): with an
     NVFP4 read tile whose row block is padded (P < BR, e.g. P = 8 in a 16-row block) the compiled
-    3-pass TF32 product returns wrong outputs (relative error 0.17-0.40 over speculative streams),
+    3-pass TF32 product returns wrong outputs (relative error 0.07-0.40 over speculative streams),
     while fp32 FMAs ("ieee") agree to 1e-7 and unpadded tiles (P = 64) agree with either; the
     interpreter agrees with both (docs/pitfalls.md §12). Padded tiles are small, so fp32 FMAs cost
     nothing that matters there."""
