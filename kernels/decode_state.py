@@ -92,7 +92,7 @@ class PackedState:
     def quantize(cls, x: torch.Tensor, fmt: str, rbits: torch.Tensor | None = None) -> PackedState:
         """Pack a float state ``x [S, H, R, C]`` with the format's torch quantizer (the reference).
 
-        rbits: [S, H, R, C] integer words for SR formats (quant/philox.py ``state_rbits``).
+        rbits: [S, H, R, C] integer SR values for SR formats (quant/philox.py ``state_rbits``).
         """
         code, sr = format_code(fmt)
         S, H, R, C = x.shape
@@ -157,11 +157,12 @@ def sr_seed(seed: int, layer: int) -> int:
 
 def rbits_for(shape, fmt: str, *, seed: int, layer: int, seq_ids: torch.Tensor, events: torch.Tensor,
               copy: int) -> torch.Tensor | None:
-    """SR words [B, H, R, C] for one write of a batch of states, or None for an RNE format."""
+    """SR values [B, H, R, C] for one write of a batch of states, or None for an RNE format."""
     if not format_code(fmt)[1]:
         return None
     from precision_lab.quant.philox import state_rbits
 
     B, H, R, C = shape
-    return state_rbits(seed, layer, seq_ids.cpu().view(B, 1), torch.arange(H).view(1, H),
-                       events.cpu().view(B, 1), (R, C), copy)
+    dev = seq_ids.device
+    return state_rbits(seed, layer, seq_ids.view(B, 1), torch.arange(H, device=dev).view(1, H),
+                       torch.as_tensor(events, device=dev).view(B, 1), (R, C), copy, device=dev)

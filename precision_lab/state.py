@@ -271,14 +271,14 @@ class StateWriter:
                 _probe(policy, spec, q)
 
     def rbits(self, S: torch.Tensor, spec: str, copy: int, event: int) -> torch.Tensor | None:
-        """SR words [B, H, R, C] of one write of ``spec`` (None for a format that rounds to nearest)."""
+        """SR values [B, H, R, C] of one write of ``spec`` (None for a format that rounds to nearest)."""
         from precision_lab.quant.philox import state_rbits
 
         if not getattr(self._q[spec], "stochastic", False):
             return None
         B, H, R, C = S.shape
-        return state_rbits(self.policy.seed, self.layer_index, self.seq_ids.view(B, 1).cpu(),
-                           torch.arange(H).view(1, H), event, (R, C), copy).to(S.device)
+        return state_rbits(self.policy.seed, self.layer_index, self.seq_ids.view(B, 1).to(S.device),
+                           torch.arange(H, device=S.device).view(1, H), event, (R, C), copy, device=S.device)
 
     def cast(self, S: torch.Tensor, spec: str, copy: int, event: int, where: str):
         """(round_spec(S) in S's dtype, its codes or None) for S [B,H,R,C]."""

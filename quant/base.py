@@ -62,8 +62,8 @@ class Quantizer:
     def quantize(self, x: torch.Tensor, rbits: torch.Tensor | None = None, seed: int | None = None) -> QTensor:
         """x: float tensor [..., R, C] of any float dtype (float16/bfloat16 are widened to float32
         exactly). rbits: integer tensor of x's shape (low 16 bits used) for SR formats; seed: draw
-        rbits from Philox with counters = element index (for ad-hoc use; the state machine always
-        passes rbits from the documented counter layout). Formats that derive scales from the data
+        rbits from Philox, one call per 8 flat elements (counter = element index // 8; for ad-hoc
+        use: the state machine always passes rbits from the documented counter layout). Formats that derive scales from the data
         (NVFP4, scaled FP8) refuse empty tensors with a ValueError."""
         raise NotImplementedError(f"{type(self).__name__} implements only fake(); it has no packed form")
 

@@ -89,7 +89,7 @@ class _Compile:
     def __getitem__(self, grid):
         def call(*args, num_warps=4, enable_fp_fusion=False, **kw):
             r = resources(self.fn, args, kw, num_warps)
-            keys = ("T", "FLUSH", "FOLD_NEW", "UFMT", "RFMT", "FMT", "BR", "BJ", "RECOMPUTE", "UPD_FMT", "UPD_SR",
+            keys = ("T", "FLUSH", "FOLD_NEW", "FUSED", "UFMT", "RFMT", "FMT", "BR", "BJ", "RECOMPUTE", "UPD_FMT", "UPD_SR",
                     "READ_FMT", "READ_SR", "SPLIT", "SR", "BLOCK", "ONE_TILE", "RB", "BLOCK_R")
             shape = " ".join(f"{k}={kw[k]}" for k in keys if k in kw)
             print(f"{self.label:16s} warps={num_warps:<2d} {shape:60s} REG={r['regs']:<4} STACK={r['stack']:<5} "
@@ -124,14 +124,19 @@ def mamba2_configs(B=2, flush_kw=None):
     try:
         m2.mamba2_conventional_step(PackedState.empty("fp32", B, H, P, N), torch.arange(B), z(B, H, P), z(B, H),
                                     torch.zeros(H), z(B, G, N), z(B, G, N), torch.zeros(H), torch.zeros(H), z(B, H, P))
-        for T, flush, read, L in [(1, False, "fp32", 16), (1, False, "nvfp4", 16), (1, True, "fp32", 16),
-                                  (1, True, "nvfp4", 16), (8, False, "fp32", 24), (8, True, "fp32", 24)]:
+        # (fused: the one-launch form of the one-token steps, and the two-launch form, whose scores
+        # kernel is not compiled here)
+        for T, flush, read, L, fused in [(1, False, "fp32", 16, False), (1, False, "nvfp4", 16, False),
+                                         (1, False, "fp32", 16, True), (1, False, "nvfp4", 16, True),
+                                         (1, False, "fp32", 64, True), (1, True, "fp32", 16, False),
+                                         (1, True, "nvfp4", 16, False), (1, True, "fp32", 16, True),
+                                         (8, False, "fp32", 24, False), (8, True, "fp32", 24, False)]:
             rec = m2.Mamba2Records(B, triton.next_power_of_2(L), H, G, P, N)
             ints = [torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.zeros(B, dtype=torch.int32)]
             m2.mamba2_replay_step(PackedState.empty("fp32", B, H, P, N), PackedState.empty(read, B, H, P, N), rec,
                                   *ints, z(B, T, H, P), z(B, T, H), torch.zeros(H), z(B, T, G, N), z(B, T, G, N),
                                   torch.zeros(H), torch.zeros(H), z(B, T, H, P), flush=flush, fold_new=flush and T == 1,
-                                  **((flush_kw or {}) if flush else {}))
+                                  fused_scores=fused, **((flush_kw or {}) if flush else {}))
     finally:
         for n, f in saved.items():
             setattr(m2, n, f)
@@ -148,14 +153,16 @@ def gdn_configs(B=2):
     try:
         gd.gdn_conventional_step(PackedState.empty("fp32", B, Hv, V, K), torch.arange(B), z(B, Hk, K), z(B, Hk, K),
                                  z(B, Hv, V), z(B, Hv), z(B, Hv))
-        for T, flush, read, L, rc in [(1, False, "fp32", 16, True), (1, False, "nvfp4", 16, True),
-                                      (1, True, "fp32", 16, True), (1, True, "fp32", 16, False),
-                                      (8, False, "fp32", 24, True), (8, True, "fp32", 24, True)]:
+        for T, flush, read, L, rc, fused in [(1, False, "fp32", 16, True, False), (1, False, "nvfp4", 16, True, False),
+                                             (1, False, "fp32", 16, True, True), (1, False, "nvfp4", 16, True, True),
+                                             (1, False, "fp32", 64, True, True), (1, True, "fp32", 16, True, False),
+                                             (1, True, "fp32", 16, False, False), (1, True, "fp32", 16, True, True),
+                                             (8, False, "fp32", 24, True, False), (8, True, "fp32", 24, True, False)]:
             rec = gd.GDNRecords(B, triton.next_power_of_2(L), Hk, Hv, V, K)
             ints = [torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.zeros(B, dtype=torch.int32)]
             gd.gdn_replay_step(PackedState.empty("fp32", B, Hv, V, K), PackedState.empty(read, B, Hv, V, K), rec,
                                *ints, z(B, T, Hk, K), z(B, T, Hk, K), z(B, T, Hv, V), z(B, T, Hv), z(B, T, Hv),
-                               flush=flush, fold_new=flush and T == 1, recompute=rc)
+                               flush=flush, fold_new=flush and T == 1, recompute=rc, fused_scores=fused)
     finally:
         for n, f in saved.items():
             setattr(gd, n, f)

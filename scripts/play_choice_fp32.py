@@ -70,9 +70,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import torch
-
     from precision_lab.evals.tasks import play_choice as pc
     from precision_lab.evals.tasks.next_speaker import plays_from_source
+
     from precision_lab.models import load_model
 
     torch.set_num_threads(args.threads)

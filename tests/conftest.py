@@ -68,3 +68,32 @@ def device():
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture
+def policy_parses(monkeypatch):
+    """Records every StatePolicy.parse call made while the test runs: ``strings`` (texts parsed) and
+    ``built`` (StatePolicy objects given in and replaced by a new one, e.g. to change the seed).
+    A parse of an object that returns the object itself is a no-op and is not recorded."""
+    from types import SimpleNamespace
+
+    from precision_lab.policy import StatePolicy
+
+    rec = SimpleNamespace(strings=[], built=[])
+    parse = StatePolicy.__dict__["parse"].__func__
+
+    def counting(cls, text, *, seed=None):
+        out = parse(cls, text, seed=seed)
+        if isinstance(text, str):
+            rec.strings.append(text)
+        elif out is not text:
+            rec.built.append(text)
+        return out
+
+    def clear():
+        rec.strings.clear()
+        rec.built.clear()
+
+    rec.clear = clear
+    monkeypatch.setattr(StatePolicy, "parse", classmethod(counting))
+    return rec

@@ -114,18 +114,20 @@ def test_run_records_every_row_and_writes_what_the_report_reads(tmp_path, monkey
 
     dk = bench_kernels
     monkeypatch.setenv("PRECISION_LAB_GIT", "abc1234")
-    names = ("fp32", "shared:fp32", "split:fp32/nvfp4", "verify-T4", "verify-T4-flush")
+    names = ("fp32", "shared:fp32", "shared:fp32:one-launch", "split:fp32/nvfp4", "verify-T4", "verify-T4-flush")
     monkeypatch.setattr(dk, "check_correctness", lambda dev, ops: {
         f"{op}:{n}": {"rel_err": {"y": 1e-7}, "tol": 1e-5, "ok": True} for op in ops for n in names})
     monkeypatch.setattr(dk, "copy_ceiling", lambda dev: Ceiling(method="fixture", bytes=8, us=1.0, GBps=4000.0,
                                                                timing="fixture"))
     per_token = {"conventional": 2.0, "nonflush": 1.0, "flush": 4.0}
 
-    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, nbytes):
-        us = per_token[kind] * B * T + W
+    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
+                nbytes):
+        form = dk.launch_form(op, kind, B, T, fold_new, fused)
+        us = per_token[kind] * B * T + W + (0.5 if form is False and B == 1 else 0)  # a second launch at batch 1
         return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
                 "cfg": dict(cfg or {}), "us": us, "bytes": nbytes, "GBps": nbytes / us / 1e3, "timing": "fixture",
-                "buffer_sets": 1}
+                "buffer_sets": 1, "fused_scores": form}
 
     monkeypatch.setattr(dk, "measure", measure)
     monkeypatch.setattr(dk, "fla_peer", lambda op, B, dev: {"op": op, "kernel": "fla", "batch": B, "us": 3.0 * B,
@@ -137,7 +139,18 @@ def test_run_records_every_row_and_writes_what_the_report_reads(tmp_path, monkey
         dataclasses.asdict(r))) for r in res.rows]
     checkpoint = load(json.loads(out.read_text()))  # the last per-operator checkpoint: every row, no summary
     assert checkpoint.partial and checkpoint.summary is None and len(checkpoint.rows) == len(res.rows)
-    assert {r.tag for r in res.rows} == {"tune", "batch", "L16", "T1", "T8", "read", "update", "convfmt"}
+    assert {r.tag for r in res.rows} == {"tune", "batch", "fused", "L16", "T1", "T8", "read", "update", "convfmt"}
+    # every replay row says which launch form it ran in: the rule's at batch 1 and 256 (GDN: 32 value
+    # heads, Mamba-2: 128), both forms in the "fused" rows, none for other kernels
+    form = {(r.op, r.tag, r.kernel, r.batch, r.fused_scores) for r in res.rows if r.kernel in ("nonflush", "flush")}
+    assert all(f is not None for *_, f in form)
+    assert ("gdn", "batch", "nonflush", 1, True) in form and ("mamba2", "batch", "flush", 256, False) in form
+    assert {f for op, tag, k, b, f in form if tag == "fused"} == {True, False}
+    assert all(r.fused_scores is None for r in res.rows if r.kernel not in ("nonflush", "flush"))
+    lf = res.summary["mamba2"].launch_forms[1]
+    assert (lf.conventional_us, lf.nonflush_one_launch_us, lf.nonflush_two_launch_us) == (2.0, 8.0, 8.5)
+    assert lf.nonflush_one_launch_vs_conventional == pytest.approx(2.0 / 8.0)
+    assert "### One-token ReplaySSM steps" in decode_kernel_tables(res)
     assert all(r.pct_ceiling == pytest.approx(100 * r.GBps / 4000.0) for r in res.rows)
     assert res.peers == {"flash-linear-attention": "0.6.0"} and res.provenance.git == "abc1234"
     b256 = res.summary["gdn"].batch[256]

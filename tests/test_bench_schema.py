@@ -15,9 +15,11 @@ from precision_lab.bench import schema
 from precision_lab.bench.schema import SchemaError, encode, load
 
 ROOT = Path(__file__).resolve().parent.parent
-# bench_generate.json has its own schema (precision_lab/bench/generate.py), tested in test_bench_generate.py
-COMMITTED = sorted(p for p in (ROOT / "reports" / "bench").glob("*.json") if p.name != "bench_generate.json") + \
+# bench_generate*.json have their own schema (precision_lab/bench/generate_schema.py), tested in test_bench_generate.py
+COMMITTED = sorted(p for p in (ROOT / "reports" / "bench").glob("*.json") if not p.name.startswith("bench_generate")) + \
     sorted((ROOT / "reports" / "first-study" / "data").glob("*-bench-*.json"))
+COMMITTED_V1 = [p for p in COMMITTED if json.loads(p.read_text()).get("schema_version") == 1]
+COMMITTED_V2 = [p for p in COMMITTED if json.loads(p.read_text()).get("schema_version") == 2]
 
 
 def same(raw, obj, where="", rename=None):
@@ -82,7 +84,7 @@ def _kl(raw, res):
     assert res.provenance.settings == raw["provenance"]["settings"] and res.ceiling is None
 
 
-@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", COMMITTED_V1, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_committed_version_1_results_load_with_their_numbers(path):
     raw = json.loads(path.read_text())
     assert raw["schema_version"] == 1  # written before the classes: read by the explicit version-1 reader
@@ -95,7 +97,17 @@ def test_committed_version_1_results_load_with_their_numbers(path):
     assert schema._decode(type(res), body, "") == res
 
 
+@pytest.mark.parametrize("path", COMMITTED_V2, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_committed_version_2_results_load_and_name_their_commit(path):
+    """Files written by the current classes read back to the same JSON and record the commit they ran."""
+    raw = json.loads(path.read_text())
+    res = load(raw)
+    assert res.provenance.git and not res.provenance.smoke
+    assert json.loads(json.dumps(encode(res), allow_nan=False)) == json.loads(json.dumps(raw, allow_nan=False))
+
+
 def test_every_committed_benchmark_file_is_covered():
+    assert set(COMMITTED) == set(COMMITTED_V1) | set(COMMITTED_V2)  # no file of another version
     kinds = {json.loads(p.read_text())["kind"] for p in COMMITTED}
     assert kinds == set(schema.RESULT_CLASSES)
 

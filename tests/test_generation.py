@@ -52,6 +52,21 @@ def test_generate_stops_when_every_row_finished(model_tok):
     assert res.tokens.shape[1] == enc["input_ids"].shape[1] + 1 and res.finished == [1, 1]
 
 
+@pytest.mark.parametrize("engine", ["auto", "decode", "triton-decode"])
+def test_a_policy_string_is_parsed_once_per_call_path(model_tok, engine, policy_parses):
+    """apply_policy parses the string once; a generation then passes the parsed StatePolicy down to
+    the mixers and engines and never parses (or rebuilds) a policy per step or per layer."""
+    model, _ = model_tok
+    apply_policy(model, "split:fp16-sr/nvfp4", engine=engine)
+    assert policy_parses.strings == ["split:fp16-sr/nvfp4"]
+    policy_parses.clear()
+    ids = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(0)).to(DEV)
+    n = 4 if engine == "triton-decode" and DEV == "cpu" else 12   # the interpreter takes ~1 s per step
+    res = generate(model, ids, max_new_tokens=n, graphs=False)
+    assert res.new_tokens == n - 1  # decode steps, each through every SSM layer
+    assert policy_parses.strings == [] and policy_parses.built == []
+
+
 @pytest.mark.parametrize("policy", ["fp32", "shared:nvfp4-sr@L4", "split:fp8e4m3-sr/nvfp4@L4", "conventional:bf16"])
 def test_mixer_decode_steps_on_the_kernels(model_tok, policy):
     """Decode steps through the policy mixers on the decode-step kernels give the torch decode

@@ -112,8 +112,8 @@ def _replay_setup(device, upd_fmt, read_fmt, W, T, exact, recompute=True, start=
     hin = {key: val.cpu() for key, val in hist_in.items()}
     empty = {"k": torch.zeros(Bsz, 0, HV, K), "d": torch.zeros(Bsz, 0, HV, V), "v": torch.zeros(Bsz, 0, HV, V),
              "a": torch.zeros(Bsz, 0, HV), "beta": torch.zeros(Bsz, 0, HV)}
-    _, h, _ = gdn_replay_step_ref(updq, rdq, empty, hin["q"], hin["k"], hin["v"], hin["g"], hin["beta"],
-                                  qk_l2norm=not exact)
+    h = empty if W == 0 else gdn_replay_step_ref(updq, rdq, empty, hin["q"], hin["k"], hin["v"], hin["g"],
+                                                 hin["beta"], qk_l2norm=not exact)[1]
     rec = GDNRecords(3, ring, HK, HV, V, K, device=device)
     for t in (rec.k, rec.d, rec.v, rec.a, rec.beta):
         t.fill_(float("nan"))
@@ -134,16 +134,21 @@ def _replay_setup(device, upd_fmt, read_fmt, W, T, exact, recompute=True, start=
 NEW = ("q", "k", "v", "g", "beta")
 
 
-@pytest.mark.parametrize("read_fmt,T", [("fp32", 1), ("bf16", 3), ("fp8e4m3", 2), ("nvfp4", 4), ("fp8e4m3", 1),
-                                        ("nvfp4", 1)])
-def test_replay_nonflush_and_verify(read_fmt, T, device):
+# fused: the one-launch form of a one-token step (True) or the scores kernel + step kernel (False);
+# verify steps (T > 1) have only the two-launch form
+@pytest.mark.parametrize("read_fmt,T,fused", [("fp32", 1, False), ("fp32", 1, True), ("bf16", 3, False),
+                                              ("fp8e4m3", 2, False), ("nvfp4", 4, False), ("fp8e4m3", 1, False),
+                                              ("fp8e4m3", 1, True), ("nvfp4", 1, False), ("nvfp4", 1, True),
+                                              ("bf16", 1, True)])
+def test_replay_nonflush_and_verify(read_fmt, T, fused, device):
     """Output-only step and verify: reads S0·q and S0·k from the read copy, writes only o and records."""
     s = _replay_setup(device, "fp32", read_fmt, W=5, T=T, exact=False)
     n = s["new"]
     before = [t.clone() for t in (s["upd"].data, s["rd"].data)]
     out = torch.full((3, T, HV, V), float("nan"), device=device)
     o = gdn_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
-                        seq_ids=s["seq_ids"].to(device), out=out, block_r=8)  # two row blocks per head
+                        seq_ids=s["seq_ids"].to(device), out=out, block_r=8,  # two row blocks per head
+                        fused_scores=fused)
     o_ref, new, _ = gdn_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() for k in NEW))
     live = (s["slots"] >= 0).cpu()
     assert not torch.isnan(o).any()
@@ -159,17 +164,18 @@ def test_replay_nonflush_and_verify(read_fmt, T, device):
             assert torch.equal(s["rec"].v[sl, q].cpu(), new["v"][b, t])
 
 
-@pytest.mark.parametrize("upd_fmt,read_fmt,T,fold_new,recompute", [
-    ("fp32", "fp32", 1, True, True), ("fp16-sr", "nvfp4", 1, True, False), ("bf16-sr", "fp8e4m3", 3, False, True),
-    ("fp8e4m3-sr", "nvfp4-sr", 2, False, False),
+@pytest.mark.parametrize("upd_fmt,read_fmt,T,fold_new,recompute,fused", [
+    ("fp32", "fp32", 1, True, True, False), ("fp32", "fp32", 1, True, True, True),
+    ("fp16-sr", "nvfp4", 1, True, False, False), ("fp16-sr", "nvfp4", 1, True, False, True),
+    ("bf16-sr", "fp8e4m3", 3, False, True, False), ("fp8e4m3-sr", "nvfp4-sr", 2, False, False, False),
 ])
-def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, device):
+def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fused, device):
     s = _replay_setup(device, upd_fmt, read_fmt, W=5, T=T, exact=True)
     n = s["new"]
     out = torch.full((3, T, HV, V), float("nan"), device=device)
     o = gdn_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
                         qk_l2norm=False, flush=True, fold_new=fold_new, recompute=recompute,
-                        seq_ids=s["seq_ids"].to(device), events=2, seed=4, layer=2, out=out)
+                        seq_ids=s["seq_ids"].to(device), events=2, seed=4, layer=2, out=out, fused_scores=fused)
     o_ref, _, S = gdn_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() for k in NEW), qk_l2norm=False,
                                       flush=True, fold_new=fold_new, recompute=recompute)
     live = (s["slots"] >= 0).cpu()
@@ -178,6 +184,64 @@ def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, dev
     assert_same_codes(gather(s["rd"], s["slots"]), store(S[live], read_fmt, copy=COPY_READ, **kw))
     assert not torch.isnan(o).any()
     assert rel(o.cpu()[live], o_ref[live]) < 1e-5
+
+
+def _clone_setup(s):
+    """An independent copy of a replay setup's pools and records (a step updates them in place)."""
+    rec = GDNRecords.__new__(GDNRecords)
+    rec.ring = s["rec"].ring
+    for name in ("k", "d", "v", "a", "beta"):
+        setattr(rec, name, getattr(s["rec"], name).clone())
+    return {**s, "upd": s["upd"].clone(), "rd": s["rd"].clone(), "rec": rec}
+
+
+def _bits(t):
+    return t.view(torch.int32)
+
+
+@pytest.mark.parametrize("upd_fmt,read_fmt,flush,norm,start,W", [
+    ("fp32", "nvfp4", False, True, 6, 5), ("fp32", "fp8e4m3", False, False, 12, 6), ("fp32", "bf16", False, True, 6, 0),
+    ("fp32", "fp32", False, True, 13, 6), ("fp16-sr", "nvfp4-sr", True, True, 12, 6), ("bf16-sr", "fp32", True, False, 6, 0),
+])
+def test_fused_scores_matches_two_launches(upd_fmt, read_fmt, flush, norm, start, W, device):
+    """The one-launch form of a one-token step against the two-launch form on the same random inputs
+    (windows that wrap the ring and empty ones): the same state codes and k, v, a, β records bit for
+    bit, d records and outputs within fp32 rounding (the one-launch form takes S_b q̃, S_b k from the
+    raw q, k when it reads FP8/NVFP4 codes, then scales them). With q/k normalisation on a GPU the two
+    kernels may sum Σk² in different orders (one ulp of the normalised k apart), so there the states
+    and k records are compared within fp32 rounding; the interpreter sums identically."""
+    s = _replay_setup(device, upd_fmt, read_fmt, W=W, T=1, exact=False, start=start)
+    n = s["new"]
+    runs = []
+    for fused in (False, True):
+        c = _clone_setup(s)
+        o = gdn_replay_step(c["upd"], c["rd"], c["rec"], c["slots"], c["start"], c["wlen"], *(n[k] for k in NEW),
+                            qk_l2norm=norm, flush=flush, fold_new=flush, seq_ids=s["seq_ids"].to(device), events=3,
+                            seed=5, layer=2, fused_scores=fused, block_r=None if flush else 8)
+        runs.append((o, c))
+    (o2, two), (o1, one) = runs
+    exact = device == "cpu" or not norm
+    if exact:
+        assert_same_codes(one["upd"], two["upd"])
+        assert_same_codes(one["rd"], two["rd"])
+    else:
+        assert rel(one["upd"].dequantize(), two["upd"].dequantize()) < 1e-3
+        assert rel(one["rd"].dequantize(), two["rd"].dequantize()) < 1e-3
+    for name in ("k", "v", "a", "beta"):  # (unwritten ring slots hold NaN in both)
+        a, b = getattr(one["rec"], name), getattr(two["rec"], name)
+        if exact or name != "k":
+            assert torch.equal(_bits(a), _bits(b)), name
+        else:
+            assert rel(a.nan_to_num(), b.nan_to_num()) < 1e-6
+    assert rel(one["rec"].d.nan_to_num(), two["rec"].d.nan_to_num()) < 1e-6
+    if not flush:  # the new token's k record landed at position W
+        for b in (0, 1):
+            k_new = one["rec"].k[int(s["slots"][b]), (start + W) % 16]
+            assert not torch.isnan(k_new).any()
+            if norm:
+                assert (k_new.norm(dim=-1) - 1).abs().max() < 1e-5
+    assert rel(o1, o2) < 1e-6
+    assert torch.equal(o1[2].cpu(), torch.zeros(1, HV, V))
 
 
 def test_recompute_differs_from_buffered_in_split_mode(device):

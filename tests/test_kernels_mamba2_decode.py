@@ -154,8 +154,12 @@ def _replay_setup(device, upd_fmt, read_fmt, W, T, exact, start=5):
                 start=starts.to(device), wlen=torch.full((Bsz,), W, dtype=torch.int32, device=device))
 
 
-@pytest.mark.parametrize("read_fmt,T", [("fp32", 1), ("bf16", 3), ("fp8e4m3", 1), ("nvfp4", 4), ("nvfp4", 1)])
-def test_replay_nonflush_and_verify(read_fmt, T, device):
+# fused: the one-launch form of a one-token step (True) or the scores kernel + step kernel (False);
+# verify steps (T > 1) have only the two-launch form
+@pytest.mark.parametrize("read_fmt,T,fused", [("fp32", 1, False), ("fp32", 1, True), ("bf16", 3, False),
+                                              ("fp8e4m3", 1, False), ("fp8e4m3", 1, True), ("nvfp4", 4, False),
+                                              ("nvfp4", 1, False), ("nvfp4", 1, True)])
+def test_replay_nonflush_and_verify(read_fmt, T, fused, device):
     """Output-only step (T = 1, read straight from the codes) and speculative verify (T > 1): only y
     and the T records are written."""
     s = _replay_setup(device, "fp32", read_fmt, W=5, T=T, exact=False)
@@ -164,7 +168,8 @@ def test_replay_nonflush_and_verify(read_fmt, T, device):
     out = torch.full((3, T, H, P), float("nan"), device=device)
     y = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
                            n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"].to(device), out=out,
-                           block_r=8)  # two row blocks per head: NVFP4 reads work from any block
+                           block_r=8,  # two row blocks per head: NVFP4 reads work from any block
+                           fused_scores=fused)
     y_ref, new, _ = mamba2_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() if n[k] is not None else None
                                            for k in ("x", "dt", "A", "B", "C", "D", "dt_bias", "z")))
     live = (s["slots"] >= 0).cpu()
@@ -181,11 +186,12 @@ def test_replay_nonflush_and_verify(read_fmt, T, device):
             assert torch.equal(s["rec"].b[sl, q].cpu(), new["b"][b, t])
 
 
-@pytest.mark.parametrize("upd_fmt,read_fmt,T,fold_new", [
-    ("fp32", "fp32", 1, True), ("fp16-sr", "nvfp4", 1, True), ("bf16-sr", "fp8e4m3", 3, False),
-    ("fp8e4m3-sr", "nvfp4-sr", 2, False),
+@pytest.mark.parametrize("upd_fmt,read_fmt,T,fold_new,fused", [
+    ("fp32", "fp32", 1, True, False), ("fp32", "fp32", 1, True, True), ("fp16-sr", "nvfp4", 1, True, False),
+    ("fp16-sr", "nvfp4", 1, True, True), ("bf16-sr", "fp8e4m3", 3, False, False),
+    ("fp8e4m3-sr", "nvfp4-sr", 2, False, False),
 ])
-def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, device):
+def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, fused, device):
     """Flush: fold in fp32, store round_H and round_F of the same fp32 state (codes bit-exact with the
     exact-arithmetic inputs), outputs from the fp32 result (fold_new) or verified drafts."""
     s = _replay_setup(device, upd_fmt, read_fmt, W=6, T=T, exact=True)
@@ -193,7 +199,7 @@ def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, device):
     out = torch.full((3, T, H, P), float("nan"), device=device)
     y = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
                            n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=True, fold_new=fold_new,
-                           seq_ids=s["seq_ids"].to(device), events=7, seed=3, layer=1, out=out)
+                           seq_ids=s["seq_ids"].to(device), events=7, seed=3, layer=1, out=out, fused_scores=fused)
     y_ref, _, S = mamba2_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() if n[k] is not None else None
                                          for k in ("x", "dt", "A", "B", "C", "D", "dt_bias", "z")),
                                          flush=True, fold_new=fold_new)
@@ -205,8 +211,9 @@ def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, device):
     assert rel(y.cpu()[live], y_ref[live]) < 1e-5
 
 
-@pytest.mark.parametrize("precision,T", [("tf32x3", 1), ("ieee", 1), ("tf32x3", 2), ("ieee", 2)])
-def test_replay_flush_random(precision, T, device):
+@pytest.mark.parametrize("precision,T,fused", [("tf32x3", 1, False), ("tf32x3", 1, True), ("ieee", 1, True),
+                                               ("tf32x3", 2, False), ("ieee", 2, False)])
+def test_replay_flush_random(precision, T, fused, device):
     """Flush with random inputs (decays ≠ 1, so the fold's weights e^{c_W − c_j} matter; the exact-codes
     test above has A = 0): fp32 state and outputs within fp32 rounding of the reference, for both
     precisions of the fold and verify products (they differ only in compiled GPU code)."""
@@ -216,7 +223,7 @@ def test_replay_flush_random(precision, T, device):
     y = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
                            n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=True, fold_new=T == 1,
                            seq_ids=s["seq_ids"].to(device), out=out, fold_precision=precision,
-                           verify_precision=precision)
+                           verify_precision=precision, fused_scores=fused)
     y_ref, _, S = mamba2_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() if n[k] is not None else None
                                          for k in ("x", "dt", "A", "B", "C", "D", "dt_bias", "z")),
                                          flush=True, fold_new=T == 1)
@@ -227,9 +234,50 @@ def test_replay_flush_random(precision, T, device):
     assert torch.equal(y[1].cpu(), torch.zeros(T, H, P))
 
 
+def _clone_setup(s):
+    """An independent copy of a replay setup's pools and records (a step updates them in place)."""
+    return {**s, "upd": s["upd"].clone(), "rd": s["rd"].clone(), "rec": s["rec"].clone()}
+
+
+@pytest.mark.parametrize("upd_fmt,read_fmt,flush,start,W", [
+    ("fp32", "nvfp4", False, 5, 5), ("fp32", "fp8e4m3", False, 13, 6), ("fp32", "bf16", False, 5, 0),
+    ("fp16-sr", "nvfp4-sr", True, 13, 7), ("fp8e4m3-sr", "fp32", True, 5, 0),
+])
+def test_fused_scores_matches_two_launches(upd_fmt, read_fmt, flush, start, W, device):
+    """The one-launch form of a one-token step against the two-launch form on the same inputs (random,
+    windows that wrap the ring and empty ones): the same state codes and records bit for bit (neither
+    depends on the scores: a flush folds records and inputs, the non-flush step stores no state),
+    outputs within fp32 rounding. The two-launch form writes the new B record from the scores kernel,
+    the one-launch form from one program per group."""
+    s = _replay_setup(device, upd_fmt, read_fmt, W=W, T=1, exact=False, start=start)
+    n = s["new"]
+    runs = []
+    for fused in (False, True):
+        c = _clone_setup(s)
+        y = mamba2_replay_step(c["upd"], c["rd"], c["rec"], c["slots"], c["start"], c["wlen"], n["x"], n["dt"],
+                               n["A"], n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=flush, fold_new=flush,
+                               seq_ids=s["seq_ids"].to(device), events=3, seed=5, layer=2, fused_scores=fused,
+                               block_r=None if flush else 8)
+        runs.append((y, c))
+    (y2, two), (y1, one) = runs
+    assert_same_codes(one["upd"], two["upd"])
+    assert_same_codes(one["rd"], two["rd"])
+    for name in ("u", "b", "a"):  # (unwritten ring slots hold NaN in both)
+        a, b = getattr(one["rec"], name), getattr(two["rec"], name)
+        assert torch.equal(a.view(torch.int32), b.view(torch.int32)), name
+    if not flush:  # the new token's B record landed at position W
+        for b in (0, 2):
+            assert torch.equal(one["rec"].b[int(s["slots"][b]), (start + W) % 16].cpu(), n["B"][b, 0].cpu())
+    assert rel(y1, y2) < 1e-6
+    assert torch.equal(y1[1].cpu(), torch.zeros(1, H, P))
+
+
 def test_bad_input_is_an_error(device):
     s = _replay_setup(device, "fp32", "fp32", W=1, T=2, exact=False)
     n = s["new"]
+    with pytest.raises(ValueError, match="fused_scores=True needs a one-token step"):
+        mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
+                           n["B"], n["C"], fused_scores=True)
     with pytest.raises(ValueError, match="fold_new"):
         mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
                            n["B"], n["C"], flush=True, fold_new=True)

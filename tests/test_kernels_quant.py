@@ -15,7 +15,7 @@ from precision_lab.kernels.quant import triton_quant as tq
 from precision_lab.kernels.quant.reference import dequantize as ref_dequantize
 from precision_lab.kernels.quant.reference import quantize as ref_quantize
 from precision_lab.quant import rounding
-from precision_lab.quant.philox import randint
+from precision_lab.quant.philox import flat_rbits
 
 # the interpreter runs the kernels in numpy, which warns where the chain divides by 0 or overflows to inf
 # on purpose (zero block scale → enc = FLT_MAX; x · FLT_MAX saturates in E2M1)
@@ -111,12 +111,14 @@ def test_element_quantize_sr_explicit_rbits(fmt, device):
 
 @pytest.mark.parametrize("fmt", ["fp16-sr", "fp8e4m3-sr"])
 def test_element_quantize_sr_seed_matches_philox(fmt, device):
-    """In-kernel tl.randint(seed, element index) draws the words of quant/philox.py."""
-    x = state_like((3, 37, 24), seed=2, device=device)
+    """In-kernel Philox (one tl.randint4x call per 8 flat elements) draws the values of quant/philox.py
+    ``flat_rbits``; 3·37·88 elements span three kernel blocks, the last one partial."""
+    x = state_like((3, 37, 88), seed=2, device=device)
+    assert tq.CAST_BLOCK < x.numel() < 3 * tq.CAST_BLOCK
     seed = (5 << 32) | 77  # a 64-bit key (layer 5, run seed 77)
     got = tq.quantize(x, fmt, seed=seed)
     assert_same_qtensor(got, ref_quantize(x, fmt, seed=seed))
-    explicit = randint(seed, torch.arange(x.numel()).reshape(x.shape)).to(device)
+    explicit = flat_rbits(seed, x.numel()).reshape(x.shape).to(device)
     assert_same_qtensor(got, ref_quantize(x, fmt, rbits=explicit))
 
 
@@ -195,6 +197,10 @@ def test_nvfp4_sr_explicit_rbits_and_seed(fmt, device):
     rb = torch.randint(0, 2**32, x.shape, generator=torch.Generator().manual_seed(5)).to(device)
     assert_same_qtensor(tq.quantize(x, fmt, rbits=rb), ref_quantize(x, fmt, rbits=rb))
     assert_same_qtensor(tq.quantize(x, fmt, seed=1234), ref_quantize(x, fmt, seed=1234))
+    # the two-pass launch draws in-kernel Philox tile by tile: same values
+    gran = "row" if "row" in fmt else "matrix"
+    assert_same_qtensor(tq.nvfp4_quantize(x, sr=True, granularity=gran, seed=1234, tile=32),
+                        ref_quantize(x, fmt, seed=1234))
     # the rbits are actually used: other bits give other codes somewhere
     other = tq.quantize(x, fmt, rbits=rb ^ 0x8000)
     assert not torch.equal(other.data.cpu(), tq.quantize(x, fmt, rbits=rb).data.cpu())

@@ -22,10 +22,15 @@ from precision_lab.quant import fake_quantize, get_quantizer
 from precision_lab.quant.philox import layer_seed, state_rbits
 
 
-def _tol(device: str) -> float:
+def _tol(device: str, sr: bool = False) -> float:
     # CPU: the interpreter multiplies in numpy fp32 (only the summation order differs from torch).
-    # GPU: 3xTF32 products and FMA; a rare flip of a quantized code moves a small state by ~1e-3.
-    return 1e-5 if device == "cpu" else 3e-3
+    # That order moves a few stochastic roundings across their threshold: each is a one-code flip of
+    # an element (an fp16 code: ~1e-5 of the state's RMS at these shapes), so SR-written states get
+    # room for a handful of them. GPU: 3xTF32 products and FMA; a rare flip of a quantized code moves
+    # a small state by ~1e-3.
+    if device != "cpu":
+        return 3e-3
+    return 5e-5 if sr else 1e-5
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -51,15 +56,16 @@ def _quantize_tile_kernel(x_ptr, y_ptr, seq_ptr, R, C, seed, event, COPY: tl.con
     p = head * R * C + o_r[:, None] * C + o_c[None, :]
     x = tl.load(x_ptr + p, mask=m, other=0.0)
     seq = tl.load(seq_ptr).to(tl.int64)
-    elem = (o_r[:, None] * C + o_c[None, :]).to(tl.int64)
-    y = quantize_tile(x, m, seed, seq, head, event.to(tl.int64), elem, COPY, FMT, SR, BLOCK_R, BLOCK_C)
+    y = quantize_tile(x, m, seed, seq, head, event.to(tl.int64), o_r, C, COPY, FMT, SR, BLOCK_R, BLOCK_C)
     tl.store(y_ptr + p, y, mask=m)
 
 
-@pytest.mark.parametrize("fmt", ["bf16", "bf16-sr", "fp16-sr", "fp8e4m3", "fp8e5m2-sr", "nvfp4", "nvfp4-sr"])
-def test_quantize_tile_bit_exact(fmt, device):
-    """quantize_tile (format dispatch + SR counters) == the torch quantizer with state_rbits."""
-    H, R, C = 3, 12, 32
+@pytest.mark.parametrize("fmt,C", [("bf16", 32), ("bf16-sr", 32), ("fp16-sr", 32), ("fp8e4m3", 32), ("fp8e5m2-sr", 32),
+                                   ("nvfp4", 32), ("nvfp4-sr", 32), ("fp16-sr", 20), ("fp8e5m2-sr", 13)])
+def test_quantize_tile_bit_exact(fmt, C, device):
+    """quantize_tile (format dispatch + SR counters) == the torch quantizer with state_rbits; C = 20
+    and 13 end their rows in a partial group of 8 inside a 32-wide tile."""
+    H, R = 3, 12
     seq, seed, layer, event, copy = 9, 77, 5, 6, 1
     g = torch.Generator().manual_seed(1)
     x = torch.randn(H, R, C, generator=g) * torch.tensor([1.0, 2.0 ** -7, 300.0]).view(H, 1, 1)
@@ -147,8 +153,8 @@ def test_replay_scan_matches_reference(arch, case, device):
     yr, ur, rr = ref(*args, u0, r0, update=upd, read=rd, **common, **extra)
     tol = _tol(device)
     assert rel(y, yr) < tol
-    assert rel(u, ur) < tol
-    assert rel(r, rr) < tol
+    assert rel(u, ur) < _tol(device, us)
+    assert rel(r, rr) < _tol(device, rs)
     if split:  # the two copies really are different formats
         assert not torch.equal(u.cpu(), r.cpu())
 
@@ -176,7 +182,7 @@ def test_recurrent_scan_matches_reference(arch, fmt, device):
     yr, sr_ = ref(*args, s0, fmt=fmt, **common, **extra)
     tol = _tol(device)
     assert rel(y, yr) < tol
-    assert rel(s, sr_) < tol
+    assert rel(s, sr_) < _tol(device, sr)
 
 
 @pytest.mark.parametrize("arch", ["mamba2", "gdn"])

@@ -138,6 +138,18 @@ def test_generation_lengths_are_token_counts():
             assert n == 9 or n == len(text.encode("utf-8", "surrogatepass"))
 
 
+@pytest.mark.parametrize("scoring", ["stock", "decode"])
+def test_the_policy_string_is_parsed_once_per_model(policy_parses, scoring):
+    """The replayssm model parses its policy string when it is built; requests (generation and
+    scoring) run the parsed policy and parse nothing per step or per layer."""
+    lm = _replay("split:fp16-sr/nvfp4", scoring=scoring, batch_size=2)
+    assert policy_parses.strings == ["split:fp16-sr/nvfp4"]
+    policy_parses.clear()
+    lm.generate_until(_gen(PROMPTS[:2], 8))
+    lm.loglikelihood(_ll(PAIRS[:2]))
+    assert lm.streams > 0 and policy_parses.strings == [] and policy_parses.built == []
+
+
 def test_bad_model_args():
     with pytest.raises(ValueError, match="scoring"):
         _replay("fp32", scoring="prefill")

@@ -843,3 +843,215 @@ def test_a_report_built_before_manifests_is_rebuilt_without_touching_other_files
     (out / "figures" / "my-plot.png").write_bytes(b"user's own figure")
     build_report([inputs["sim"][0]], out)
     assert sorted(p.name for p in (out / "figures").iterdir()) == ["my-plot.png", "sim-mamba2-300.png"]
+
+
+# ------------------------------------------------------------------------------------------------
+# the generation benchmark (kind bench-generate, precision_lab/bench/generate_schema.py)
+# ------------------------------------------------------------------------------------------------
+GENERATE_JSON = Path(__file__).resolve().parent.parent / "reports" / "bench" / "bench_generate.json"
+
+
+def make_generate(keep=lambda row: True, check: str = "passed", **settings) -> dict:
+    """The committed generation result with only the rows ``keep`` accepts and the given check outcome
+    (passed as committed, "skipped" as ``--skip-check`` writes it, or "failed": one verdict failed);
+    the ratios recomputed by the writer's own function, as a run with those rows would write them."""
+    from precision_lab.bench.generate_schema import Row, load, ratios, to_json
+
+    d = json.loads(GENERATE_JSON.read_text())
+    d["rows"] = [r for r in d["rows"] if keep(r)]
+    d["settings"].update(settings)
+    if check == "skipped":
+        d["check"] = {"ok": False, "skipped": True}
+    elif check == "failed":
+        d["check"]["ok"] = False
+        d["check"]["presets"]["tiny-qwen3.5"]["shared:nvfp4-sr"]["ok"] = False
+    typed_rows = [Row(**{k: v for k, v in r.items() if k != "graphs"}) for r in d["rows"]]
+    d["ratios"] = ratios(typed_rows, d["check"]["ok"], skipped=check == "skipped")
+    return to_json(load(d))
+
+
+def _generate_md(tmp_path, obj, name="bench_generate.json") -> str:
+    out = tmp_path / name.replace(".json", "")
+    build_report([write(tmp_path / name, obj)], out)
+    return (out / "index.md").read_text()
+
+
+def test_bench_generate_committed_file_renders_its_numbers(tmp_path):
+    out = tmp_path / "r"
+    build_report([GENERATE_JSON], out)
+    md = (out / "index.md").read_text()
+    d = json.loads(GENERATE_JSON.read_text())
+    assert [p.name for p in (out / "figures").glob("*.png")] == ["bench-generate-qwen3.5-4b-shape.png"]
+    assert "## Generation benchmark (whole models)" in md and "### Generation: qwen3.5-4b-shape on NVIDIA H200" in md
+    # only what the file holds: one preset at batches 1 and 8 of the 2 presets x 3 batches asked for
+    assert "Not timed: `nemotron-3-nano-4b-shape`, `qwen3.5-4b-shape` at batch 64." in md
+    assert "Correctness check passed: all 12 verdicts" in md and "SKIPPED" not in md and "FAILED" not in md
+    rows = {(x["row"], x["batch"]): x for x in d["rows"]}
+    steps = table(md, "qwen3.5-4b-shape: ms per decode step")
+    assert [r["row"] for r in steps] == d["settings"]["rows"]
+    assert list(steps[0]) == ["row", "B=1 ms/step", "B=1 ÷ fp32", "B=1 ÷ plain", "B=8 ms/step", "B=8 ÷ fp32",
+                              "B=8 ÷ plain"]
+    for r in steps:
+        for b in (1, 8):
+            assert num(r[f"B={b} ms/step"]) == pytest.approx(rows[(r["row"], b)]["step_ms_median"], rel=1e-3)
+    ratio = {(x["row"], x["batch"], x["over"]): x["ratio"] for x in d["ratios"]}
+    for r in steps:
+        for b in (1, 8):
+            if r["row"] not in ("fp32", "plain transformers"):
+                assert num(r[f"B={b} ÷ fp32"]) == pytest.approx(ratio[(r["row"], b, "fp32")], rel=1e-3)
+    fp32 = next(r for r in steps if r["row"] == "fp32")
+    assert num(fp32["B=8 ÷ plain"]) == pytest.approx(ratio[("fp32", 8, "plain transformers")], rel=1e-3)
+    assert num(fp32["B=8 ÷ plain"]) == pytest.approx(8.44120700000417 / 250.2557585806449, rel=1e-3)
+    other = table(md, "qwen3.5-4b-shape: prefill time, throughput")
+    for r in other:
+        for b in (1, 8):
+            x = rows[(r["row"], b)]
+            assert num(r[f"B={b} prefill (s)"]) == pytest.approx(x["prefill_s"], rel=1e-3)
+            assert num(r[f"B={b} tokens/s"]) == pytest.approx(x["tokens_per_s"], rel=1e-3)
+    served = {r["row"]: r["SSM layers served by"] for r in other}
+    assert served["fp32"] == "`triton-decode:triton:gdn_conventional_step` × 24 layers"
+    assert served["split:fp16-sr/nvfp4"] == "`triton-decode:triton:gdn_replay_step` × 24 layers"
+    assert served["plain transformers"] == "transformers (unadapted model)"
+    chk = table(md, "Correctness check on the GPU")
+    assert len(chk) == 12 and {r["fast path = decode engine"] for r in chk} == {"pass"}
+    targets = table(md, "Targets:")
+    assert len(targets) == 2 * 5 + 1 and {r["verdict"] for r in targets} == {"met"}
+    t8 = next(r for r in targets if r["ratio of ms/step"] == "`fp32` ÷ plain transformers")
+    assert t8["batch"] == "8" and num(t8["measured"]) == pytest.approx(0.03373, rel=1e-3)
+    # provenance: commit, versions, device
+    assert "git c62c68737dc6e1e31fdd3c73189029a04d105983" in md and "torch 2.11.0" in md and \
+        "device NVIDIA H200, CUDA 13.0" in md
+
+
+def test_bench_generate_partial_file(tmp_path):
+    # batch 8 only, no plain transformers row: the fp32 target is "not measured", the rest renders
+    md = _generate_md(tmp_path, make_generate(lambda r: r["batch"] == 8 and r["row"] != "plain transformers"))
+    steps = table(md, "qwen3.5-4b-shape: ms per decode step")
+    assert [r["row"] for r in steps] == ["fp32", "conventional:bf16", "shared:nvfp4-sr", "split:fp32/nvfp4",
+                                         "split:fp16-sr/nvfp4", "split:fp8e4m3-sr/nvfp4"]
+    assert "B=1 ms/step" not in steps[0] and all(r["B=8 ÷ plain"] == "—" for r in steps)
+    targets = table(md, "Targets:")
+    fp32 = [r for r in targets if r["ratio of ms/step"] == "`fp32` ÷ plain transformers"]
+    assert fp32[0]["measured"] == "—" and fp32[0]["verdict"].startswith("not measured")
+    assert "`qwen3.5-4b-shape` at batch 1" in md  # named as not timed
+    # batch 1 only: the batch-8 target is named as not measured, the figure is still drawn
+    md = _generate_md(tmp_path, make_generate(lambda r: r["batch"] == 1), "b1.json")
+    t = table(md, "Targets:")[-1]
+    assert t["batch"] == "8" and t["verdict"] == "not measured: batch 8 not timed"
+    assert (tmp_path / "b1" / "figures" / "bench-generate-qwen3.5-4b-shape.png").exists()
+    # a row that failed to run: no times, no ratio, named with its error
+    d = make_generate()
+    bad = next(r for r in d["rows"] if r["row"] == "shared:nvfp4-sr" and r["batch"] == 8)
+    bad.update(step_ms_median=None, step_ms_p90=None, prefill_s=None, tokens_per_s=None, steps=0,
+               error="OutOfMemoryError: CUDA out of memory", served={})
+    d["ratios"] = [x for x in d["ratios"] if not (x["row"] == "shared:nvfp4-sr" and x["batch"] == 8)]
+    md = _generate_md(tmp_path, d, "oom.json")
+    r = next(r for r in table(md, "qwen3.5-4b-shape: ms per decode step") if r["row"] == "shared:nvfp4-sr")
+    assert r["B=8 ms/step"] == "failed" and r["B=8 ÷ fp32"] == "—" and num(r["B=1 ms/step"]) > 0
+    assert table(md, "Rows that failed to run")[0]["error"] == "OutOfMemoryError: CUDA out of memory"
+    t = next(r for r in table(md, "Targets:") if r["batch"] == "8" and "shared:nvfp4-sr" in r["ratio of ms/step"])
+    assert t["verdict"].startswith("not measured")
+
+
+def test_bench_generate_skipped_or_failed_check_is_labelled(tmp_path):
+    d = make_generate(check="skipped")
+    assert all(x["check"] == "SKIPPED (ratio unverified)" and not x["met"] for x in d["ratios"])
+    out = tmp_path / "skip"
+    build_report([write(tmp_path / "skip.json", d)], out)
+    md = (out / "index.md").read_text()
+    label = "correctness check SKIPPED: timings and ratios unverified"
+    section = md.split("## Generation benchmark")[1].split("\n## Provenance")[0]
+    assert "**Correctness check SKIPPED**" in section
+    # every table, figure and heading of the run carries the label
+    captions = [cap for cap, _ in md_tables(section)]
+    assert len(captions) == 3 and all(label in cap for cap in captions)
+    assert all(label in h for h in re.findall(r"^#{3,4} .*$", section, re.M))
+    assert all(label in c for c in re.findall(r"!\[([^\]]*)\]", section))
+    targets = table(md, "Targets:")
+    assert {r["verdict"] for r in targets} == {"met (unverified: correctness check SKIPPED)"}
+    assert "Correctness check on the GPU" not in md  # no verdicts to show
+    cav = md.split("## What these results show")[1].split("\n## ")[0]
+    assert "`skip.json`: the generation benchmark's correctness check was SKIPPED" in cav
+    # a failed check: timings shown, ratios not reported, no target judged
+    md = _generate_md(tmp_path, make_generate(check="failed"), "failed.json")
+    assert "**Correctness check FAILED**: 1 of 12 verdicts failed (`shared:nvfp4-sr` on tiny-qwen3.5)" in md
+    steps = table(md, "qwen3.5-4b-shape: ms per decode step")
+    fp32 = next(r for r in steps if r["row"] == "fp32")
+    assert num(fp32["B=8 ms/step"]) == pytest.approx(8.441, rel=1e-3)
+    assert fp32["B=8 ÷ plain"] == "not reported (check failed)"
+    assert {r["verdict"] for r in table(md, "Targets:")} == {"not judged: correctness check FAILED"}
+    assert "0.03373" not in md
+    check_rows = table(md, "Correctness check on the GPU")
+    assert [r["policy"] for r in check_rows if r["fast path = decode engine"] == "FAIL"] == ["shared:nvfp4-sr"]
+
+
+def _generate_bad_cases(tmp: Path) -> dict[str, tuple[Path, str]]:
+    good = make_generate()
+    raw = json.dumps(good)
+    (tmp / "trunc.json").write_text(raw[: len(raw) // 2])
+    (tmp / "nan.json").write_text(raw.replace(str(good["rows"][1]["step_ms_median"]), "NaN", 1))
+    (tmp / "policy.json").write_text(raw.replace('"split:fp16-sr/nvfp4"', '"split:fp16-sr/nvfp4@L16"'))
+
+    def edit(name, fn):
+        d = copy.deepcopy(good)
+        fn(d)
+        return write(tmp / f"{name}.json", d)
+
+    def ratio(d):
+        d["ratios"][1]["ratio"] = 0.5
+
+    def met(d):
+        d["ratios"][1]["met"] = False
+
+    def ms(d):   # a timing edited without its ratios
+        d["rows"][2]["step_ms_median"] *= 1.01
+
+    return {
+        "truncated": (tmp / "trunc.json", "not valid JSON"),
+        "nan": (tmp / "nan.json", "non-finite"),
+        "schema": (edit("schema", lambda d: d.update(schema="precision-lab.bench_generate/2")),
+                   "schema 'precision-lab.bench_generate/2'; this version reads"),
+        "missing": (edit("missing", lambda d: d.pop("check")), "missing field 'check'"),
+        "extra": (edit("extra", lambda d: d.update(speedup=30.0)), "field(s) 'speedup'"),
+        "row field": (edit("rowfield", lambda d: d["rows"][0].pop("prefill_s")), "rows[0]: missing field 'prefill_s'"),
+        "type": (edit("type", lambda d: d["rows"][0].update(batch="8")), "rows[0].batch: expected int"),
+        "batch": (edit("batch", lambda d: d["rows"][0].update(batch=4)), "rows[0].batch: 4 is not in settings.batches"),
+        "twice": (edit("twice", lambda d: d["rows"].append(dict(d["rows"][0]))), "a second row for qwen3.5-4b-shape"),
+        "ratio": (edit("ratio", ratio), "ratios[1].ratio: 0.5, but the rows give"),
+        "met": (edit("met", met), "ratios[1].met: False, but the rows and the check give True"),
+        "timing": (edit("timing", ms), "ratios[1].ratio: 0.99906772056371"),
+        "ratios dropped": (edit("dropped", lambda d: d["ratios"].pop()), "ratios: none for"),
+        "check": (edit("check", lambda d: d["check"].update(ok=False)), "check.ok: False but the verdicts say True"),
+        "no git": (edit("nogit", lambda d: d["provenance"].update(git=None)), "provenance.git: null in a GPU result"),
+        "policy": (tmp / "policy.json", "policy 'split:fp16-sr/nvfp4@L16' is not in its short_str() form"),
+        "kind": (write(tmp / "kind.json", {"kind": "bench-generate", **{k: v for k, v in good.items() if k != "schema"}}),
+                 "without the generation benchmark's schema string"),
+    }
+
+
+@pytest.mark.parametrize("case", ["truncated", "nan", "schema", "missing", "extra", "row field", "type", "batch",
+                                  "twice", "ratio", "met", "timing", "ratios dropped", "check", "no git", "policy",
+                                  "kind"])
+def test_bench_generate_corrupted_file_refused(tmp_path, case):
+    path, msg = _generate_bad_cases(tmp_path)[case]
+    out = tmp_path / "out"
+    with pytest.raises(ResultError, match=re.escape(msg)) as ei:
+        build_report([path], out)
+    assert str(path) in str(ei.value)
+    assert not out.exists()
+
+
+def test_bench_generate_mixed_and_smoke(tmp_path):
+    b1 = write(tmp_path / "b1.json", make_generate(lambda r: r["batch"] == 1))
+    b8 = write(tmp_path / "b8.json", make_generate(lambda r: r["batch"] == 8))
+    # two runs of the same setup holding other rows: both render
+    build_report([b1, b8], tmp_path / "r")
+    assert (tmp_path / "r/index.md").read_text().count("### Generation: qwen3.5-4b-shape") == 2
+    # both holding the same preset, batch and row: the report would have to pick one
+    with pytest.raises(ResultError, match=r"two 'bench-generate' results for row 'plain transformers' \(qwen3.5-4b-shape, batch 1\)"):
+        build_report([b1, write(tmp_path / "all.json", make_generate())], tmp_path / "o")
+    # a run without a GPU (the interpreter): its timings are not measurements
+    smoke = make_generate()
+    smoke["provenance"]["device"].update(gpu=None, gpu_count=0, cuda=None, triton_interpret=True)
+    with pytest.raises(ResultError, match="smoke run"):
+        build_report([write(tmp_path / "smoke.json", smoke)], tmp_path / "o")

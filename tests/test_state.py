@@ -16,6 +16,7 @@ from precision_lab.state import (
     is_spec_flush,
     select_rows,
 )
+from tests._decode_kernel_checks import assert_same_codes
 
 
 def _slice(inp, a, b):
@@ -166,13 +167,64 @@ def test_triton_decode_speculative_rounds_match_decode(kind, n_drafts):
     for pol in ("shared:nvfp4-sr@L8", "split:fp16-sr/nvfp4@L8"):
         y0, s0 = run_layer(inp, pol, engine="decode", prefill_len=3, drafts=drafts)
         y1, s1 = run_layer(inp, pol, engine="triton-decode", prefill_len=3, drafts=drafts)
-        if kind == "mamba2" and DEV == "cuda":  # a named fallback on compiled kernels (see the engine)
-            assert "under investigation" in s1.implementation
-        else:
-            assert "triton:" in s1.implementation and "fallback" not in s1.implementation
+        # (rows = 8 pads the verify block's 16-row tile: the case docs/pitfalls.md §12 is about)
+        assert "triton:" in s1.implementation and "fallback" not in s1.implementation
         assert _rel(y1, y0) < 1e-5
         assert (s1.state_writes, s1.record_writes, s1.state.window) == (s0.state_writes, s0.record_writes,
                                                                         s0.state.window)
+
+
+class _NoLaunch:
+    """Stands in for a scores kernel that a one-launch stream must never start."""
+
+    def __getitem__(self, grid):
+        raise AssertionError("the one-launch form started a scores kernel")
+
+
+@pytest.mark.parametrize("kind", ["mamba2", "gdn"])
+def test_triton_decode_one_launch_stream(kind, monkeypatch):
+    """A whole stream (prefill, non-flush steps, flushes) on the triton-decode engine with the
+    one-launch form of the replay steps forced on (the scores kernels replaced by a stub that fails
+    if started) and forced off: both agree with the decode engine, and with each other on the state
+    codes and the records bit for bit (GDN's d records, and with q/k normalisation on a GPU its whole
+    state, within fp32 rounding: see tests/test_kernels_gdn_decode.py)."""
+    from precision_lab.kernels.common import launch
+    from precision_lab.kernels.gdn import decode as gdn_decode
+    from precision_lab.kernels.mamba2 import decode as m2_decode
+
+    pol = "split:fp16-sr/nvfp4@L8"
+    inp = _inputs(kind, 21, seed=8)
+    y_ref, ref = run_layer(inp, pol, engine="decode", prefill_len=3)
+    runs = {}
+    for fused in (True, False):
+        with monkeypatch.context() as m:
+            m.setattr(launch, "FUSED_SCORES_MAX_HEAD_ROWS", 1 << 30 if fused else -1)
+            if fused:
+                m.setattr(m2_decode, "mamba2_replay_scores_kernel", _NoLaunch())
+                m.setattr(gdn_decode, "gdn_replay_scores_kernel", _NoLaunch())
+            runs[fused] = run_layer(inp, pol, engine="triton-decode", prefill_len=3)
+    for y, st in runs.values():
+        assert "triton:" in st.implementation and "fallback" not in st.implementation
+        assert _rel(y, y_ref) < 1e-5 and st.state_writes == ref.state_writes
+    y1, one = runs[True][0], runs[True][1].state
+    y2, two = runs[False][0], runs[False][1].state
+    assert _rel(y1, y2) < 1e-6
+    assert (one.window, one.step, one.writes) == (two.window, two.step, two.writes) == (ref.state.window,
+                                                                                        ref.state.step,
+                                                                                        ref.state.writes)
+    exact = kind == "mamba2" or DEV == "cpu"
+    for name in ("update", "read"):
+        a, b = getattr(one, name), getattr(two, name)
+        assert torch.equal(a, b) if exact else _rel(a, b) < 1e-3, name
+        codes_a, codes_b = getattr(one, f"{name}_codes"), getattr(two, f"{name}_codes")
+        if exact and codes_a is not None:
+            assert_same_codes(codes_a, codes_b)
+    for name in one.records:  # (GDN's "u" records are its d's)
+        a, b = one.records[name], two.records[name]
+        if exact and not (kind == "gdn" and name == "u"):
+            assert torch.equal(a, b), name
+        else:
+            assert _rel(a, b) < 1e-5, name
 
 
 def test_triton_decode_falls_back_by_name():

@@ -2,7 +2,9 @@
 
 - ``formats``  the one table of storage-format codes (``FMT_*`` for the host, ``C_*`` constexprs for
   ``@triton.jit`` bodies) and ``KERNEL_FORMATS`` (quantizer name → code, stochastic rounding)
-- ``tiles``    rounding an fp32 tile to a format in registers (the scans' checkpoints): SR words,
+- ``philox``   stochastic-rounding bits in kernels: one ``tl.randint4x`` call per 8 elements, in the
+  counter layouts of ``quant/philox.py`` (``sr_bits`` for state tiles, ``flat_sr_bits`` for ``seed=``)
+- ``tiles``    rounding an fp32 tile to a format in registers (the scans' checkpoints):
   ``quantize_tile``, NVFP4 tiles, a flush's row-block store and its late NVFP4 pass, ``to_output``
 - ``state_io`` the decode kernels' packed pools: ``load_state`` / ``store_state`` / ``read_state_dot``,
   the program prologue ``program_slot``, ``softplus``

@@ -52,3 +52,38 @@ def replay_scan_buffers(out, like: torch.Tensor, state_shape, u0: torch.Tensor, 
     if split:
         r.copy_(r0)
     return y, u, r
+
+
+# The ReplaySSM T = 1 step in one launch or two (docs/design.md §7). Two launches: a scores kernel per
+# (group or key head, batch entry) writes the new token's B/k record and the window's scores once,
+# then the step kernel reads them — the fast form at large batch, where every head and row block
+# would otherwise recompute the same scores. One launch ("fused scores"): every step program computes
+# the scores it needs itself — at small batch the second launch costs more than the recomputation.
+# PROVISIONAL: the threshold below is a guess, not a measurement; the kernel benchmark times both
+# forms at small batch ("fused" rows of scripts/bench_kernels.py) to set it.
+FUSED_SCORES_MAX_HEAD_ROWS = 256
+
+
+def fused_scores_launch(batch: int, heads: int, T: int, flush: bool, fold_new: bool,
+                        override: bool | None) -> bool:
+    """Whether a replay step runs as one launch (fused scores). ``heads``: the state heads (Mamba-2
+    heads, GDN value heads). Only a one-token step has the one-launch form: a non-flush step or an
+    autoregressive flush (``fold_new``); verify steps (T > 1) always take two. ``override`` None:
+    the rule, ``batch · heads ≤ FUSED_SCORES_MAX_HEAD_ROWS``; True / False force a form."""
+    one_token = T == 1 and (fold_new or not flush)
+    if override is None:
+        return one_token and batch * heads <= FUSED_SCORES_MAX_HEAD_ROWS
+    if override and not one_token:
+        raise ValueError("fused_scores=True needs a one-token step (T = 1: non-flush, or a flush with "
+                         f"fold_new); got T = {T}, flush={flush}, fold_new={fold_new}")
+    return bool(override)
+
+
+def fused_nonflush_warps(bj: int) -> int:
+    """Warps of a one-launch non-flush program, which also holds the window's B (GDN: k) records as a
+    [ring, 128] tile (``bj``: the ring, at least 16). From register counts only (sm_90 compile,
+    scripts/kernel_resources.py), not timed: at the two-launch form's 2 warps Mamba-2 spilled from
+    ring 32 (fp32 read copy: 24 bytes of stack, 488 at ring 64) and GDN from an NVFP4 read copy
+    already at ring 16 (8 bytes); at 4 warps neither spilled up to ring 32, and at ring 64 GDN
+    from an fp32 read copy spilled 16 bytes at 4 warps and none at 8."""
+    return 4 if bj <= 32 else 8

@@ -3,7 +3,8 @@
 ``load_state`` returns a head's [BR, BC] tile as fp32 (decoded in registers), ``store_state`` rounds
 an fp32 tile and stores its codes, ``read_state_dot`` multiplies the stored codes with one or two
 vectors without building the fp32 tile. Element codecs are the integer helpers of
-``kernels/quant/codecs.py``; SR words come from ``tiles.sr_bits`` (quant/philox.py layout).
+``kernels/quant/codecs.py``; SR values come from ``philox.sr_bits`` (the quant/philox.py state-write
+layout, one Philox call per 8 columns).
 ``program_slot`` is the prologue of every decode-step program.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ import triton.language as tl
 from precision_lab.kernels.quant import codecs as qc
 
 from .formats import C_BF16, C_E4M3, C_E5M2, C_FP16, C_FP32, C_NVFP4
-from .tiles import sr_bits
+from .philox import sr_bits
 
 
 @triton.jit
@@ -174,15 +175,14 @@ def read_state_dot(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask,
 def store_state(x, d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C,
                 seed, seq, event, COPY: tl.constexpr, FMT: tl.constexpr, SR: tl.constexpr,
                 BR: tl.constexpr, BC: tl.constexpr):
-    """Round the fp32 tile x [BR, BC] to FMT (SR words from the counter of (seq, h, event, element))
+    """Round the fp32 tile x [BR, BC] to FMT (SR values from the counters of (seq, h, event, group))
     and store its codes. NVFP4 needs the whole head in the tile (BR >= R): its global scale is the
     amax of the matrix. Rows outside ``rmask`` and columns >= C are not stored."""
     row64 = (h * R + rows).to(tl.int64)
     cols = tl.arange(0, BC)
     mask = rmask[:, None] & (cols < C)[None, :]
     if SR:
-        elem = (rows[:, None] * C + cols[None, :]).to(tl.int64)
-        r = sr_bits(seed, seq, h, event, elem, COPY)
+        r = sr_bits(seed, seq, h, event, rows, C, COPY, BC)
     else:
         r = 0
     if FMT == C_NVFP4:

@@ -9,8 +9,10 @@ amax); a kernel that walks a matrix in row blocks parks the fp32 result of each 
 (``store_flush_block``) and rounds all blocks once the matrix's amax is known
 (``store_late_nvfp4``).
 
-SR bits follow quant/philox.py ``sr_offsets``: key ``layer_seed(seed, layer)``; counter
-``copy << 63 | event << 44 | seq << 28 | head << 16 | element`` (row-major element of [R, C]).
+SR bits come from ``sr_bits`` in ``kernels/common/philox.py`` (the state-write layout of
+quant/philox.py: one Philox call per 8 columns of a row). Tiles therefore span columns
+0..BLOCK_C-1 of their rows (BLOCK_C a multiple of 8), and callers pass the tile's ``rows`` and the
+matrix width ``C`` instead of element indices.
 """
 from __future__ import annotations
 
@@ -19,23 +21,14 @@ import triton.language as tl
 from precision_lab.kernels.quant import codecs as qc
 
 from .formats import C_BF16, C_E4M3, C_E5M2, C_FP16, C_FP32, C_NVFP4
-
-EVENT_SHIFT, SEQ_SHIFT, HEAD_SHIFT = tl.constexpr(44), tl.constexpr(28), tl.constexpr(16)
-
-
-@triton.jit
-def sr_bits(seed, seq, head, event, elem, COPY: tl.constexpr):
-    """tl.randint words for the elements ``elem`` (int64 block) of one state write (see module doc)."""
-    off = (event << EVENT_SHIFT) | (seq << SEQ_SHIFT) | (head.to(tl.int64) << HEAD_SHIFT) | elem
-    if COPY:
-        off = off.to(tl.uint64, bitcast=True) | 0x8000000000000000
-    return tl.randint(seed, off)
+from .philox import sr_bits
 
 
 @triton.jit
-def quantize_tile(x, mask, seed, seq, head, event, elem, COPY: tl.constexpr, FMT: tl.constexpr,
+def quantize_tile(x, mask, seed, seq, head, event, rows, C, COPY: tl.constexpr, FMT: tl.constexpr,
                   SR: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Round the fp32 tile x [BLOCK_R, BLOCK_C] (valid where ``mask``) to FMT; returns fp32 values.
+    """Round the fp32 tile x [BLOCK_R, BLOCK_C] (rows ``rows`` and columns 0..BLOCK_C-1 of a [R, C]
+    state matrix, valid where ``mask``) to FMT; returns fp32 values.
 
     Masked-out elements come back as 0 and take no part in NVFP4's amax.
     """
@@ -43,7 +36,7 @@ def quantize_tile(x, mask, seed, seq, head, event, elem, COPY: tl.constexpr, FMT
     if FMT != C_FP32:
         x = tl.where(mask, x, 0.0)
         if SR:
-            r = sr_bits(seed, seq, head, event, elem, COPY)
+            r = sr_bits(seed, seq, head, event, rows, C, COPY, BLOCK_C)
         else:
             r = 0
         if FMT == C_BF16:
@@ -86,12 +79,13 @@ def nvfp4_tile(x, s_enc, s_dec, r, SR: tl.constexpr, BLOCK_R: tl.constexpr, BLOC
 
 
 @triton.jit
-def nvfp4_tile_sr(x, mask, s_enc, s_dec, seed, seq, head, event, elem, COPY: tl.constexpr, SR: tl.constexpr,
+def nvfp4_tile_sr(x, mask, s_enc, s_dec, seed, seq, head, event, rows, C, COPY: tl.constexpr, SR: tl.constexpr,
                   BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """``nvfp4_tile`` of a row block of a state matrix, drawing its SR bits (masked elements → 0)."""
+    """``nvfp4_tile`` of a row block (``rows``) of a [R, C] state matrix, drawing its SR bits (masked
+    elements → 0)."""
     x = tl.where(mask, x, 0.0)
     if SR:
-        r = sr_bits(seed, seq, head, event, elem, COPY)
+        r = sr_bits(seed, seq, head, event, rows, C, COPY, BLOCK_C)
     else:
         r = 0
     return tl.where(mask, nvfp4_tile(x, s_enc, s_dec, r, SR, BLOCK_R, BLOCK_C), 0.0)
@@ -125,23 +119,23 @@ def checkpoint_ptrs(u_ptr, r_ptr, SPLIT: tl.constexpr, READ_LATE: tl.constexpr):
 
 
 @triton.jit
-def store_flush_block(b_s, mask, amax, u_ptr, r_ptr, park_ptr, p_st, seed, seq, head, event, elem,
+def store_flush_block(b_s, mask, amax, u_ptr, r_ptr, park_ptr, p_st, seed, seq, head, event, rows, C,
                       UPD_FMT: tl.constexpr, UPD_SR: tl.constexpr, READ_FMT: tl.constexpr, READ_SR: tl.constexpr,
                       SPLIT: tl.constexpr, UPD_LATE: tl.constexpr, READ_LATE: tl.constexpr,
                       BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """One row block (offsets ``p_st``, valid where ``mask``) of a flush's fp32 state ``b_s``: the
-    element-format copies are rounded and stored now (update copy bit 0, read copy bit 1); with an
-    NVFP4 copy the block is parked in fp32 and its amax joins ``amax`` (returned) for
-    ``store_late_nvfp4``."""
+    """One row block (rows ``rows`` of the [R, C] matrix, at offsets ``p_st``, valid where ``mask``) of
+    a flush's fp32 state ``b_s``: the element-format copies are rounded and stored now (update copy
+    bit 0, read copy bit 1); with an NVFP4 copy the block is parked in fp32 and its amax joins
+    ``amax`` (returned) for ``store_late_nvfp4``."""
     if UPD_LATE or READ_LATE:
         b_s = tl.where(mask, b_s, 0.0)
         amax = tl.maximum(amax, tile_amax_bits(b_s))
         tl.store(park_ptr + p_st, b_s, mask=mask)
     if not UPD_LATE:
-        tl.store(u_ptr + p_st, quantize_tile(b_s, mask, seed, seq, head, event, elem, 0, UPD_FMT, UPD_SR,
+        tl.store(u_ptr + p_st, quantize_tile(b_s, mask, seed, seq, head, event, rows, C, 0, UPD_FMT, UPD_SR,
                                              BLOCK_R, BLOCK_C), mask=mask)
     if SPLIT and not READ_LATE:
-        tl.store(r_ptr + p_st, quantize_tile(b_s, mask, seed, seq, head, event, elem, 1, READ_FMT,
+        tl.store(r_ptr + p_st, quantize_tile(b_s, mask, seed, seq, head, event, rows, C, 1, READ_FMT,
                                              READ_SR, BLOCK_R, BLOCK_C), mask=mask)
     return amax
 
@@ -151,7 +145,7 @@ def store_late_nvfp4(park_ptr, u_ptr, r_ptr, amax, p_head, R, C, o_c, m_c, seed,
                      UPD_SR: tl.constexpr, READ_SR: tl.constexpr, UPD_LATE: tl.constexpr, READ_LATE: tl.constexpr,
                      BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, NUM_R: tl.constexpr):
     """The second pass of a flush with an NVFP4 copy: the matrix [R, C] at ``p_head`` (columns
-    ``o_c``, valid where ``m_c``) parked in fp32 by ``store_flush_block``, rounded block by block
+    ``o_c`` = 0..BLOCK_C-1, valid where ``m_c``) parked in fp32 by ``store_flush_block``, rounded block by block
     with the global scales of its ``amax`` into the NVFP4 update (``UPD_LATE``) and read
     (``READ_LATE``) copies."""
     tl.debug_barrier()
@@ -160,13 +154,12 @@ def store_late_nvfp4(park_ptr, u_ptr, r_ptr, amax, p_head, R, C, o_c, m_c, seed,
         o_r = i_r * BLOCK_R + tl.arange(0, BLOCK_R)
         m_rc = (o_r < R)[:, None] & m_c[None, :]
         p_st = p_head + o_r[:, None] * C + o_c[None, :]
-        elem = (o_r[:, None] * C + o_c[None, :]).to(tl.int64)
         b_s = tl.load(park_ptr + p_st, mask=m_rc, other=0.0)
         if UPD_LATE:
-            tl.store(u_ptr + p_st, nvfp4_tile_sr(b_s, m_rc, s_enc, s_dec, seed, seq, head, event, elem, 0,
+            tl.store(u_ptr + p_st, nvfp4_tile_sr(b_s, m_rc, s_enc, s_dec, seed, seq, head, event, o_r, C, 0,
                                                  UPD_SR, BLOCK_R, BLOCK_C), mask=m_rc)
         if READ_LATE:
-            tl.store(r_ptr + p_st, nvfp4_tile_sr(b_s, m_rc, s_enc, s_dec, seed, seq, head, event, elem, 1,
+            tl.store(r_ptr + p_st, nvfp4_tile_sr(b_s, m_rc, s_enc, s_dec, seed, seq, head, event, o_r, C, 1,
                                                  READ_SR, BLOCK_R, BLOCK_C), mask=m_rc)
 
 

@@ -11,7 +11,9 @@ state before position p applied to a vector x is
 
 * non-flush, T = 1: the output-only form above with S_b = READ copy, lo = 0: S_b is read once for
   both ``S_b q̃`` and ``S_b k`` and ``d = β (v − α S_{W-1} k)``, ``o = α S_{W-1} q̃ + (k·q̃) d``; the
-  scores k_j·q̃, k_j·k come from a pre-kernel run once per key head. Writes only o and the record.
+  scores k_j·q̃, k_j·k come from a pre-kernel run once per key head (which also normalises q, k and
+  writes the k record), or, in the one-launch form used at small batch (``fused_scores``), from the
+  program itself. Writes only o and the record.
 * flush: the W buffered records are folded into the UPDATE checkpoint in fp32, in registers, one
   record at a time (oldest first): ``recompute=True`` (docs/design.md §4, gdn_fold="recompute") runs the
   recurrence itself, d'_j = β_j (v_j − α_j S k_j), S ← α_j S + d'_j k_jᵀ — the reference's d'_j
@@ -42,7 +44,13 @@ import torch
 import triton
 import triton.language as tl
 from precision_lab.kernels.common.formats import C_E4M3, C_FP32, C_NVFP4, FMT_FP32
-from precision_lab.kernels.common.launch import as_i64, pow2, warps_for_tile
+from precision_lab.kernels.common.launch import (
+    as_i64,
+    fused_nonflush_warps,
+    fused_scores_launch,
+    pow2,
+    warps_for_tile,
+)
 from precision_lab.kernels.common.state_io import program_slot
 from precision_lab.kernels.decode_state import (
     FMT_NVFP4,
@@ -115,6 +123,37 @@ def gdn_conventional_step_kernel(
 
 
 @triton.jit
+def _new_qk(q_ptr, k_ptr, bk, C, scale, NORM: tl.constexpr, BC: tl.constexpr):
+    """A new token's q̃ = scale·l2norm(q) and k = l2norm(k) (fp32 [BC], 0 past C; ``bk``: its (token,
+    key head) row), and the factors f_q, f_k with q̃ ≈ f_q·q, k ≈ f_k·k (one rounding apart)."""
+    cols = tl.arange(0, BC)
+    m_c = cols < C
+    q = tl.load(q_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32)
+    k = tl.load(k_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32)
+    if NORM:
+        r_q = tl.rsqrt(tl.sum(q * q, 0) + 1e-6)
+        r_k = tl.rsqrt(tl.sum(k * k, 0) + 1e-6)
+        return scale * (q * r_q), k * r_k, scale * r_q, r_k
+    else:
+        return scale * q, k, scale, 1.0
+
+
+@triton.jit
+def _k_window(rk, start, jj, m_hist, cols, m_c, Hk, C, RING):
+    """The key head's k records as a [BJ, BC] tile over logical window positions jj (ring position
+    ``(start + j) & (RING-1)``), 0 outside ``m_hist``; ``rk``: the slot's record of the key head at
+    ring position 0 (``rk_ptr + slot·s_rk + kh·C``)."""
+    pos = ((start + jj) & (RING - 1)).to(tl.int64)
+    return tl.load(rk + (pos * Hk)[:, None] * C + cols[None, :], mask=m_hist[:, None] & m_c[None, :], other=0)
+
+
+@triton.jit
+def _scores(t_k, b_q, b_k):
+    """(k_j·q̃, k_j·k) for every row j of the window tile t_k [BJ, BC]."""
+    return tl.sum(t_k * b_q[None, :], 1), tl.sum(t_k * b_k[None, :], 1)
+
+
+@triton.jit
 def gdn_replay_scores_kernel(
     rk_ptr, s_rk, slot_ptr, start_ptr, wlen_ptr, q_ptr, k_ptr, qn_ptr, kn_ptr, kq_ptr, kk_ptr, scale,
     Hk, C, RING,
@@ -124,7 +163,8 @@ def gdn_replay_scores_kernel(
     """Per (key head, batch entry): normalise the T new q/k (q̃ = scale·q) into qn, kn [B, T, Hk, K]
     and write the new k records. With SCORES (the output-only step, T = 1) also the scores k_j·q̃,
     k_j·k of every window position j (the new token at j = W) into kq, kk [B, T, Hk, BJ]; otherwise
-    only k_t·q̃_t into kq [B, T, Hk]. Once per key head instead of once per value head and row block."""
+    only k_t·q̃_t into kq [B, T, Hk]. Once per key head instead of once per value head and row block.
+    The step kernel's one-launch form (FUSED) computes the same with the same helpers."""
     i_kh, i_b = tl.program_id(0), tl.program_id(1)
     slot = tl.load(slot_ptr + i_b).to(tl.int64)
     start = tl.load(start_ptr + i_b)
@@ -136,13 +176,10 @@ def gdn_replay_scores_kernel(
     m_hist = (jj < W) & ((jj * 0 + slot) >= 0)
     slot = tl.maximum(slot, 0)
     if SCORES:
-        pos = ((start + jj) & (RING - 1)).to(tl.int64)
-        t_k = tl.load(rk_ptr + slot * s_rk + (pos * Hk + i_kh)[:, None] * C + cols[None, :],
-                      mask=m_hist[:, None] & m_c[None, :], other=0)
+        t_k = _k_window(rk_ptr + slot * s_rk + i_kh * C, start, jj, m_hist, cols, m_c, Hk, C, RING)
     for t in tl.static_range(T):
         bk = (i_b.to(tl.int64) * T + t) * Hk + i_kh
-        b_q = scale * _l2norm(tl.load(q_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32), NORM)
-        b_k = _l2norm(tl.load(k_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32), NORM)
+        b_q, b_k, _, _ = _new_qk(q_ptr, k_ptr, bk, C, scale, NORM, BC)
         tl.store(qn_ptr + bk * C + cols, b_q, mask=m_c)
         tl.store(kn_ptr + bk * C + cols, b_k, mask=m_c)
         if not FOLD_NEW:
@@ -150,8 +187,9 @@ def gdn_replay_scores_kernel(
             tl.store(rk_ptr + slot * s_rk + (q * Hk + i_kh) * C + cols, b_k, mask=m_cv)
         if SCORES:
             t_k = tl.where((jj == W + t)[:, None], b_k[None, :], t_k)
-            tl.store(kq_ptr + bk * BJ + jj, tl.sum(t_k * b_q[None, :], 1))
-            tl.store(kk_ptr + bk * BJ + jj, tl.sum(t_k * b_k[None, :], 1))
+            sc_q, sc_k = _scores(t_k, b_q, b_k)
+            tl.store(kq_ptr + bk * BJ + jj, sc_q)
+            tl.store(kk_ptr + bk * BJ + jj, sc_k)
         else:
             tl.store(kq_ptr + bk, tl.sum(b_k * b_q, 0))
 
@@ -225,6 +263,12 @@ def _store4(x0, x1, x2, x3, d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row
     else:
         store_state(_join4(x0, x1, x2, x3, BR, BC, ILV), d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows,
                     m_r, R, C, seed, seq, ev, COPY, FMT, SR, BR, BC)
+
+
+@triton.jit
+def _quarters(x, BC: tl.constexpr, ILV: tl.constexpr):
+    """A K-vector x [BC] held in registers as column quarters [1, BC/4] (what ``_vec4`` loads)."""
+    return _split4(x[None, :], 1, BC, ILV)
 
 
 @triton.jit
@@ -306,16 +350,24 @@ def gdn_replay_step_kernel(
     r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,                       # read copy
     rk_ptr, rd_ptr, rv_ptr, ra_ptr, rbeta_ptr, s_rk, s_rd, s_ra,  # records (slot strides; v as d, beta as a)
     slot_ptr, start_ptr, wlen_ptr, seq_ptr, ev_ptr, seed,
-    qn_ptr, kn_ptr, kq_ptr, kk_ptr, v_ptr, g_ptr, beta_ptr, o_ptr,
+    q_ptr, k_ptr, qn_ptr, kn_ptr, kq_ptr, kk_ptr, v_ptr, g_ptr, beta_ptr, o_ptr, scale,
     Hk, Hv, R, C, RING,
     T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, SPLIT: tl.constexpr,
-    RECOMPUTE: tl.constexpr,
+    RECOMPUTE: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr,
 ):
+    # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
+    # normalises the new q, k from the inputs (q_ptr, k_ptr) and computes the scores it needs itself,
+    # and one program per (key head, batch entry) writes the new k record (the output-only block)
+    tl.static_assert((not FUSED) or (T == 1 and (FOLD_NEW or not FLUSH)))
     i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
     i_kh = i_h // (Hv // Hk)
     valid = slot >= 0
+    cols = tl.arange(0, BC)
+    m_c = cols < C
+    # the writer of the key head's new k record in the one-launch form: its first value head, row block 0
+    m_own = m_c & ((cols * 0 + slot) >= 0) & ((cols * 0 + i_r) == 0) & ((cols * 0 + i_h % (Hv // Hk)) == 0)
     start = tl.load(start_ptr + i_b)
     n_w = tl.where(valid, tl.load(wlen_ptr + i_b), 0)  # a skipped entry has an empty window
     slot = tl.maximum(slot, 0)
@@ -329,6 +381,8 @@ def gdn_replay_step_kernel(
     ILV: tl.constexpr = (not FLUSH) and T == 1 and RFMT != C_FP32
     # the output-only step reads S_b q̃ and S_b k straight from FP8/NVFP4 codes (no decoded tile)
     FROM_CODES: tl.constexpr = (not FLUSH) and T == 1 and (RFMT == C_E4M3 or RFMT == C_NVFP4)
+    if FUSED:  # the new token's q̃, k as the scores kernel computes them (same helper)
+        n_q, n_k, f_q, f_k = _new_qk(q_ptr, k_ptr, i_b.to(tl.int64) * Hk + i_kh, C, scale, NORM, BC)
 
     if FLUSH:
         s0, s1, s2, s3 = _load4(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, ILV)
@@ -345,8 +399,12 @@ def gdn_replay_step_kernel(
             # autoregressive flush: the new token is a conventional step on the fp32 state
             bh = i_b.to(tl.int64) * Hv + i_h
             bk = i_b.to(tl.int64) * Hk + i_kh
-            q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
-            k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
+            if FUSED:
+                q0, q1, q2, q3 = _quarters(n_q, BC, ILV)
+                k0, k1, k2, k3 = _quarters(n_k, BC, ILV)
+            else:
+                q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
+                k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
             b_v = tl.load(v_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
             alpha = tl.exp(tl.load(g_ptr + bh).to(tl.float32))
             beta = tl.load(beta_ptr + bh).to(tl.float32)
@@ -364,7 +422,8 @@ def gdn_replay_step_kernel(
 
     if (not FLUSH) and T == 1:
         # output-only step: S_{W-1} x = e^{c_W} (S_b x) + Σ_j e^{c_W − c_j} (k_j·x) d_j with S_b the read
-        # copy; scores k_j·q̃, k_j·k from the pre-kernel (position W: the new token's k·q̃).
+        # copy; scores k_j·q̃, k_j·k from the pre-kernel (position W: the new token's k·q̃), or, in the
+        # one-launch form, computed here with the pre-kernel's helpers.
         jj = tl.arange(0, BJ)
         m_win = jj < n_w
         pos = ((start + jj) & (RING - 1)).to(tl.int64)
@@ -372,18 +431,33 @@ def gdn_replay_step_kernel(
         h_d = tl.load(rd[None, :] + (pos * Hv * R)[:, None], mask=m_win[:, None] & m_r[None, :], other=0)
         bh = i_b.to(tl.int64) * Hv + i_h
         bk = i_b.to(tl.int64) * Hk + i_kh
-        if not FROM_CODES:
-            q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
-            k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
-        sc_q = tl.load(kq_ptr + bk * BJ + jj)
-        sc_k = tl.load(kk_ptr + bk * BJ + jj)
+        if FUSED:
+            if not FROM_CODES:
+                q0, q1, q2, q3 = _quarters(n_q, BC, ILV)
+                k0, k1, k2, k3 = _quarters(n_k, BC, ILV)
+            t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
+            sc_q, sc_k = _scores(tl.where((jj == n_w)[:, None], n_k[None, :], t_k), n_q, n_k)
+        else:
+            if not FROM_CODES:
+                q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
+                k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
+            sc_q = tl.load(kq_ptr + bk * BJ + jj)
+            sc_k = tl.load(kk_ptr + bk * BJ + jj)
         b_v = tl.load(v_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
         g = tl.load(g_ptr + bh).to(tl.float32)
         beta = tl.load(beta_ptr + bh).to(tl.float32)
         tot = tl.sum(h_a, 0)
         decay = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
         e_tot = tl.exp(tot)
-        if FROM_CODES:
+        if FROM_CODES and FUSED:
+            # the products with the raw inputs, scaled by the normalisation factors afterwards (the
+            # normalised vectors are in registers here, and read_state_dot reads its vectors from
+            # memory): the same values as the two-launch form's up to fp32 rounding
+            sb_q, sb_k = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
+                                        q_ptr + bk * C, k_ptr + bk * C, RFMT, BR, BC, HW, True)
+            sb_q = f_q * sb_q
+            sb_k = f_k * sb_k
+        elif FROM_CODES:
             sb_q, sb_k = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
                                         qn_ptr + bk * C, kn_ptr + bk * C, RFMT, BR, BC, HW, True)
         else:
@@ -401,6 +475,16 @@ def gdn_replay_step_kernel(
         if RECOMPUTE:
             tl.store(rv + qp * Hv * R, b_v, mask=m_r)
             tl.store(rbeta + qp * Hv, beta, mask=valid & (i_r == 0))
+        if FUSED:
+            # One launch: the key head's new k record is written here, by one program per (key head,
+            # batch entry), at logical position W. No program of this launch reads it, so programs
+            # running concurrently on a GPU cannot race on it: every program reads the key head's k
+            # records only at positions jj < W (the score tile above; a non-flush step has no fold)
+            # and takes the new token's k from the inputs, and position W is a different ring slot
+            # from all of them — (start + j) & (RING-1) is one-to-one on 0 <= j < RING and
+            # W < L <= RING. (The interpreter runs programs one after another and would hide a race;
+            # this argument is what rules it out on the GPU.)
+            tl.store(rk + qp * Hk * C + cols, n_k, mask=m_own)
     elif not FOLD_NEW:
         # drafts (verify, T > 1; speculative flush): S_{W-1} formed in registers — the history's closed
         # form on the read copy (a flush has folded it already) — then each draft a step on it, never
@@ -513,13 +597,20 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
                     fold_new: bool = False, recompute: bool = True, seq_ids: torch.Tensor | None = None,
                     events: torch.Tensor | int = 1, seed: int = 0, layer: int = 0,
                     block_r: int | None = None, num_warps: int | None = None,
-                    out: torch.Tensor | None = None) -> torch.Tensor:
+                    fused_scores: bool | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM GDN step for T = v.shape[1] tokens (see the module docstring).
 
     update / read: PackedState pools [S, Hv, V, K] (read=None: shared mode); records: ring buffers;
     start, wlen [B] int32 window pointers (the caller advances them: ``precision_lab.engines.triton_decode.advance``); q, k
     [B, T, Hk, K]; v [B, T, Hv, V]; g, beta [B, T, Hv]. Returns o [B, T, Hv, V]. block_r /
     num_warps override the launch shape (``_replay_launch``).
+    fused_scores: run a one-token step (non-flush, or flush with fold_new) as one launch, every
+    program normalising q, k and computing its scores k_j·q̃, k_j·k itself, instead of a scores
+    kernel per key head followed by the step kernel; None = the batch-size rule
+    (``kernels/common/launch.py``, ``fused_scores_launch``, provisional until measured). Both forms
+    store the same state codes and k, v, a, β records bit for bit where their normalisations of q and
+    k agree (always without ``qk_l2norm``; on a GPU the two kernels may sum Σk² in different orders);
+    outputs and d records agree up to fp32 rounding (so does a later buffered fold of those d's).
     """
     Bsz, T, Hk, K = q.shape
     Hv, V = v.shape[2:]
@@ -540,22 +631,29 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
                             read.code == FMT_FP32, sr=flush and (update.sr or read.sr))
     bj = max(records.ring, 16)
     slots32, start32, wlen32 = (t.to(torch.int32).contiguous() for t in (slots, start, wlen))
-    qn = torch.empty(Bsz, T, Hk, K, dtype=torch.float32, device=dev)
-    kn = torch.empty_like(qn)
-    scores = not flush and T == 1  # only the output-only step reads them
-    kq = torch.empty((Bsz, T, Hk) + ((bj,) if scores else ()), dtype=torch.float32, device=dev)
-    kk = torch.empty_like(kq) if scores else kq
-    gdn_replay_scores_kernel[(Hk, Bsz)](
-        records.k, records.k.stride(0), slots32, start32, wlen32, q.contiguous(), k.contiguous(), qn, kn, kq, kk,
-        float(K ** -0.5 if scale is None else scale), Hk, K, records.ring,
-        T=T, SCORES=scores, FOLD_NEW=fold_new, NORM=qk_l2norm, BC=bc, BJ=bj, num_warps=4)
+    q, k = q.contiguous(), k.contiguous()
+    scale = float(K ** -0.5 if scale is None else scale)
+    fused = fused_scores_launch(Bsz, Hv, T, flush, fold_new, fused_scores)
+    if fused and not flush:  # the window's k records as a [ring, K] tile too: more warps (no spill)
+        nw = max(nw, fused_nonflush_warps(bj))
+    if fused:  # no scores kernel: the step programs read q and k themselves (qn .. kk are not read)
+        qn = kn = kq = kk = records.a
+    else:
+        qn = torch.empty(Bsz, T, Hk, K, dtype=torch.float32, device=dev)
+        kn = torch.empty_like(qn)
+        scores = not flush and T == 1  # only the output-only step reads them
+        kq = torch.empty((Bsz, T, Hk) + ((bj,) if scores else ()), dtype=torch.float32, device=dev)
+        kk = torch.empty_like(kq) if scores else kq
+        gdn_replay_scores_kernel[(Hk, Bsz)](
+            records.k, records.k.stride(0), slots32, start32, wlen32, q, k, qn, kn, kq, kk, scale, Hk, K,
+            records.ring, T=T, SCORES=scores, FOLD_NEW=fold_new, NORM=qk_l2norm, BC=bc, BJ=bj, num_warps=4)
     gdn_replay_step_kernel[(triton.cdiv(V, br), Hv, Bsz)](
         *update.kernel_args(), *read.kernel_args(),
         records.k, records.d, records.v, records.a, records.beta,
         records.k.stride(0), records.d.stride(0), records.a.stride(0),
         slots32, start32, wlen32, as_i64(seq_ids, Bsz, dev), as_i64(events, Bsz, dev), sr_seed(seed, layer),
-        qn, kn, kq, kk, v, g.contiguous(), beta.contiguous(), o, Hk, Hv, V, K, records.ring,
-        T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute,
+        q, k, qn, kn, kq, kk, v, g.contiguous(), beta.contiguous(), o, scale, Hk, Hv, V, K, records.ring,
+        T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, NORM=qk_l2norm, FUSED=fused,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, num_warps=num_warps or nw, enable_fp_fusion=False)
     return o

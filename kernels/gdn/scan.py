@@ -140,7 +140,6 @@ def gdn_replay_scan_fwd_kernel(
             m_r = o_r < V
             m_rk = m_r[:, None] & m_k[None, :]
             p_st = p_head + o_r[:, None] * K + o_k[None, :]
-            elem = (o_r[:, None] * K + o_k[None, :]).to(tl.int64)
             m_tr = m_t[:, None] & m_r[None, :]
             b_v = tl.load(v_ptr + p_bth[:, None] * V + o_r[None, :], mask=m_tr, other=0.0).to(tl.float32)
             b_rd = tl.load(rd_ptr + p_st, mask=m_rk, other=0.0)                                 # [R, K]
@@ -165,7 +164,7 @@ def gdn_replay_scan_fwd_kernel(
                     b_up = b_rd
                 b_s = b_up * tl.exp(c_last) + tl.dot(tl.trans(b_d * b_wk[:, None]), b_k, input_precision=DOT_PRECISION)
                 b_o = tl.where(is_last[:, None], tl.sum(b_s * b_ql[None, :], 1)[None, :], b_o)
-                amax = store_flush_block(b_s, m_rk, amax, u_ptr, r_ptr, park_ptr, p_st, seed, seq, i_h, event, elem,
+                amax = store_flush_block(b_s, m_rk, amax, u_ptr, r_ptr, park_ptr, p_st, seed, seq, i_h, event, o_r, K,
                                          UPD_FMT, UPD_SR, READ_FMT, READ_SR, SPLIT, UPD_LATE, READ_LATE,
                                          BLOCK_R, BLOCK_K)
             tl.store(o_ptr + p_bth[:, None] * V + o_r[None, :], to_output(b_o, o_ptr.dtype.element_ty), mask=m_tr)
@@ -197,7 +196,6 @@ def gdn_recurrent_scan_fwd_kernel(
     p_state = i_bh.to(tl.int64) * V * K + o_r[:, None] * K + o_k[None, :]
     b_s = tl.load(s0_ptr + p_state, mask=m_rk, other=0.0)
     seq = tl.load(seq_ptr + i_b).to(tl.int64)
-    elem = (o_r[:, None] * K + o_k[None, :]).to(tl.int64)
 
     for t in range(T):
         p_bth = (i_b64 * T + t) * HV + i_h
@@ -213,7 +211,7 @@ def gdn_recurrent_scan_fwd_kernel(
         b_o = tl.sum(b_s * b_q[None, :], 1)
         tl.store(o_ptr + p_bth * V + o_r, to_output(b_o, o_ptr.dtype.element_ty), mask=m_r)
         if FMT != C_FP32:
-            b_s = quantize_tile(b_s, m_rk, seed, seq, i_h, (event0 + t).to(tl.int64), elem, 0, FMT, SR, BLOCK_R, BLOCK_K)
+            b_s = quantize_tile(b_s, m_rk, seed, seq, i_h, (event0 + t).to(tl.int64), o_r, K, 0, FMT, SR, BLOCK_R, BLOCK_K)
 
     tl.store(s_ptr + p_state, b_s, mask=m_rk)
 

@@ -23,6 +23,10 @@ holding everything before lo, the output of the token at position p is the outpu
 
 Launch: one program per (row block of P, head, batch entry); a program streams its rows of the
 head's state (contiguous) once. ``slots[b] = -1`` skips the entry (zero output, nothing stored).
+Before it, a scores kernel per (group, batch entry) writes the new tokens' B records and the scores
+B_j·C_t of the window, which every head of the group would otherwise recompute; a one-token step at
+small batch runs as one launch instead (``fused_scores``): each program computes its scores itself
+and one program per (group, batch entry) writes the B record (docs/design.md §7).
 ``decode_reference.py`` computes the same things in torch, in the same order.
 
 What makes it fast (H200 measurements in ``reports/bench``): the autoregressive non-flush step
@@ -36,7 +40,13 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from precision_lab.kernels.common.launch import as_i64, pow2, warps_for_tile
+from precision_lab.kernels.common.launch import (
+    as_i64,
+    fused_nonflush_warps,
+    fused_scores_launch,
+    pow2,
+    warps_for_tile,
+)
 from precision_lab.kernels.common.state_io import program_slot
 from precision_lab.kernels.decode_state import (
     FMT_NVFP4,
@@ -115,6 +125,21 @@ def mamba2_conventional_step_kernel(
 
 
 @triton.jit
+def _b_window(rb, start, jj, m_hist, cols, m_c, G, C, RING):
+    """The group's B records as a [BJ, BC] tile over logical window positions jj (ring position
+    ``(start + j) & (RING-1)``), 0 outside ``m_hist``; ``rb``: the slot's record of group g at ring
+    position 0 (``rb_ptr + slot·s_rb + g·C``)."""
+    pos = ((start + jj) & (RING - 1)).to(tl.int64)
+    return tl.load(rb + (pos * G)[:, None] * C + cols[None, :], mask=m_hist[:, None] & m_c[None, :], other=0)
+
+
+@triton.jit
+def _scores(t_b, b_c):
+    """score_j = B_j·C_t for every row j of the window tile t_b [BJ, BC] (C_t: b_c [BC])."""
+    return tl.sum(t_b * b_c[None, :], 1)
+
+
+@triton.jit
 def mamba2_replay_scores_kernel(
     rb_ptr, s_rb, slot_ptr, start_ptr, wlen_ptr, B_ptr, C_ptr, sc_ptr,
     G, C, RING,
@@ -122,7 +147,8 @@ def mamba2_replay_scores_kernel(
 ):
     """Per (group, batch entry): write the T new B records and the scores B_j·C_t of every window
     position j for every new token t into sc [B, G, T, BJ] — once per group instead of once per
-    head and row block (the group's B records would otherwise be re-read by every program)."""
+    head and row block (the group's B records would otherwise be re-read by every program). The
+    step kernel's one-launch form (FUSED) computes the same scores with the same helpers."""
     i_g, i_b = tl.program_id(0), tl.program_id(1)
     slot = tl.load(slot_ptr + i_b).to(tl.int64)
     start = tl.load(start_ptr + i_b)
@@ -136,9 +162,7 @@ def mamba2_replay_scores_kernel(
     else:
         m_hist = (jj < W) & ((jj * 0 + slot) >= 0)
     slot = tl.maximum(slot, 0)
-    pos = ((start + jj) & (RING - 1)).to(tl.int64)
-    t_b = tl.load(rb_ptr + slot * s_rb + (pos * G + i_g)[:, None] * C + cols[None, :],
-                  mask=m_hist[:, None] & m_c[None, :], other=0)
+    t_b = _b_window(rb_ptr + slot * s_rb + i_g * C, start, jj, m_hist, cols, m_c, G, C, RING)
     for t in tl.static_range(T):
         btg = (i_b.to(tl.int64) * T + t) * G + i_g
         n_b = tl.load(B_ptr + btg * C + cols, mask=m_c, other=0).to(tl.float32)
@@ -149,7 +173,7 @@ def mamba2_replay_scores_kernel(
     for t in tl.static_range(T):
         btg = (i_b.to(tl.int64) * T + t) * G + i_g
         b_c = tl.load(C_ptr + btg * C + cols, mask=m_c, other=0).to(tl.float32)
-        tl.store(sc_ptr + btg * BJ + jj, tl.sum(t_b * b_c[None, :], 1))
+        tl.store(sc_ptr + btg * BJ + jj, _scores(t_b, b_c))
 
 
 @triton.jit
@@ -164,8 +188,12 @@ def mamba2_replay_step_kernel(
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
-    FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr,
+    FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, STATE_PREC: tl.constexpr, FUSED: tl.constexpr,
 ):
+    # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
+    # computes the scores it needs itself, and one program per (group, batch entry) writes the new
+    # token's B record (see the T = 1 block below)
+    tl.static_assert((not FUSED) or (T == 1 and (FOLD_NEW or not FLUSH)))
     i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
     i_g = i_h // (H // G)
     valid = slot >= 0
@@ -178,6 +206,8 @@ def mamba2_replay_step_kernel(
     slot_ok = (jj * 0 + slot) >= 0
     tt = tl.arange(0, TP)  # draft index (T > 1)
     m_t = (tt < T) & ((tt * 0 + slot) >= 0)
+    # the writer of the group's new B record in the one-launch form: its first head, row block 0
+    m_own = m_c & ((cols * 0 + slot) >= 0) & ((cols * 0 + i_r) == 0) & ((cols * 0 + i_h % (H // G)) == 0)
     slot = tl.maximum(slot, 0)
 
     A = tl.load(A_ptr + i_h).to(tl.float32)
@@ -209,6 +239,17 @@ def mamba2_replay_step_kernel(
             q = ((start + W) & (RING - 1)).to(tl.int64)
             tl.store(ru_ptr + slot * s_ru + (q * H + i_h) * R + rows, n_u, mask=m_r)
             tl.store(ra_ptr + slot * s_ra + q * H + i_h, n_a, mask=valid & (i_r == 0))
+            if FUSED:
+                # One launch: the group's new B record is written here, by one program per (group,
+                # batch entry), at logical position W. No program of this launch reads it, so
+                # programs running concurrently on a GPU cannot race on it: every program reads the
+                # group's B records only at positions jj < W (the score tile below; a non-flush step
+                # has no fold) and takes the new token's B from the inputs, and position W is a
+                # different ring slot from all of them — (start + j) & (RING-1) is one-to-one on
+                # 0 <= j < RING and W < L <= RING. (The interpreter runs programs one after another
+                # and would hide a race; this argument is what rules it out on the GPU.)
+                n_b = tl.load(B_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
+                tl.store(rb_ptr + slot * s_rb + (q * G + i_g) * C + cols, n_b, mask=m_own)
 
     if FLUSH:
         b_s = load_state(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC)
@@ -273,7 +314,7 @@ def mamba2_replay_step_kernel(
         w_new = tl.where(causal, w_new * tl.exp(c_new[:, None] - c_new[None, :]), 0.0)
         c_t = tl.load(C_ptr + (bt * G + i_g)[:, None] * C + cols[None, :], mask=m_t[:, None] & m_c[None, :],
                       other=0).to(tl.float32)
-        b_y = tl.exp(c_new)[:, None] * tl.dot(c_t, tl.trans(b_s), input_precision=VERIFY_PREC) + \
+        b_y = tl.exp(c_new)[:, None] * tl.dot(c_t, tl.trans(b_s), input_precision=STATE_PREC) + \
             tl.dot(w_new, n_u, input_precision=VERIFY_PREC)
         if not FLUSH:
             m_h = m_t[:, None] & m_win[None, :]
@@ -297,7 +338,16 @@ def mamba2_replay_step_kernel(
         w_a = tl.where(m_w, t_a, 0.0)
         tot = tl.sum(w_a, 0)
         decay = tl.where(m_w, tl.exp(tot - tl.cumsum(w_a, 0)), 0.0)
-        score = tl.load(sc_ptr + bg * BJ + jj)
+        if not FUSED:
+            score = tl.load(sc_ptr + bg * BJ + jj)
+        elif FOLD_NEW:
+            score = tl.zeros([BJ], dtype=tl.float32)  # the window lo..W is empty: no score is used
+        else:
+            # the scores kernel's scores, computed here (same helpers, same order): the window's B
+            # records (jj < W) with the new token's B at position W, dotted with C_t
+            b_c = tl.load(C_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
+            t_b = _b_window(rb_ptr + slot * s_rb + i_g * C, start, jj, m_win, cols, m_c, G, C, RING)
+            score = _scores(tl.where((jj == W)[:, None], n_b[None, :], t_b), b_c)
         b_y = tl.exp(tot) * s_c + tl.sum((decay * score)[:, None] * t_u, 0)
         b_x = tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
         if HAS_D:
@@ -334,11 +384,23 @@ FLUSH_BLOCK_R = 32
 NONFLUSH_NUM_WARPS = 2
 
 
-def _replay_warps(T: int, flush: bool) -> int:
+def _replay_warps(T: int, flush: bool, fused: bool = False, bj: int = 16) -> int:
     """Warps of a replay program. (A flush that stores NVFP4 holds the whole head's [64, 128] tile and
     spills 48-104 bytes at 4 warps in an sm_90 compile, none at 8, but 8 warps measured no faster on
     the H200: 1566 against 1550 µs with an fp32 update copy, 4376 against 4353 with fp16-SR.)"""
-    return NONFLUSH_NUM_WARPS if T == 1 and not flush else 4
+    if T == 1 and not flush:
+        return fused_nonflush_warps(bj) if fused else NONFLUSH_NUM_WARPS
+    return 4
+
+
+def _state_product_precision(verify_precision: str, br: int, P: int, read_code: int) -> str:
+    """Precision of the verify block's C_T S_bᵀ product. Measured on the H200 (Triton 3.6): with an
+    NVFP4 read tile whose row block is padded (P < BR, e.g. P = 8 in a 16-row block) the compiled
+    3-pass TF32 product returns wrong outputs (relative error 0.07-0.40 over speculative streams),
+    while fp32 FMAs ("ieee") agree to 1e-7 and unpadded tiles (P = 64) agree with either; the
+    interpreter agrees with both (docs/pitfalls.md §12). Padded tiles are small, so fp32 FMAs cost
+    nothing that matters there."""
+    return "ieee" if (read_code == FMT_NVFP4 and br > P) else verify_precision
 
 
 def _opt(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
@@ -389,7 +451,8 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
                        seq_ids: torch.Tensor | None = None, events: torch.Tensor | int = 1,
                        seed: int = 0, layer: int = 0, block_r: int | None = None,
                        num_warps: int | None = None, fold_precision: str = "tf32x3",
-                       verify_precision: str = "tf32x3", out: torch.Tensor | None = None) -> torch.Tensor:
+                       verify_precision: str = "tf32x3", fused_scores: bool | None = None,
+                       out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM step for T = x.shape[1] tokens (T = 1: autoregressive; T > 1: speculative verify).
 
     update / read: PackedState pools [S, H, P, N] (read=None: shared mode, one copy, ``update``);
@@ -403,6 +466,11 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     TF32 split by default ("tf32x3": each product's relative error ≤ ~2^-21 against 2^-24 for fp32
     FMAs, far below any state format's rounding; inputs with ≤ 11 significant bits are exact);
     "ieee" runs them as fp32 FMAs (the flush is then ~25% slower on the H200).
+    fused_scores: run a one-token step (non-flush, or flush with fold_new) as one launch, every
+    program computing its scores B_j·C itself, instead of a scores kernel per group followed by the
+    step kernel; None = the batch-size rule (``kernels/common/launch.py``, ``fused_scores_launch``,
+    provisional until measured). Both forms give the same state codes and records bit for bit and
+    the same outputs up to fp32 rounding.
     """
     for name, prec in (("fold_precision", fold_precision), ("verify_precision", verify_precision)):
         if prec not in ("tf32x3", "ieee"):
@@ -428,13 +496,17 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         br = max(br, 16)  # the verify block's matrix products need 16 rows
     bc = max(pow2(N), 16)
     bj = max(records.ring, 16)
-    scores = torch.empty(Bsz, T, G, bj, dtype=torch.float32, device=dev)
+    fused = fused_scores_launch(Bsz, H, T, flush, fold_new, fused_scores)
     slots32, start32, wlen32 = (t.to(torch.int32).contiguous() for t in (slots, start, wlen))
     B = B.contiguous()
     C = C.contiguous()
-    mamba2_replay_scores_kernel[(G, Bsz)](
-        records.b, records.b.stride(0), slots32, start32, wlen32, B, C, scores, G, N, records.ring,
-        T=T, FLUSH=flush, FOLD_NEW=fold_new, BC=bc, BJ=bj, num_warps=4)
+    if fused:
+        scores = records.a  # not read: every program computes its scores
+    else:
+        scores = torch.empty(Bsz, T, G, bj, dtype=torch.float32, device=dev)
+        mamba2_replay_scores_kernel[(G, Bsz)](
+            records.b, records.b.stride(0), slots32, start32, wlen32, B, C, scores, G, N, records.ring,
+            T=T, FLUSH=flush, FOLD_NEW=fold_new, BC=bc, BJ=bj, num_warps=4)
     grid = (triton.cdiv(P, br), H, Bsz)
     mamba2_replay_step_kernel[grid](
         *update.kernel_args(), *read.kernel_args(),
@@ -446,8 +518,8 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
         BR=br, BC=bc, BJ=bj, TP=max(pow2(T), 16), HW=x.is_cuda, FOLD_PREC=fold_precision,
-        VERIFY_PREC=verify_precision,
-        num_warps=num_warps or _replay_warps(T, flush),
+        VERIFY_PREC=verify_precision, STATE_PREC=_state_product_precision(verify_precision, br, P, read.code),
+        FUSED=fused, num_warps=num_warps or _replay_warps(T, flush, fused, bj),
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance
         # and the records are single products); a flush rounds state and must not
         enable_fp_fusion=not flush)

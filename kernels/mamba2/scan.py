@@ -128,7 +128,6 @@ def mamba2_replay_scan_fwd_kernel(
             m_rn = m_r[:, None] & m_n[None, :]
             m_tr = m_t[:, None] & m_r[None, :]
             p_st = p_head + o_r[:, None] * N + o_n[None, :]
-            elem = (o_r[:, None] * N + o_n[None, :]).to(tl.int64)
             b_x = tl.load(x_ptr + p_bth[:, None] * P + o_r[None, :], mask=m_tr, other=0.0).to(tl.float32)
             b_rd = tl.load(rd_ptr + p_st, mask=m_rn, other=0.0)                                     # [R, N]
             b_y = tl.dot(b_cb, b_x * b_dt[:, None], input_precision=DOT_PRECISION) \
@@ -140,7 +139,7 @@ def mamba2_replay_scan_fwd_kernel(
                     b_up = b_rd
                 b_s = b_up * tl.exp(c_last) + tl.dot(tl.trans(b_x * b_wk[:, None]), b_B, input_precision=DOT_PRECISION)
                 b_y = tl.where(is_last[:, None], tl.sum(b_s * b_cl[None, :], 1)[None, :], b_y)
-                amax = store_flush_block(b_s, m_rn, amax, u_ptr, r_ptr, park_ptr, p_st, seed, seq, i_h, event, elem,
+                amax = store_flush_block(b_s, m_rn, amax, u_ptr, r_ptr, park_ptr, p_st, seed, seq, i_h, event, o_r, N,
                                          UPD_FMT, UPD_SR, READ_FMT, READ_SR, SPLIT, UPD_LATE, READ_LATE,
                                          BLOCK_R, BLOCK_N)
             if HAS_D:
@@ -181,7 +180,6 @@ def mamba2_recurrent_scan_fwd_kernel(
     if HAS_D:
         b_dd = tl.load(d_ptr + i_h).to(tl.float32)
     seq = tl.load(seq_ptr + i_b).to(tl.int64)
-    elem = (o_r[:, None] * N + o_n[None, :]).to(tl.int64)
 
     for t in range(T):
         p_bth = (i_b64 * T + t) * H + i_h
@@ -200,7 +198,7 @@ def mamba2_recurrent_scan_fwd_kernel(
             b_y = b_y * (b_z * tl.sigmoid(b_z))
         tl.store(y_ptr + p_bth * P + o_r, to_output(b_y, y_ptr.dtype.element_ty), mask=m_r)
         if FMT != C_FP32:
-            b_s = quantize_tile(b_s, m_rn, seed, seq, i_h, (event0 + t).to(tl.int64), elem, 0, FMT, SR, BLOCK_R, BLOCK_N)
+            b_s = quantize_tile(b_s, m_rn, seed, seq, i_h, (event0 + t).to(tl.int64), o_r, N, 0, FMT, SR, BLOCK_R, BLOCK_N)
 
     tl.store(s_ptr + p_state, b_s, mask=m_rn)
 

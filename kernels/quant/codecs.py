@@ -12,7 +12,8 @@ for bit. Import them into your own ``@triton.jit`` kernels::
 Conventions (all helpers are ``@triton.jit``; shapes are whatever block the caller has):
 
 * ``x``: fp32 block. ``r``: int32/int64/uint32 block of random words of x's shape (only the low
-  16 bits are used); pass ``0`` when ``SR=False`` (it is then never read).
+  16 bits are used; ``kernels/common/philox.py`` draws them, one Philox call per 8 elements); pass
+  ``0`` when ``SR=False`` (it is then never read).
 * Codes are returned as int32 holding the raw bit pattern in their low bits (16 for fp16/bf16,
   8 for FP8, 4 for E2M1 with the sign in bit 3). Store them with ``.to(tl.uint8)`` /
   ``.to(tl.int16)``, or turn them into a float block with ``decode_*``.

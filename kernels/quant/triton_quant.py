@@ -12,8 +12,9 @@ Kernels (all arithmetic in ``codecs.py``, integer bit operations, bit-equal to `
 
 Random bits for SR come from one of (constexpr ``RB``): an explicit tensor (``rbits``, one word per
 element, low 16 bits used; what the state machine passes, and what bit tests use) or Philox in the
-kernel, ``tl.randint(seed, offset)`` with offset = the flat element index of x — the same words as
-``precision_lab.quant.philox.randint(seed, arange(numel))``.
+kernel with the ad-hoc layout of ``seed=`` (``flat_sr_bits``: one ``tl.randint4x`` call per 8
+consecutive flat elements of x, counter = flat index // 8) — the same values as
+``precision_lab.quant.philox.flat_rbits(seed, numel)``.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import triton.language as tl
 from precision_lab.quant import QTensor, Quantizer, get_quantizer
 
 from ..common.formats import C_BF16, C_E4M3, C_FP16, FMT_BF16, FMT_E4M3, FMT_E5M2, FMT_FP16
+from ..common.philox import flat_sr_bits
 from ..runtime import require_triton, triton_unavailable_reason
 from . import codecs as qc
 
@@ -46,12 +48,14 @@ CAST_BLOCK = 4096
 
 
 @triton.jit
-def _load_rbits(rbits_ptr, offs, mask, seed, RB: tl.constexpr):
-    """Random words (low 16 bits used) for the elements at flat offsets ``offs``."""
+def _load_rbits(rbits_ptr, offs, mask, seed, start, RB: tl.constexpr, M: tl.constexpr, W: tl.constexpr):
+    """Random words (low 16 bits used) for the elements at flat offsets ``offs``, which must be the
+    M·W consecutive elements from ``start`` (a multiple of 8) in row-major order, in any block shape:
+    in-kernel Philox draws them as an [M, W] block, one call per 8 elements."""
     if RB == 1:
         r = tl.load(rbits_ptr + offs, mask=mask, other=0).to(tl.int32)
     elif RB == 2:
-        r = tl.randint(seed, offs).to(tl.int32, bitcast=True)
+        r = tl.reshape(flat_sr_bits(seed, start, M, W), offs.shape).to(tl.int32)
     else:
         r = 0
     return r
@@ -93,7 +97,7 @@ def nvfp4_quantize_kernel(x_ptr, data_ptr, scale_ptr, gscale_ptr, rbits_ptr, see
             xt = x
         else:
             xt = tl.load(x_ptr + base + start + local, mask=mask, other=0.0).to(tl.float32)
-        r = _load_rbits(rbits_ptr, base + start + local, mask, seed, RB)
+        r = _load_rbits(rbits_ptr, base + start + local, mask, seed, base + start, RB, NB, 16)
         codes, scale_codes = qc.nvfp4_quantize_blocks(xt, s_enc, s_dec, r, SR)
         packed = qc.nvfp4_pack(codes)
         tl.store(data_ptr + (base + start) // 2 + pair, packed.to(tl.uint8), mask=(start // 2 + pair) < N // 2)
@@ -121,10 +125,11 @@ def nvfp4_dequantize_kernel(data_ptr, scale_ptr, gscale_ptr, out_ptr, N, BLOCK: 
 def cast_quantize_kernel(x_ptr, out_ptr, rbits_ptr, seed, n, FMT: tl.constexpr, SR: tl.constexpr,
                          RB: tl.constexpr, BLOCK: tl.constexpr):
     """x [n] float → codes [n] (int16 view for bf16/fp16, uint8 for e4m3/e5m2)."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    start = tl.program_id(0).to(tl.int64) * BLOCK
+    offs = start + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    r = _load_rbits(rbits_ptr, offs, mask, seed, RB)
+    r = _load_rbits(rbits_ptr, offs, mask, seed, start, RB, 1, BLOCK)
     if FMT == C_BF16:
         tl.store(out_ptr + offs, qc.encode_bf16(x, r, SR).to(tl.int16), mask=mask)
     elif FMT == C_FP16:
@@ -179,7 +184,7 @@ def _rbits_args(x: torch.Tensor, rbits: torch.Tensor | None, seed: int | None, s
         return rbits.to(x.device).contiguous(), 0, RB_TENSOR
     if seed is None:
         raise ValueError(f"{what} rounds stochastically: pass rbits (integer tensor of x's shape, low 16 bits "
-                         "used) or seed (Philox with counter = element index)")
+                         "used) or seed (Philox, counter = flat element index // 8)")
     if not 0 <= int(seed) < 2**63:
         raise ValueError(f"{what}: seed must be in [0, 2**63), got {seed}")
     return x, int(seed), RB_PHILOX
@@ -194,7 +199,7 @@ def nvfp4_quantize(x: torch.Tensor, *, sr: bool = False, granularity: str = "mat
     row, "nvfp4-row"). Returns QTensor(data uint8 [..., R, C/2] with element 2i in the low nibble,
     scale float8_e4m3fn [..., R, C/16], global_scale fp32 [...] or [..., R] = S_dec), equal bit for
     bit to ``get_quantizer(fmt).quantize``. ``sr=True`` rounds the E2M1 codes stochastically with
-    ``rbits`` (x's shape, low 16 bits used) or Philox(``seed``, flat element index); block scales
+    ``rbits`` (x's shape, low 16 bits used) or Philox(``seed``, flat element index // 8); block scales
     are always RNE. Non-finite input raises ValueError (checked from the global scales the kernel
     marks with NaN; ``check_finite=False`` skips that host sync and leaves NaN scales instead).
     Launch tuning (results are identical): ``tile`` = elements a program holds at once (a power of

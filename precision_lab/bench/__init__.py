@@ -8,7 +8,10 @@ Modules by role (none imports torch or triton until its own module is imported):
 - ``byte_models``    the explicit bytes each timed call must move (GB/s and "% of copy" come from them)
 - ``problems``       model shapes and the inputs timed: decode-step buffer sets, scan inputs, states
 - ``peers``          flash-linear-attention's decode steps, timed as peers, and their versions
-- ``decode_kernels`` / ``quant_kernels`` / ``scan_kernels`` / ``kl_engine``: the four benchmarks
+- ``decode_kernels`` / ``quant_kernels`` / ``scan_kernels`` / ``kl_engine``: the four kernel and engine
+                     benchmarks (their result classes in ``schema``)
+- ``generate``       whole-model generation against plain transformers (its result class in
+                     ``generate_schema``)
 - ``tables``, ``plots`` Markdown tables and PNGs a benchmark writes beside its JSON
 
 A script is argument parsing plus one call into its benchmark module.

@@ -6,6 +6,9 @@ One run measures, for Mamba-2 (Nemotron-3-Super: 128 heads, P 64, N 128, 8 group
   * a correctness check of every kernel family at the real shapes (small batch, vs the torch
     references) — a speedup is only reported for kernels that passed;
   * batch sweep 1..512 (conventional fp32, ReplaySSM non-flush / flush with an fp32 checkpoint, fla);
+  * the one-token ReplaySSM steps in both launch forms (one launch, or a scores kernel then the
+    step kernel; ``fused_scores`` of the wrappers) at small batch, beside the conventional step —
+    the rows the provisional batch-size rule of ``kernels/common/launch.py`` is to be set from;
   * L sweep 4..64, draft sweep T = 1, 2, 4, 8, read formats fp32/bf16/fp8/NVFP4, update formats
     fp32/fp16-SR, conventional storage formats — at batch 256.
 Timing: CUDA-graph replay of ≥ 24 launches cycling over enough independent buffer sets (≥ 256 MB)
@@ -17,6 +20,7 @@ the midpoint).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import itertools
@@ -27,19 +31,21 @@ from pathlib import Path
 
 import torch
 
+from precision_lab.kernels.common import launch as kernel_launch
 from precision_lab.kernels.gdn.decode import gdn_conventional_step, gdn_replay_step
 from precision_lab.kernels.mamba2.decode import mamba2_conventional_step, mamba2_replay_step
 
 from .byte_models import bytes_conventional, bytes_flush, bytes_nonflush
 from .ceiling import REFERENCE_COPY_GBPS, copy_ceiling
 from .peers import fla_peer, fla_versions
-from .problems import GDN, MAMBA2, PROBLEMS, packed_to
+from .problems import GDN, MAMBA2, PROBLEMS, packed_to, state_dims
 from .schema import (
     BatchPoint,
     DecodeKernelsResult,
     DraftPoint,
     KernelCheck,
     KernelRow,
+    LaunchFormPoint,
     OperatorSummary,
     ReadFormatPoint,
     StorageFormatPoint,
@@ -53,6 +59,8 @@ from .schema import (
 from .timing import n_sets, time_launches
 
 BATCHES = [1, 4, 16, 64, 128, 256, 512]
+#: batches at which both launch forms of the one-token replay steps are timed (tag "fused")
+FUSED_BATCHES = [1, 2, 4, 8, 16, 32]
 LS = [4, 8, 16, 32, 64]
 DRAFT_T = [1, 2, 4, 8]
 READ_FMTS = ["fp32", "bf16", "fp8e4m3", "nvfp4"]
@@ -97,26 +105,38 @@ TUNE_SPACE_WIDE = {
 }
 
 
+def launch_form(op, kind, B, T=1, fold_new=None, fused=None) -> bool | None:
+    """The launch form a replay row runs in (``fused_scores`` of the wrappers: True one launch,
+    False a scores kernel then the step kernel; ``fused`` None = the wrappers' batch-size rule);
+    None for a conventional step."""
+    if kind == "conventional":
+        return None
+    flush = kind == "flush"
+    fold_new = (T == 1 if fold_new is None else fold_new) if flush else False
+    return kernel_launch.fused_scores_launch(B, state_dims(op)["H"], T, flush, fold_new, fused)
+
+
 def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None,
-            nbytes: float):
+            fused=None, nbytes: float):
     """Time one kernel configuration over cold buffer sets; returns a result row. ``cfg``: launch-shape
-    keywords of the kernel wrapper (block_r, num_warps, ...); None = its defaults."""
+    keywords of the kernel wrapper (block_r, num_warps, ...); None = its defaults. ``fused``: the
+    replay steps' launch form (``fused_scores``; None = the wrappers' rule), recorded resolved."""
     cfg = {k: v for k, v in (cfg or {}).items() if v is not None}
     nsets = n_sets(nbytes)
     sets = [PROBLEMS[op](B, dev, upd=upd, read=read, ring=ring, W=W, T=T) for _ in range(nsets)]
     if kind == "conventional":
         launch = (lambda i: sets[i].conventional(**cfg))
     elif kind == "nonflush":
-        launch = (lambda i: sets[i].replay(False, False, **cfg))
+        launch = (lambda i: sets[i].replay(False, False, fused_scores=fused, **cfg))
     else:
         fn = T == 1 if fold_new is None else fold_new
-        launch = (lambda i: sets[i].replay(True, fn, **cfg))
+        launch = (lambda i: sets[i].replay(True, fn, fused_scores=fused, **cfg))
     us, how = time_launches(launch, nsets)
     sets.clear()
     torch.cuda.empty_cache()
     return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
             "cfg": cfg, "us": us, "bytes": nbytes, "GBps": nbytes / us / 1e3, "timing": how,
-            "buffer_sets": nsets}
+            "buffer_sets": nsets, "fused_scores": launch_form(op, kind, B, T, fold_new, fused)}
 
 
 def tune_candidates(op, kind, wide: bool = False) -> list[dict]:
@@ -161,10 +181,25 @@ def rel(a, b):
     return ((a.float().cpu() - b.float().cpu()).norm() / b.float().cpu().norm().clamp_min(1e-30)).item()
 
 
+@contextlib.contextmanager
+def forced_launch_form(fused: bool | None):
+    """The replay wrappers' batch-size rule (``kernels/common/launch.py``) forced to one launch form
+    for the duration (None: the rule as it is)."""
+    keep = kernel_launch.FUSED_SCORES_MAX_HEAD_ROWS
+    if fused is not None:
+        kernel_launch.FUSED_SCORES_MAX_HEAD_ROWS = (1 << 62) if fused else -1
+    try:
+        yield
+    finally:
+        kernel_launch.FUSED_SCORES_MAX_HEAD_ROWS = keep
+
+
 def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
     """Every kernel family at the real shapes (batch 2): whole streams driven by the ``triton-decode``
     engine against the torch ``decode`` engine on the CPU, and single verify/flush steps against the
-    step references."""
+    step references. ReplaySSM streams run in both launch forms of their one-token steps: the
+    two-launch form under ``<op>:<policy>`` (what the large-batch rows time), the one-launch form
+    under ``<op>:<policy>:one-launch``."""
     from precision_lab.kernels.gdn.decode_reference import gdn_replay_step_ref
     from precision_lab.kernels.mamba2.decode_reference import mamba2_replay_step_ref
     from precision_lab.layer import GDNInputs, Mamba2Inputs, run_layer
@@ -187,17 +222,21 @@ def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
     gargs = [gi[k] for k in ("q", "k", "v", "g", "beta")]
     for pol_s in policies:
         pol = StatePolicy.parse(pol_s, seed=3)
+        forms = [("", False), (":one-launch", True)] if pol.is_replay else [("", None)]
         for op in ops:
             cls, args, init = (Mamba2Inputs, margs, S0) if op == "mamba2" else (GDNInputs, gargs, G0)
-            y, st = run_layer(cls(*(a.to(dev) for a in args)), pol, engine="triton-decode", initial_state=init.to(dev))
             yr, ref = run_layer(cls(*args), pol, engine="decode", initial_state=init)
-            w, wr = st.state_writes, ref.state_writes
-            tol = 1e-5 if pol.update == "fp32" and pol.read == "fp32" else 3e-3
-            errs = {"y": rel(y, yr), "update": rel(st.state.update, ref.state.update),
-                    "read": rel(st.state.read, ref.state.read)}
-            out[f"{op}:{pol.short_str()}"] = {"rel_err": errs, "writes": [w, wr], "tol": tol,
-                                              "ok": bool(all(v < tol for v in errs.values()) and w == wr
-                                                         and not torch.isnan(y).any())}
+            for suffix, fused in forms:
+                with forced_launch_form(fused):
+                    y, st = run_layer(cls(*(a.to(dev) for a in args)), pol, engine="triton-decode",
+                                      initial_state=init.to(dev))
+                w, wr = st.state_writes, ref.state_writes
+                tol = 1e-5 if pol.update == "fp32" and pol.read == "fp32" else 3e-3
+                errs = {"y": rel(y, yr), "update": rel(st.state.update, ref.state.update),
+                        "read": rel(st.state.read, ref.state.read)}
+                out[f"{op}:{pol.short_str()}{suffix}"] = {"rel_err": errs, "writes": [w, wr], "tol": tol,
+                                                          "ok": bool(all(v < tol for v in errs.values()) and w == wr
+                                                                     and not torch.isnan(y).any())}
     # speculative verify (T = 4 drafts over a window of 5) and the speculative flush, vs the step refs
     for op in ops:
         for flush in (False, True):
@@ -301,6 +340,16 @@ def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool =
             rec(measure(op, "flush", B, dev, W=15, cfg=best["flush"],
                         nbytes=bytes_flush(op, B, "fp32", "fp32", 15, split=False)), "batch")
             rec(fla_peer(op, B, dev), "batch")
+        # the one-token replay steps in both launch forms at small batch, beside the conventional step,
+        # at the wrappers' default launch shapes (what the triton-decode engine launches; the batch-size
+        # rule that picks the form is provisional until these rows are measured)
+        for B in ([1] if quick else FUSED_BATCHES):
+            rec(measure(op, "conventional", B, dev, nbytes=bytes_conventional(op, B, "fp32")), "fused")
+            for fused in (True, False):
+                rec(measure(op, "nonflush", B, dev, W=Lmid(16), fused=fused,
+                            nbytes=bytes_nonflush(op, B, "fp32", Lmid(16))), "fused")
+                rec(measure(op, "flush", B, dev, W=15, fused=fused,
+                            nbytes=bytes_flush(op, B, "fp32", "fp32", 15, split=False)), "fused")
         # L sweep (batch 256, shared:fp32)
         for L in Ls:
             ring = 1 << (L - 1).bit_length()
@@ -357,6 +406,10 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
         c = checks.get(name)
         return bool(c and c.ok)
 
+    def ok_form(name, *rows_):
+        """The check of the launch form every row ran in passed (rows without the field: ``name``)."""
+        return all(ok(name + (":one-launch" if r.fused_scores else "")) for r in rows_)
+
     out = {}
     for op in ("mamba2", "gdn"):
         ok_conv, ok_replay, ok_nvfp4 = ok(f"{op}:fp32"), ok(f"{op}:shared:fp32"), ok(f"{op}:split:fp32/nvfp4")
@@ -372,11 +425,26 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
             amort = (15 * nf.us + fl.us) / 16
             e = BatchPoint(conventional_us=c.us, conventional_pct_ceiling=c.pct_ceiling, nonflush_us=nf.us,
                            flush_us=fl.us, replay_amortised_us=amort, fla_us=fla.us if fla else None)
-            if ok_conv and ok_replay:
+            if ok_conv and ok_form(f"{op}:shared:fp32", nf, fl):
                 e.speedup_vs_conventional = c.us / amort
                 if fla:
                     e.speedup_vs_fla = fla.us / amort
             batch[B] = e
+        forms = {}
+        for B in FUSED_BATCHES:
+            c = _find(rows, op=op, tag="fused", kernel="conventional", batch=B)
+            nf1, nf2, fl1, fl2 = (_find(rows, op=op, tag="fused", kernel=k, batch=B, fused_scores=f)
+                                  for k, f in (("nonflush", True), ("nonflush", False), ("flush", True),
+                                               ("flush", False)))
+            if not (c and nf1 and nf2 and fl1 and fl2):
+                continue
+            forms[B] = LaunchFormPoint(
+                conventional_us=c.us, nonflush_one_launch_us=nf1.us, nonflush_two_launch_us=nf2.us,
+                flush_one_launch_us=fl1.us, flush_two_launch_us=fl2.us,
+                nonflush_one_launch_vs_conventional=c.us / nf1.us if ok_conv and ok_form(f"{op}:shared:fp32", nf1)
+                else None,
+                nonflush_two_launch_vs_conventional=c.us / nf2.us if ok_conv and ok_form(f"{op}:shared:fp32", nf2)
+                else None)
         c256 = _find(rows, op=op, tag="batch", kernel="conventional", batch=256)
         for L in LS:
             nf = _find(rows, op=op, tag=f"L{L}", kernel="nonflush")
@@ -425,7 +493,7 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
         }
         out[op] = OperatorSummary(
             batch=batch, L=windows, drafts=drafts, read=read, update=update, conventional_formats=conv,
-            nvfp4_vs_fp32_read_nonflush=nvfp4_ratio, ceiling_for_targets_GBps=ceil,
+            nvfp4_vs_fp32_read_nonflush=nvfp4_ratio, ceiling_for_targets_GBps=ceil, launch_forms=forms,
             targets={k: Target(value=v, target=t, met=None if v is None else (v <= t if k.startswith("verify") else v >= t))
                      for k, (v, t) in targets.items()})
     return out

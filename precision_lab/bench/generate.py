@@ -10,55 +10,33 @@ What a run does (``run``):
    max KL(decode ‖ fast) ≤ 5 % of its own mean KL against fp32). The verdicts go into the JSON;
    timings of a run whose check failed are labelled so and no ratio is reported for them.
 2. **Timing** (the published shapes, random init, bf16 weights): per preset, batch and row, one
-   generation of ``new_tokens`` tokens after a ``prompt``-token prompt; the median step time, the
+   generation of ``new_tokens`` tokens after a ``prompt``-token prompt (each policy row after a
+   2-token warm-up generation, so its prefill time excludes compilation); the median step time, the
    prefill time, tokens/s, and which implementation served each layer. Plain transformers is
    ``model.generate`` on the unadapted model (its own DynamicCache; timed over fewer steps when
    asked, since it is slow).
 
 The ratios the targets use (each lossy row ÷ the ``fp32`` row, ``fp32`` ÷ plain transformers) come
-from rows timed in the same run.
+from rows timed in the same run. The file's classes and checks are in ``generate_schema`` (no torch):
+the run writes only what ``precision-lab report`` reads back (kind ``bench-generate``).
 """
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-SCHEMA = "precision-lab.bench_generate/1"
+from .generate_schema import PLAIN, SCHEMA, Graphs, Row, ratios, to_json
+
+__all__ = ["PLAIN", "POLICIES", "SCHEMA", "Row", "check", "ratios", "run", "table", "time_rows"]
+
 POLICIES = ("fp32", "conventional:bf16", "shared:nvfp4-sr", "split:fp32/nvfp4", "split:fp16-sr/nvfp4",
             "split:fp8e4m3-sr/nvfp4")
-PLAIN = "plain transformers"
-
-
-@dataclass
-class Row:
-    """One timed generation."""
-
-    preset: str
-    batch: int
-    row: str                      # a policy string, or "plain transformers"
-    step_ms_median: float
-    step_ms_p90: float
-    steps: int
-    prefill_s: float
-    tokens_per_s: float
-    graphs: dict = field(default_factory=dict)
-    served: dict = field(default_factory=dict)   # implementation -> layers it served
-    error: str | None = None
-
-
-@dataclass
-class Result:
-    schema: str
-    provenance: dict
-    settings: dict
-    check: dict
-    rows: list[dict]
-    ratios: list[dict]
 
 
 def _served(model) -> dict:
@@ -112,6 +90,8 @@ def check(presets: list[str], policies: list[str], *, batch: int = 4, prompt: in
         verdict = compare_engines(torch.cat(fast), torch.cat(dec), pols)
         for pol, v in verdict.items():
             v.update(same[pol])
+            for k in ("disagreement", "effect"):   # a NaN verdict is a failed one; JSON holds no NaN
+                v[k] = v[k] if math.isfinite(v[k]) else None
         out["presets"][name] = verdict
         out["ok"] &= all(v["ok"] for v in verdict.values())
         del model
@@ -147,44 +127,26 @@ def time_rows(preset: str, batch: int, rows: list[str], *, prompt: int, new_toke
         per = (total - prefill) / max(plain_tokens - 1, 1)
         steps = [per]
         out.append(Row(preset, batch, PLAIN, per * 1e3, per * 1e3, plain_tokens - 1, prefill,
-                       batch / per, {"enabled": False}, {"transformers": "unadapted"}))
+                       batch / per, Graphs(enabled=False), {"transformers": "unadapted"}))
     for pol in [r for r in rows if r != PLAIN]:
         apply_policy(model, pol, engine="auto")
-        _reset_served(model)
         try:
+            # a short warm-up compiles the prefill's kernels for this batch, so ``prefill_s`` is the
+            # prefill's run time, not its first compile
+            generate(model, ids, max_new_tokens=2, graphs=False)
+            _reset_served(model)
             res = generate(model, ids, max_new_tokens=new_tokens, graphs=True)
         except Exception as e:  # noqa: BLE001 - a failed row is recorded, the run goes on
-            out.append(Row(preset, batch, pol, float("nan"), float("nan"), 0, float("nan"), float("nan"),
-                           error=f"{type(e).__name__}: {e}"[:500]))
+            out.append(Row(preset, batch, pol, None, None, 0, None, None, error=f"{type(e).__name__}: {e}"[:500]))
             continue
         steps = res.step_seconds[4:] or res.step_seconds   # the first steps compile and capture
         med = statistics.median(steps)
         p90 = sorted(steps)[int(0.9 * (len(steps) - 1))]
         out.append(Row(preset, batch, pol, med * 1e3, p90 * 1e3, res.new_tokens, res.prefill_seconds,
-                       batch / med, res.graphs, _served(model)))
+                       batch / med, Graphs(**res.graphs), _served(model)))
         torch.cuda.synchronize()
     del model
     torch.cuda.empty_cache()
-    return out
-
-
-def ratios(rows: list[Row], check_ok: bool) -> list[dict]:
-    """The target ratios from rows of one run: lossy ÷ fp32 and fp32 ÷ plain transformers."""
-    by = {(r.preset, r.batch, r.row): r for r in rows}
-    out = []
-    for (preset, batch, row), r in by.items():
-        base = by.get((preset, batch, "fp32"))
-        if row not in (PLAIN, "fp32") and base is not None:
-            out.append({"preset": preset, "batch": batch, "row": row, "over": "fp32",
-                        "ratio": r.step_ms_median / base.step_ms_median, "target": "<= 1.15",
-                        "met": bool(check_ok and r.step_ms_median <= 1.15 * base.step_ms_median),
-                        "check": "passed" if check_ok else "FAILED (ratio not a result)"})
-        if row == "fp32" and (preset, batch, PLAIN) in by:
-            p = by[(preset, batch, PLAIN)]
-            out.append({"preset": preset, "batch": batch, "row": "fp32", "over": PLAIN,
-                        "ratio": r.step_ms_median / p.step_ms_median, "target": "<= 0.25 at batch 8",
-                        "met": bool(check_ok and r.step_ms_median <= 0.25 * p.step_ms_median),
-                        "check": "passed" if check_ok else "FAILED (ratio not a result)"})
     return out
 
 
@@ -196,33 +158,42 @@ def table(result: dict) -> str:
         g = r["graphs"]
         gtxt = "—" if not g.get("enabled") else (f"{g.get('captured', 0)} captured" if not g.get("disabled_reason")
                                                  else "off: " + g["disabled_reason"][:40])
-        served = ", ".join(f"{k} ×{v}" for k, v in r["served"].items())
-        lines.append(f"| {r['preset']} | {r['batch']} | {r['row']} | {r['step_ms_median']:.2f} | "
-                     f"{r['prefill_s']:.2f} | {r['tokens_per_s']:.0f} | {gtxt} | {served[:80]} |")
+        served = ", ".join(f"{k} ×{v}" for k, v in r["served"].items()) or (r.get("error") or "")[:80]
+
+        def num(x, spec):
+            return "—" if x is None else format(x, spec)
+
+        lines.append(f"| {r['preset']} | {r['batch']} | {r['row']} | {num(r['step_ms_median'], '.2f')} | "
+                     f"{num(r['prefill_s'], '.2f')} | {num(r['tokens_per_s'], '.0f')} | {gtxt} | {served[:80]} |")
     return "\n".join(lines)
 
 
 def run(*, presets: list[str], batches: list[int], rows: list[str], prompt: int, new_tokens: int,
         plain_tokens: int, check_presets: list[str], out: Path, skip_check: bool = False) -> dict:
-    """Check, then time; writes the result JSON to ``out`` after every preset (an interrupted run
-    keeps what it measured). Returns the result dict."""
+    """Check, then time; writes the result JSON to ``out`` after every preset and batch (an
+    interrupted run keeps what it measured), each time checked as the report reads it
+    (``generate_schema.to_json``). Returns the result dict."""
+    from precision_lab.bench.schema import require_commit
     from precision_lab.provenance import provenance
 
     if not torch.cuda.is_available():
         raise RuntimeError("the generation benchmark needs a CUDA GPU")
+    require_commit()  # before any GPU time: a result without its commit is refused by the report
     settings = {"presets": presets, "batches": batches, "rows": rows, "prompt": prompt, "new_tokens": new_tokens,
-                "plain_transformers_tokens": plain_tokens, "weights": "bfloat16, random init"}
+                "plain_transformers_tokens": plain_tokens, "weights": "bfloat16, random init",
+                "policy_prefill": "after a 2-token warm-up generation (excludes compilation)"}
     chk = {"ok": False, "skipped": True} if skip_check else check(check_presets, [r for r in rows if r != PLAIN])
     timed: list[Row] = []
     result: dict = {}
     for preset in presets:
         for b in batches:
             timed += time_rows(preset, b, rows, prompt=prompt, new_tokens=new_tokens, plain_tokens=plain_tokens)
-            result = asdict(Result(SCHEMA, provenance(), settings, chk, [asdict(r) for r in timed],
-                                   ratios(timed, bool(chk.get("ok")))))
+            result = to_json({"schema": SCHEMA, "provenance": provenance(), "settings": settings, "check": chk,
+                              "rows": [asdict(r) for r in timed],
+                              "ratios": ratios(timed, bool(chk.get("ok")), skipped=skip_check)})
             out.parent.mkdir(parents=True, exist_ok=True)
             tmp = out.with_suffix(".tmp")
-            tmp.write_text(json.dumps(result, indent=1, default=str))
+            tmp.write_text(json.dumps(result, indent=1, allow_nan=False))
             tmp.replace(out)
             print(table({"rows": [asdict(r) for r in timed[-len(rows):]]}), flush=True)
     return result

@@ -55,7 +55,7 @@ def run(*, shape=(256, 128, 64, 128), out_dir="reports/bench", rep_ms: float = 2
     from precision_lab.kernels.quant import triton_quant as tq
     from precision_lab.kernels.quant.reference import dequantize as ref_deq
     from precision_lab.kernels.quant.reference import quantize as ref_q
-    from precision_lab.quant.philox import randint
+    from precision_lab.quant.philox import flat_rbits
 
     from .ceiling import copy_ceiling
     from .plots import quant_plot
@@ -104,9 +104,9 @@ def run(*, shape=(256, 128, 64, 128), out_dir="reports/bench", rep_ms: float = 2
             fmt = {"nvfp4 quantize": "nvfp4", "nvfp4-sr quantize": "nvfp4-sr", "fp8e4m3 quantize": "fp8e4m3",
                    "fp16-sr quantize": "fp16-sr", "bf16-sr quantize": "bf16-sr"}[name]
             rb = None
-            if fmt.endswith("-sr"):  # the kernel's Philox counter is the flat index into the whole x
+            if fmt.endswith("-sr"):  # the kernel's Philox counters run over the flat index into the whole x
                 per = N // lead0  # elements per leading-axis slice
-                rb = randint(SEED, torch.arange(s * per, e * per, device=dev, dtype=torch.int64)).reshape(xs.shape)
+                rb = flat_rbits(SEED, (e - s) * per, start=s * per, device=dev).reshape(xs.shape)
             want = ref_q(xs, fmt, rbits=rb)
             for field in ("data", "scale", "global_scale"):
                 g = getattr(got, field)

@@ -106,7 +106,10 @@ class KernelCheck:
 @dataclass
 class KernelRow:
     """One measured (or failed) launch configuration. ``tag``: which sweep it belongs to (tune,
-    batch, L<L>, T<T>, read, update, convfmt); ``kernel``: conventional, nonflush, flush or fla."""
+    batch, fused, L<L>, T<T>, read, update, convfmt); ``kernel``: conventional, nonflush, flush or
+    fla. ``fused_scores``: the launch form of a ReplaySSM row — True one launch (every program
+    computes its scores), False a scores kernel then the step kernel; None for other kernels and
+    for files written before the field existed."""
 
     op: str
     kernel: str
@@ -127,6 +130,7 @@ class KernelRow:
     error: str | None = None
     autotuned_at_this_batch: dict[str, str] | None = None
     implementation: str | None = None
+    fused_scores: bool | None = None
 
 
 @dataclass
@@ -139,6 +143,21 @@ class BatchPoint:
     fla_us: float | None = None
     speedup_vs_conventional: float | None = None
     speedup_vs_fla: float | None = None
+
+
+@dataclass
+class LaunchFormPoint:
+    """The one-token ReplaySSM steps (shared:fp32, L = 16) in their two launch forms at one batch
+    size, with the conventional step; ``*_vs_conventional``: conventional µs / non-flush µs (only
+    where the kernels involved passed their checks)."""
+
+    conventional_us: float
+    nonflush_one_launch_us: float
+    nonflush_two_launch_us: float
+    flush_one_launch_us: float
+    flush_two_launch_us: float
+    nonflush_one_launch_vs_conventional: float | None = None
+    nonflush_two_launch_vs_conventional: float | None = None
 
 
 @dataclass
@@ -202,6 +221,7 @@ class OperatorSummary:
     ceiling_for_targets_GBps: float
     targets: dict[str, Target]
     nvfp4_vs_fp32_read_nonflush: float | None = None
+    launch_forms: dict[int, LaunchFormPoint] = field(default_factory=dict)
 
 
 @dataclass

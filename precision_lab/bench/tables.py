@@ -30,6 +30,17 @@ def decode_kernel_tables(result: DecodeKernelsResult) -> str:
                          f"{f(e.nonflush_us, '{:.1f}')} | {f(e.flush_us, '{:.1f}')} | "
                          f"{f(e.replay_amortised_us, '{:.1f}')} | {f(e.fla_us, '{:.1f}')} | "
                          f"{f(e.speedup_vs_conventional)} | {f(e.speedup_vs_fla)} |")
+    if any(s.launch_forms for s in summary.values()):
+        lines += ["", "### One-token ReplaySSM steps: one launch vs scores kernel + step kernel (shared:fp32 @L16)",
+                  "", "| op | batch | conventional µs | non-flush, one launch | non-flush, two launches | "
+                  "flush, one launch | flush, two launches | conventional ÷ non-flush (one / two launches) |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for op, s in summary.items():
+            for B, e in s.launch_forms.items():
+                lines.append(f"| {op} | {B} | {e.conventional_us:.2f} | {e.nonflush_one_launch_us:.2f} | "
+                             f"{e.nonflush_two_launch_us:.2f} | {e.flush_one_launch_us:.2f} | "
+                             f"{e.flush_two_launch_us:.2f} | {f(e.nonflush_one_launch_vs_conventional)} / "
+                             f"{f(e.nonflush_two_launch_vs_conventional)} |")
     lines += ["", "### L sweep (batch 256)", "", "| op | L | non-flush µs | flush µs | amortised µs | × conventional | "
               "bound 2L/(L+1) |", "|---|---|---|---|---|---|---|"]
     for op, s in summary.items():

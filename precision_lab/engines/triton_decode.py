@@ -192,12 +192,6 @@ def run_layer_triton_decode(inputs, policy: StatePolicy | str, *, initial_state:
     reason = device_unsupported(inputs.kind, policy, R, C, vt.device)
     if reason is None and drafts is not None and not policy.is_replay:
         reason = "the snapshot-per-draft baseline (conventional modes with drafts) has no kernel"
-    if reason is None and drafts is not None and inputs.kind == "mamba2" and vt.is_cuda:
-        # Measured on the H200: the compiled Mamba-2 verify step (T > 1) disagrees with the decode
-        # engine over whole speculative streams (relative error 0.3-0.4 at T = 2, 3, 4) although its
-        # single-step kernel tests pass; the interpreter agrees. Until that is found, speculative
-        # Mamba-2 streams on a GPU run the torch engine, by name.
-        reason = "Mamba-2 speculative verify on compiled kernels is under investigation (docs/pitfalls.md §12)"
     if reason is not None:
         if isinstance(state, DeviceState):
             state = state.to_layer_state(prepare_inputs(_slice(inputs, 0, 0)).dtype)

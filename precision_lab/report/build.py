@@ -19,6 +19,8 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from precision_lab.bench.generate_schema import PLAIN
+
 from .common import model_class, provenance_line
 from .document import Bullets, Code, Document, Heading, Paragraph, Table
 from .results import (
@@ -44,6 +46,7 @@ SECTION_TITLES = {
     "bench-scan": "Teacher-forced scan benchmarks",
     "bench-quant": "Quantizer kernel benchmarks",
     "bench-kl": "KL engine benchmark",
+    "bench-generate": "Generation benchmark (whole models)",
 }
 
 
@@ -149,6 +152,8 @@ def _all_policies(results: list[Result]) -> list[str]:
             names += [x.policy for x in r.typed.rows]
         elif r.kind == "bench-kernels":
             names.append("shared:fp32")  # the ReplaySSM kernels of its figures (sections/bench.py)
+        elif r.kind == "bench-generate":
+            names += [x for x in r.typed.settings.rows if x != PLAIN]
     return names
 
 
@@ -225,6 +230,13 @@ def _caveats(results: list[Result]) -> list:
     for dev, files in benches.items():
         items.append(f"Benchmarks {', '.join(files)} ran on {dev} with random inputs (kernel speed does not depend "
                      "on trained weights); their timings hold for that device and those shapes only.")
+    for r in results:
+        if r.kind == "bench-generate" and r.typed.check.status != "passed":
+            items.append(f"`{r.name}`: " + {
+                "skipped": "the generation benchmark's correctness check was SKIPPED; its timings and ratios are "
+                           "unverified (the fast path was not checked against the torch decode engine).",
+                "failed": "the generation benchmark's correctness check FAILED; its ratios are not results and no "
+                          "target counts as met."}[r.typed.check.status])
     gits = sorted({str(r.provenance.get("git") or "unknown") for r in results})
     if len(gits) > 1:
         items.append(f"The inputs come from {len(gits)} source versions ({', '.join(gits)}); results of different "

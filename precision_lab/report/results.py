@@ -14,8 +14,10 @@ What "mixed" means (``check_mixed``), i.e. which sets of inputs a report refuses
 
 Benchmark, simulator and lm-eval files are read through their result classes
 (``precision_lab.bench.schema``, with version-1 benchmark files converted there;
-``precision_lab.sim_schema``; ``evals/lmeval_schema.py``): ``Result.typed`` is the result object and
-``Result.data`` the class's JSON form. KL files are checked by ``evals/kl_schema.py``.
+``precision_lab.bench.generate_schema`` for the generation benchmark, whose files name their schema
+in a ``schema`` string instead of ``kind``/``schema_version``; ``precision_lab.sim_schema``;
+``evals/lmeval_schema.py``): ``Result.typed`` is the result object and ``Result.data`` the class's
+JSON form. KL files are checked by ``evals/kl_schema.py``.
 
 The setup of a result is everything that changes its numbers except the policy (``setup_key``):
 results of the same kind and setup are drawn in one figure (their policies side by side); results
@@ -31,8 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-KINDS = ("sim", "kl", "kl-layers", "lmeval", "bench-quant", "bench-kernels", "bench-scan", "bench-kl")
+from precision_lab.bench.generate_schema import PLAIN, is_generate_file
+
+KINDS = ("sim", "kl", "kl-layers", "lmeval", "bench-quant", "bench-kernels", "bench-scan", "bench-kl",
+         "bench-generate")
 BENCH_KINDS = ("bench-quant", "bench-kernels", "bench-scan", "bench-kl")
+# the generation benchmark (precision_lab/bench/generate_schema.py): recognised by its ``schema`` string
+GENERATE_KIND = "bench-generate"
 # kinds read through a result class of their own (every field checked), besides the benchmarks
 CLASS_KINDS = ("sim", "lmeval")
 SCHEMA_VERSION = 1
@@ -88,9 +95,14 @@ def load_result(path: str | Path) -> Result:
     except _NonFinite as e:
         raise ResultError(f"{path}: holds {e} where a number should be; a result with non-finite numbers "
                           "is refused") from e
+    if is_generate_file(data):
+        return _load_generate(path, raw, data)
     if not isinstance(data, dict) or "kind" not in data:
         raise ResultError(f"{path}: not a precision-lab result (no 'kind' key)")
     kind = data["kind"]
+    if kind == GENERATE_KIND:
+        raise ResultError(f"{path}: kind {kind!r} without the generation benchmark's schema string; its files name "
+                          "their layout in 'schema' (precision_lab/bench/generate_schema.py), not in 'kind'")
     if kind not in KINDS:
         raise ResultError(f"{path}: unknown result kind {kind!r}; reports read {', '.join(KINDS)}")
     if kind in BENCH_KINDS:
@@ -126,6 +138,20 @@ def _load_bench(path: Path, raw: bytes) -> Result:
     return Result(path, data["kind"], encode(typed), hashlib.sha256(raw).hexdigest(), typed)
 
 
+def _load_generate(path: Path, raw: bytes, data: dict) -> Result:
+    from precision_lab.bench import generate_schema
+    from precision_lab.bench.schema import SchemaError
+
+    try:
+        typed = generate_schema.load(data)
+    except SchemaError as e:
+        raise ResultError(f"{path}: a {GENERATE_KIND!r} result (schema {data['schema']!r}) without the layout this "
+                          f"version reads ({e}); the file is truncated, edited or was not written by precision-lab") from e
+    result = Result(path, GENERATE_KIND, generate_schema.to_json(typed), hashlib.sha256(raw).hexdigest(), typed)
+    _check_policy_names(result)
+    return result
+
+
 def _load_class_kind(path: Path, raw: bytes, data: dict) -> Result:
     from precision_lab import sim_schema
     from precision_lab.bench.schema import SchemaError
@@ -148,6 +174,8 @@ def _check_policy_names(r: Result) -> None:
     if is_equivalence(r):
         return  # keyed by architecture, not by policy
     for _, name in policies_of(r):
+        if r.kind == GENERATE_KIND and name == PLAIN:
+            continue  # the unadapted model's row, not a policy
         try:
             canon = StatePolicy.parse(name).short_str()
         except (ValueError, TypeError) as e:
@@ -205,6 +233,11 @@ def setup_key(r: Result) -> str:
         for k in ("policies", "out", "tasks", "batch_size", "device", "n_boot", "stats_seed"):
             cfg.pop(k)
         return _canon(cfg)
+    if r.kind == GENERATE_KIND:
+        # the device and the run's settings other than which presets, batches and rows it timed
+        s = r.typed.settings
+        return _canon({"gpu": gpu_name(prov), "prompt": s.prompt, "new_tokens": s.new_tokens,
+                       "plain_transformers_tokens": s.plain_transformers_tokens, "weights": s.weights})
     # benchmarks: the device and the shapes the benchmark ran at
     t = r.typed
     shape = {"bench-quant": lambda: t.shape, "bench-scan": lambda: {"T": t.T, "layers": d["layers"]},
@@ -232,6 +265,8 @@ def policies_of(r: Result) -> list[tuple[str, str]]:
         return [("", k) for k in r.typed.kernels]
     if r.kind == "bench-scan":
         return sorted({(x.arch, x.policy) for x in r.typed.rows})
+    if r.kind == GENERATE_KIND:
+        return [(f"{x.preset}, batch {x.batch}", x.row) for x in r.typed.rows]
     return [("", "*")]  # other benchmarks: one file per setup
 
 
@@ -246,7 +281,7 @@ def check_mixed(results: list[Result]) -> None:
                               + "; give each result once")
         seen[r.digest] = r
     for r in results:
-        if r.kind in BENCH_KINDS and r.typed.provenance.smoke:
+        if r.kind in (*BENCH_KINDS, GENERATE_KIND) and r.typed.provenance.smoke:
             raise ResultError(f"{r.path}: a smoke run of the benchmark (Triton interpreter, no GPU); its timings "
                               "are not measurements, so the report does not plot them. Run the benchmark on a GPU.")
     owner: dict[tuple, Result] = {}
@@ -256,7 +291,7 @@ def check_mixed(results: list[Result]) -> None:
             k = (r.kind, key, scope, pol)
             if k in owner:
                 other = owner[k]
-                noun = {"bench-quant": "kernel", "bench-scan": "policy"}.get(r.kind, "policy")
+                noun = {"bench-quant": "kernel", "bench-scan": "policy", GENERATE_KIND: "row"}.get(r.kind, "policy")
                 what = ("the same measurements" if pol == "*" else f"{noun} {pol!r}") + (f" ({scope})" if scope else "")
                 raise ResultError(f"{r.path} and {other.path}: two {r.kind!r} results for {what} with the same "
                                   f"setup ({describe_setup(r)}); the report would have to pick one. Give one of them "
@@ -299,6 +334,8 @@ def device_str(prov: dict) -> str:
 
 
 def model_name(r: Result) -> str | None:
+    if r.kind == GENERATE_KIND:  # the presets it timed
+        return ", ".join(dict.fromkeys(x.preset for x in r.typed.rows)) or None
     m = r.data.get("model", r.provenance.get("model"))
     if isinstance(m, dict):
         m = m.get("name")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..base import QTensor, Quantizer
-from ..philox import randint
+from ..philox import flat_rbits
 
 FLT_MAX = torch.finfo(torch.float32).max
 
@@ -58,7 +58,8 @@ def check_divisible(size: int, block: int, axis: str, fmt: str) -> None:
 
 
 def resolve_rbits(q: Quantizer, x: torch.Tensor, rbits: torch.Tensor | None, seed: int | None) -> torch.Tensor | None:
-    """The random words an SR format consumes: ``rbits`` as given, or Philox(seed, element index).
+    """The random words an SR format consumes: ``rbits`` as given, or Philox(seed) over the flat element
+    index, 8 elements per call (``philox.flat_rbits``; docs/design.md §5.3).
 
     Deterministic formats ignore both (the contract: only stochastic formats consume bits).
     """
@@ -71,9 +72,8 @@ def resolve_rbits(q: Quantizer, x: torch.Tensor, rbits: torch.Tensor | None, see
         return rbits
     if seed is None:
         raise ValueError(f"{q.short_str()} rounds stochastically: pass rbits (integer tensor of x's shape, "
-                         "low 16 bits used) or seed (Philox with counter = element index)")
-    offsets = torch.arange(x.numel(), dtype=torch.int64, device=x.device).reshape(x.shape)
-    return randint(seed, offsets)
+                         "low 16 bits used) or seed (Philox, counter = flat element index // 8)")
+    return flat_rbits(seed, x.numel(), device=x.device).reshape(x.shape)
 
 
 def check_qtensor(q: Quantizer, qt: QTensor) -> None:

@@ -33,9 +33,16 @@ class Context:
 
 def renderers():
     """kind → render(results, ctx) -> blocks (imported lazily: matplotlib is heavy)."""
-    from . import bench_section, kl_layers_section, kl_section, lmeval_section, sim_section
+    from . import (
+        bench_generate_section,
+        bench_section,
+        kl_layers_section,
+        kl_section,
+        lmeval_section,
+        sim_section,
+    )
 
     return {"sim": sim_section.render, "kl": kl_section.render, "kl-layers": kl_layers_section.render,
             "lmeval": lmeval_section.render, "bench-kernels": bench_section.render_kernels,
             "bench-scan": bench_section.render_scan, "bench-quant": bench_section.render_quant,
-            "bench-kl": bench_section.render_kl}
+            "bench-kl": bench_section.render_kl, "bench-generate": bench_generate_section.render}

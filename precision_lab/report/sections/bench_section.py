@@ -153,9 +153,16 @@ def render_kernels(results: list[Result], ctx: Context) -> list:
     return blocks
 
 
+def _launch_text(x: KernelRow) -> str:
+    """A row's launch shape, and for a ReplaySSM row its launch form (``fused_scores``)."""
+    shape = ", ".join(f"{k}={v}" for k, v in x.cfg.items()) or "default"
+    form = {True: "; one launch", False: "; scores + step launches"}.get(x.fused_scores, "")
+    return shape + form
+
+
 def _kernel_rows_table(rows: list[KernelRow]) -> Table:
     body = [[x.op, x.tag, x.kernel, str(x.batch), x.update or MISSING, x.read or MISSING, fmt(x.W), fmt(x.T),
-             ", ".join(f"{k}={v}" for k, v in x.cfg.items()) or "default", fmt(x.us), fmt(x.GBps), fmt(x.pct_ceiling),
+             _launch_text(x), fmt(x.us), fmt(x.GBps), fmt(x.pct_ceiling),
              (x.error or "")[:80]] for x in rows]
     return Table(["op", "sweep", "kernel", "B", "update", "read", "W", "T", "launch", "µs", "GB/s", "% of ceiling",
                   "error"], body, caption="All measured launches (rows without a time failed; see the last column)")
