@@ -19,7 +19,7 @@ from tests.test_bench_schema import same
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = sorted(p for p in (ROOT / "reports").rglob("*.json")
-                   if json.loads(p.read_text()).get("kind") in ("sim", "lmeval"))
+                   if (lambda d: isinstance(d, dict) and d.get("kind") in ("sim", "lmeval"))(json.loads(p.read_text())))
 
 
 def _without_version(raw: dict) -> dict:
