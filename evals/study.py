@@ -131,7 +131,7 @@ class StudyConfig:
                      l_sweep=("shared:nvfp4-sr@L8",),
                      policies=("conventional:bf16", "shared:nvfp4-sr", "split:fp16-sr/nvfp4"),
                      layer_policies=("shared:nvfp4-sr",), task_policies=("shared:nvfp4-sr",),
-                     lmeval_batch_size="4", n_boot=200, engine="auto", device="cpu", progress=False)
+                     n_boot=200, engine="auto", device="cpu", progress=False)
         sizes.update(kw)
         return cls(tuple(models), **sizes)
 

@@ -47,10 +47,21 @@ def install(root: Path) -> None:
     if not any(isinstance(f, _ThisCheckout) for f in sys.meta_path):
         sys.meta_path.insert(0, _ThisCheckout(mapped))
     pkg = sys.modules.get("precision_lab")
+    dropped = set()
     for name in list(sys.modules):
         top = ".".join(name.split(".")[:2])
         where = getattr(sys.modules[name], "__file__", None)
         if top in mapped and where and not Path(where).resolve().is_relative_to(mapped[top]):
             del sys.modules[name]
+            dropped.add(name)
             if name == top and pkg is not None and hasattr(pkg, name.split(".")[1]):
                 delattr(pkg, name.split(".")[1])
+    # import hooks the dropped modules installed (the other checkout's lm-eval start-up hook) go too,
+    # and this checkout's hook takes their place: two copies would call each other without end
+    hooks = [f for f in sys.meta_path if type(f).__module__ in dropped]
+    if hooks:
+        sys.meta_path[:] = [f for f in sys.meta_path if f not in hooks]
+        if any(type(f).__module__ == "precision_lab.evals.lmeval_plugin" for f in hooks):
+            from precision_lab.evals import lmeval_plugin
+
+            lmeval_plugin.install()

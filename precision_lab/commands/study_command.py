@@ -14,7 +14,7 @@ EPILOG = """examples:
   # only the task, on both trained models, every held-out play, contexts decoded through each policy
   precision-lab study --models gutenberg-qwen3.5 gutenberg-nemotron-h --skip kl layers --task speaker-choice \
       --task-prompt decode --per-bucket 2 --out runs/task
-  # CPU smoke run of the task stage (a couple of minutes)
+  # CPU smoke run of the task stage (under a minute per model with OMP_NUM_THREADS=1)
   precision-lab study --quick --models gutenberg-qwen3.5 --data gutenberg --skip kl layers --out runs/task-smoke
   precision-lab report OUT/*.json -o reports/NAME
 Rerun the same command after an interruption: every stage resumes from --work (default OUT-work).
