@@ -75,8 +75,9 @@ def _e2m1_pairs_hw(packed):
     E4M3 pairs to f16 pairs (cvt.rn.f16x2.e4m3x2, sm_89+). Bytes go 4 per call (pack=4). In sm_90
     SASS that is about 19 instructions per 8 elements (7 integer, 4 FP8 pair conversions, 8 f16→f32)
     against 24 for the fp16-pattern decode of ``_nvfp4_dot_words`` (16 integer, 8 f16→f32), but the
-    GDN non-flush step compiled with it holds 244 registers per thread against 167; it is kept as
-    the ``fp4_decode="ptx"`` alternative for GPU timing."""
+    two-launch GDN non-flush step compiled with it holds 243 registers per thread against 168
+    (``scripts/kernel_resources.py --hw --fp4-decode ptx``); it is kept as the ``fp4_decode="ptx"``
+    alternative until GPU timings decide."""
     return tl.inline_asm_elementwise(
         asm="""
         {
