@@ -138,6 +138,10 @@ class PackedState:
             d = d.view(torch.int16)
         if d.stride(-1) != 1 or d[0].is_contiguous() is False:
             raise ValueError("a state pool must be contiguous inside a slot ([H, R, C]); only the slot axis may be strided")
+        if self.code == FMT_NVFP4 and (d.data_ptr() % 4 or d.stride(0) % 4):
+            # the non-flush step reads the codes as 32-bit words (state_io._nvfp4_dot_words)
+            raise ValueError("an NVFP4 pool must start at a 4-byte aligned address and have a slot stride "
+                             "that is a multiple of 4 bytes")
         sc = self.scale if self.scale is not None else d
         gs = self.gscale if self.gscale is not None else d
         return (d, sc, gs, d.stride(0), sc.stride(0) if self.scale is not None else 0,

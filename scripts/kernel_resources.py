@@ -2,7 +2,8 @@
 costs in registers, spills and shared memory — no GPU and no device time needed.
 
     python scripts/kernel_resources.py            # Mamba-2 and GDN decode kernels at their real shapes
-    python scripts/kernel_resources.py --hw       # the GPU code path (hardware FP8/NVFP4 decode)
+    python scripts/kernel_resources.py --hw       # the GPU code path (hardware E4M3 decode)
+    python scripts/kernel_resources.py --hw --fp4-decode ptx   # NVFP4 reads through the inline-PTX decode
     python scripts/kernel_resources.py --ops mamba2-scan gdn-scan quant   # scans, quantizer kernels
 
 For every launch the wrappers would make, the kernel launch is replaced by ``triton.compile`` for
@@ -113,7 +114,7 @@ def _patched(module, names_labels, skip=()):
     return saved
 
 
-def mamba2_configs(B=2, flush_kw=None):
+def mamba2_configs(B=2, flush_kw=None, fp4_decode="fp16"):
     import precision_lab.kernels.mamba2.decode as m2
     from precision_lab.kernels.decode_state import PackedState
 
@@ -136,13 +137,13 @@ def mamba2_configs(B=2, flush_kw=None):
             m2.mamba2_replay_step(PackedState.empty("fp32", B, H, P, N), PackedState.empty(read, B, H, P, N), rec,
                                   *ints, z(B, T, H, P), z(B, T, H), torch.zeros(H), z(B, T, G, N), z(B, T, G, N),
                                   torch.zeros(H), torch.zeros(H), z(B, T, H, P), flush=flush, fold_new=flush and T == 1,
-                                  fused_scores=fused, **((flush_kw or {}) if flush else {}))
+                                  fused_scores=fused, fp4_decode=fp4_decode, **((flush_kw or {}) if flush else {}))
     finally:
         for n, f in saved.items():
             setattr(m2, n, f)
 
 
-def gdn_configs(B=2):
+def gdn_configs(B=2, fp4_decode="fp16"):
     import precision_lab.kernels.gdn.decode as gd
     from precision_lab.kernels.decode_state import PackedState
 
@@ -162,7 +163,8 @@ def gdn_configs(B=2):
             ints = [torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.zeros(B, dtype=torch.int32)]
             gd.gdn_replay_step(PackedState.empty("fp32", B, Hv, V, K), PackedState.empty(read, B, Hv, V, K), rec,
                                *ints, z(B, T, Hk, K), z(B, T, Hk, K), z(B, T, Hv, V), z(B, T, Hv), z(B, T, Hv),
-                               flush=flush, fold_new=flush and T == 1, recompute=rc, fused_scores=fused)
+                               flush=flush, fold_new=flush and T == 1, recompute=rc, fused_scores=fused,
+                               fp4_decode=fp4_decode)
     finally:
         for n, f in saved.items():
             setattr(gd, n, f)
@@ -247,6 +249,8 @@ def main(argv=None) -> int:
                     help="kernel families to compile (default: the decode kernels of both operators)")
     ap.add_argument("--m2-flush", nargs="*", default=[], metavar="KEY=VALUE",
                     help="extra mamba2_replay_step keywords for the flush launches, e.g. block_r=64 num_warps=8")
+    ap.add_argument("--fp4-decode", choices=["fp16", "ptx"], default="fp16",
+                    help="NVFP4 element decode of the non-flush steps (the wrappers' fp4_decode; 'ptx' needs --hw)")
     args = ap.parse_args(argv)
     if args.hw:  # the wrappers choose the hardware decode path from x.is_cuda
         torch.Tensor.is_cuda = property(lambda self: True)
@@ -255,9 +259,9 @@ def main(argv=None) -> int:
         for item in args.m2_flush:
             k, v = item.split("=", 1)
             kw[k] = int(v) if v.isdigit() else v
-        mamba2_configs(flush_kw=kw)
+        mamba2_configs(flush_kw=kw, fp4_decode=args.fp4_decode)
     if "gdn" in args.ops:
-        gdn_configs()
+        gdn_configs(fp4_decode=args.fp4_decode)
     for op in ("mamba2", "gdn"):
         if f"{op}-scan" in args.ops:
             scan_configs(op)

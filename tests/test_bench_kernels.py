@@ -34,6 +34,18 @@ def test_tune_candidates_join_spaces_and_drop_keywords_a_wrapper_lacks(monkeypat
     assert bench_kernels.tune_candidates("mamba2", "verify") == [dict(block_r=64, num_warps=4)]
 
 
+def test_tune_candidates_try_the_nvfp4_decodes_only_where_nvfp4_is_read():
+    """The non-flush tuning times both NVFP4 element decodes (fp16 patterns, inline PTX) when the read
+    copy is NVFP4; other read formats do not multiply their candidates by a keyword they ignore."""
+    for op in ("mamba2", "gdn"):
+        for wide in (False, True):
+            nv = bench_kernels.tune_candidates(op, "nonflush", wide, read="nvfp4")
+            other = bench_kernels.tune_candidates(op, "nonflush", wide, read="fp32")
+            assert {c["fp4_decode"] for c in nv} == {"fp16", "ptx"}
+            assert all("fp4_decode" not in c for c in other)
+            assert len(nv) == 2 * len(other)
+
+
 @triton.jit
 def _toy_kernel(x_ptr, BLOCK: tl.constexpr):
     tl.store(x_ptr + tl.arange(0, BLOCK), tl.arange(0, BLOCK))

@@ -135,12 +135,14 @@ NEW = ("q", "k", "v", "g", "beta")
 
 
 # fused: the one-launch form of a one-token step (True) or the scores kernel + step kernel (False);
-# verify steps (T > 1) have only the two-launch form
-@pytest.mark.parametrize("read_fmt,T,fused", [("fp32", 1, False), ("fp32", 1, True), ("bf16", 3, False),
-                                              ("fp8e4m3", 2, False), ("nvfp4", 4, False), ("fp8e4m3", 1, False),
-                                              ("fp8e4m3", 1, True), ("nvfp4", 1, False), ("nvfp4", 1, True),
-                                              ("bf16", 1, True)])
-def test_replay_nonflush_and_verify(read_fmt, T, fused, device):
+# verify steps (T > 1) have only the two-launch form. fp4: the NVFP4 element decode (``fp4_decode``;
+# "ptx" is compiled on a GPU only, the interpreter runs the fp16-pattern decode for both)
+@pytest.mark.parametrize("read_fmt,T,fused,fp4", [
+    ("fp32", 1, False, "fp16"), ("fp32", 1, True, "fp16"), ("bf16", 3, False, "fp16"), ("fp8e4m3", 2, False, "fp16"),
+    ("nvfp4", 4, False, "fp16"), ("fp8e4m3", 1, False, "fp16"), ("fp8e4m3", 1, True, "fp16"),
+    ("nvfp4", 1, False, "fp16"), ("nvfp4", 1, True, "fp16"), ("nvfp4", 1, False, "ptx"), ("nvfp4", 1, True, "ptx"),
+    ("bf16", 1, True, "fp16")])
+def test_replay_nonflush_and_verify(read_fmt, T, fused, fp4, device):
     """Output-only step and verify: reads S0·q and S0·k from the read copy, writes only o and records."""
     s = _replay_setup(device, "fp32", read_fmt, W=5, T=T, exact=False)
     n = s["new"]
@@ -148,7 +150,7 @@ def test_replay_nonflush_and_verify(read_fmt, T, fused, device):
     out = torch.full((3, T, HV, V), float("nan"), device=device)
     o = gdn_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
                         seq_ids=s["seq_ids"].to(device), out=out, block_r=8,  # two row blocks per head
-                        fused_scores=fused)
+                        fused_scores=fused, fp4_decode=fp4)
     o_ref, new, _ = gdn_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() for k in NEW))
     live = (s["slots"] >= 0).cpu()
     assert not torch.isnan(o).any()

@@ -155,13 +155,15 @@ def _replay_setup(device, upd_fmt, read_fmt, W, T, exact, start=5):
 
 
 # fused: the one-launch form of a one-token step (True) or the scores kernel + step kernel (False);
-# verify steps (T > 1) have only the two-launch form
-@pytest.mark.parametrize("read_fmt,T,fused", [("fp32", 1, False), ("fp32", 1, True), ("bf16", 3, False),
-                                              ("fp8e4m3", 1, False), ("fp8e4m3", 1, True), ("nvfp4", 4, False),
-                                              ("nvfp4", 1, False), ("nvfp4", 1, True)])
-def test_replay_nonflush_and_verify(read_fmt, T, fused, device):
+# verify steps (T > 1) have only the two-launch form. fp4: the NVFP4 element decode (``fp4_decode``)
+@pytest.mark.parametrize("read_fmt,T,fused,fp4", [
+    ("fp32", 1, False, "fp16"), ("fp32", 1, True, "fp16"), ("bf16", 3, False, "fp16"), ("fp8e4m3", 1, False, "fp16"),
+    ("fp8e4m3", 1, True, "fp16"), ("nvfp4", 4, False, "fp16"), ("nvfp4", 1, False, "fp16"), ("nvfp4", 1, True, "fp16"),
+    ("nvfp4", 1, False, "ptx"), ("nvfp4", 1, True, "ptx")])
+def test_replay_nonflush_and_verify(read_fmt, T, fused, fp4, device):
     """Output-only step (T = 1, read straight from the codes) and speculative verify (T > 1): only y
-    and the T records are written."""
+    and the T records are written. NVFP4 at T = 1 with both element decodes (``fp4_decode="ptx"`` is
+    compiled on a GPU only; the interpreter runs the fp16-pattern decode for both)."""
     s = _replay_setup(device, "fp32", read_fmt, W=5, T=T, exact=False)
     n = s["new"]
     before = [t.clone() for t in (s["upd"].data, s["rd"].data)]
@@ -169,7 +171,7 @@ def test_replay_nonflush_and_verify(read_fmt, T, fused, device):
     y = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
                            n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"].to(device), out=out,
                            block_r=8,  # two row blocks per head: NVFP4 reads work from any block
-                           fused_scores=fused)
+                           fused_scores=fused, fp4_decode=fp4)
     y_ref, new, _ = mamba2_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() if n[k] is not None else None
                                            for k in ("x", "dt", "A", "B", "C", "D", "dt_bias", "z")))
     live = (s["slots"] >= 0).cpu()

@@ -29,6 +29,16 @@ def check_nvfp4_cols(C: int, *fmts: int) -> None:
                          "(not a multiple of 16)")
 
 
+#: how a compiled non-flush step may decode the E2M1 elements of an NVFP4 read copy
+#: (``read_state_dot`` in ``state_io.py``): fp16 bit patterns, or the inline-PTX E4M3 conversion
+FP4_DECODES = ("fp16", "ptx")
+
+
+def check_fp4_decode(name: str) -> None:
+    if name not in FP4_DECODES:
+        raise ValueError(f"fp4_decode must be one of {FP4_DECODES}, got {name!r}")
+
+
 #: longest window of the window-parallel scans (their in-register triangular solve is BLOCK_W wide)
 MAX_SCAN_WINDOW = 64
 

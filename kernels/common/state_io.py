@@ -72,8 +72,12 @@ def _e2m1_pairs_hw(packed):
     × 2^-6 as fp32. Each nibble (sign s, exponent e, mantissa m) becomes the E4M3 byte
     ``s<<7 | (nibble & 7)<<2``: exponent field e, mantissa m00, so its value is the E2M1 value ·
     2^-6 exactly (E2M1's subnormal 0.5 lands on E4M3's subnormal 2^-7). The hardware then converts
-    E4M3 pairs to f16 pairs (cvt.rn.f16x2.e4m3x2, sm_89+) — about 2 instructions per element
-    instead of the ~10 of the integer decode. Bytes go 4 per call (pack=4)."""
+    E4M3 pairs to f16 pairs (cvt.rn.f16x2.e4m3x2, sm_89+). Bytes go 4 per call (pack=4). In sm_90
+    SASS that is about 19 instructions per 8 elements (7 integer, 4 FP8 pair conversions, 8 f16→f32)
+    against 24 for the fp16-pattern decode of ``_nvfp4_dot_words`` (16 integer, 8 f16→f32), but the
+    two-launch GDN non-flush step compiled with it holds 243 registers per thread against 168
+    (``scripts/kernel_resources.py --hw --fp4-decode ptx``); it is kept as the ``fp4_decode="ptx"``
+    alternative until GPU timings decide."""
     return tl.inline_asm_elementwise(
         asm="""
         {
@@ -113,47 +117,104 @@ def _e2m1_pairs_hw(packed):
 
 
 @triton.jit
+def _block_scales(scb, HW: tl.constexpr):
+    """E4M3 block-scale bytes → fp32 (the hardware conversion in compiled GPU kernels)."""
+    if HW:
+        return scb.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    else:
+        return qc.decode_e4m3(scb.to(tl.int32))
+
+
+@triton.jit
+def _nvfp4_dot_words(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row64, rmask, C, v_ptr, w_ptr,
+                     BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, TWO: tl.constexpr):
+    """``read_state_dot`` of an NVFP4 tile with the fp16-pattern E2M1 decode. The codes are read as
+    [BR, BC/8] 32-bit words (a row's C/2 bytes are whole words, C % 16 == 0; ``kernel_args`` checks
+    that pools start 4-byte aligned) and ``codecs.nvfp4_word_pairs_scaled`` turns word c into elements
+    8c+k and 8c+k+4 for k = 0..3, so the vector entries are loaded in that order."""
+    cw = tl.arange(0, BC // 8)
+    m_w = cw < C // 8
+    m2 = rmask[:, None] & m_w[None, :]
+    row_ptr = (d_ptr + slot * s_d + row64[:, None] * (C // 2)).to(tl.pointer_type(tl.uint32))
+    words = tl.load(row_ptr + cw[None, :], mask=m2, other=0)
+    # one block scale per two words, gathered (both words' loads share an address)
+    block_scale = _block_scales(tl.load(sc_ptr + slot * s_sc + row64[:, None] * (C // 16) + (cw // 2)[None, :],
+                                        mask=m2, other=0), HW)
+    acc_v = tl.zeros((BR, BC // 8), tl.float32)
+    acc_w = tl.zeros((BR, BC // 8), tl.float32)
+    for k in tl.static_range(4):
+        lo, hi = qc.nvfp4_word_pairs_scaled(words, k)  # E2M1 values · 2^-14
+        # the 2^14 rides on the vector entries, once per column instead of once per element:
+        # (e · 2^-14) · (v · 2^14) is the real number e · v, so the products are those of the plain
+        # values (while |v| < 2^114, far beyond any activation: q, k and C are bf16 inputs or their
+        # unit-normalised copies)
+        v_lo = tl.load(v_ptr + 8 * cw + k, mask=m_w, other=0).to(tl.float32) * qc.E2M1_UNIT
+        v_hi = tl.load(v_ptr + 8 * cw + k + 4, mask=m_w, other=0).to(tl.float32) * qc.E2M1_UNIT
+        acc_v += lo * v_lo[None, :] + hi * v_hi[None, :]
+        if TWO:
+            w_lo = tl.load(w_ptr + 8 * cw + k, mask=m_w, other=0).to(tl.float32) * qc.E2M1_UNIT
+            w_hi = tl.load(w_ptr + 8 * cw + k + 4, mask=m_w, other=0).to(tl.float32) * qc.E2M1_UNIT
+            acc_w += lo * w_lo[None, :] + hi * w_hi[None, :]
+    s_dec = tl.load(gs_ptr + slot * s_gs + h)
+    sv = tl.sum(acc_v * block_scale, 1) * s_dec
+    if TWO:
+        sw = tl.sum(acc_w * block_scale, 1) * s_dec
+    else:
+        sw = 0.0
+    return sv, sw
+
+
+@triton.jit
+def _nvfp4_dot_ptx(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row64, rmask, C, v_ptr, w_ptr,
+                   BC: tl.constexpr, TWO: tl.constexpr):
+    """``read_state_dot`` of an NVFP4 tile with ``_e2m1_pairs_hw`` (compiled GPU kernels only):
+    [BR, BC/2] byte tiles, each byte's block scale gathered (8 bytes share an address, which the
+    compiler loads once) and applied per byte (measured faster on the H200 than a [BR, BC/16, 8]
+    block tile that scales each block's partial sum once: 163 vs 199 µs)."""
+    cb = tl.arange(0, BC // 2)
+    m_b = cb < C // 2
+    m2 = rmask[:, None] & m_b[None, :]
+    packed = tl.load(d_ptr + slot * s_d + row64[:, None] * (C // 2) + cb[None, :], mask=m2, other=0)
+    scb = tl.load(sc_ptr + slot * s_sc + row64[:, None] * (C // 16) + (cb // 8)[None, :], mask=m2, other=0)
+    e_even, e_odd = _e2m1_pairs_hw(packed)  # E2M1 values · 2^-6: the 64 goes into s_dec
+    block_scale = _block_scales(scb, True)
+    s_dec = tl.load(gs_ptr + slot * s_gs + h) * 64.0
+    v_even = tl.load(v_ptr + 2 * cb, mask=m_b, other=0).to(tl.float32)
+    v_odd = tl.load(v_ptr + 2 * cb + 1, mask=m_b, other=0).to(tl.float32)
+    sv = tl.sum((e_even * v_even[None, :] + e_odd * v_odd[None, :]) * block_scale, 1) * s_dec
+    if TWO:
+        w_even = tl.load(w_ptr + 2 * cb, mask=m_b, other=0).to(tl.float32)
+        w_odd = tl.load(w_ptr + 2 * cb + 1, mask=m_b, other=0).to(tl.float32)
+        sw = tl.sum((e_even * w_even[None, :] + e_odd * w_odd[None, :]) * block_scale, 1) * s_dec
+    else:
+        sw = 0.0
+    return sv, sw
+
+
+@triton.jit
 def read_state_dot(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, v_ptr, w_ptr,
-                   FMT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, TWO: tl.constexpr):
+                   FMT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, TWO: tl.constexpr,
+                   FP4_PTX: tl.constexpr):
     """``(S v, S w)`` for the tile's rows (fp32 [BR] each; S w only with TWO, else 0), v and w = C
     values at ``v_ptr`` / ``w_ptr`` (any float dtype), read straight from the stored codes: a
     read-only step needs only these products (Mamba-2: S C; GDN: S q̃ and S k from one read), so
-    NVFP4 never builds the fp32 tile of scaled values — it multiplies each byte's two E2M1 values
-    with the vector's even and odd entries and scales that by the byte's block scale (E4M3; the
-    per-head s_dec once per row). Arguments as ``load_state``; HW (compiled GPU kernels only)
-    decodes FP8/FP4 with the hardware E4M3→f16 conversion instead of the integer codecs (same
-    values; the integer path is what the interpreter runs). The sums run in another order than
-    ``load_state`` + ``tl.sum`` (same value up to fp32 rounding)."""
+    NVFP4 never builds the fp32 tile of scaled values — it multiplies the E2M1 values with the
+    matching vector entries and scales that by the block scale (E4M3; the per-head s_dec once per
+    row). Arguments as ``load_state``. HW (compiled GPU kernels only) decodes E4M3 (FP8 elements,
+    NVFP4 block scales) with the hardware E4M3→f16 conversion instead of the integer codec (same
+    values). NVFP4 elements: the fp16-pattern decode on 32-bit words (``_nvfp4_dot_words``, what the
+    interpreter runs), or with HW and FP4_PTX the inline-PTX conversion of ``_e2m1_pairs_hw``
+    (``_nvfp4_dot_ptx``; fewer instructions, more registers: which is faster is a GPU measurement,
+    the wrappers' ``fp4_decode``). The sums run in another order than ``load_state`` + ``tl.sum``
+    (same value up to fp32 rounding)."""
     row64 = (h * R + rows).to(tl.int64)
     if FMT == C_NVFP4:
-        # [BR, BC/2] byte tiles: each byte's block scale is gathered (8 bytes share an address, which
-        # the compiler loads once) and applied per byte (measured faster on the H200 than a
-        # [BR, BC/16, 8] block tile that scales each block's partial sum once: 163 vs 199 µs)
-        cb = tl.arange(0, BC // 2)
-        m_b = cb < C // 2
-        m2 = rmask[:, None] & m_b[None, :]
-        packed = tl.load(d_ptr + slot * s_d + row64[:, None] * (C // 2) + cb[None, :], mask=m2, other=0)
-        scb = tl.load(sc_ptr + slot * s_sc + row64[:, None] * (C // 16) + (cb // 8)[None, :], mask=m2, other=0)
-        if HW:
-            e_even, e_odd = _e2m1_pairs_hw(packed)
-            unit = 64.0
-            block_scale = scb.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        if HW and FP4_PTX:
+            sv, sw = _nvfp4_dot_ptx(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row64, rmask, C, v_ptr, w_ptr,
+                                    BC, TWO)
         else:
-            p32 = packed.to(tl.int32)
-            e_even = qc.decode_e2m1(p32 & 0xF)
-            e_odd = qc.decode_e2m1(p32 >> 4)
-            unit = 1.0
-            block_scale = qc.decode_e4m3(scb.to(tl.int32))
-        s_dec = tl.load(gs_ptr + slot * s_gs + h) * unit
-        v_even = tl.load(v_ptr + 2 * cb, mask=m_b, other=0).to(tl.float32)
-        v_odd = tl.load(v_ptr + 2 * cb + 1, mask=m_b, other=0).to(tl.float32)
-        sv = tl.sum((e_even * v_even[None, :] + e_odd * v_odd[None, :]) * block_scale, 1) * s_dec
-        if TWO:
-            w_even = tl.load(w_ptr + 2 * cb, mask=m_b, other=0).to(tl.float32)
-            w_odd = tl.load(w_ptr + 2 * cb + 1, mask=m_b, other=0).to(tl.float32)
-            sw = tl.sum((e_even * w_even[None, :] + e_odd * w_odd[None, :]) * block_scale, 1) * s_dec
-        else:
-            sw = 0.0
+            sv, sw = _nvfp4_dot_words(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row64, rmask, C, v_ptr,
+                                      w_ptr, BR, BC, HW, TWO)
         return sv, sw
     else:
         cols = tl.arange(0, BC)

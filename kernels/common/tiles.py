@@ -74,8 +74,7 @@ def nvfp4_tile(x, s_enc, s_dec, r, SR: tl.constexpr, BLOCK_R: tl.constexpr, BLOC
     else:
         rb = 0
     codes, scale_codes = qc.nvfp4_quantize_blocks(xb, s_enc, s_dec, rb, SR)
-    block_scale = qc.decode_e4m3(scale_codes) * s_dec
-    return tl.reshape(qc.decode_e2m1(codes) * block_scale[:, None], (BLOCK_R, BLOCK_C))
+    return tl.reshape(qc.nvfp4_dequantize_codes(codes, scale_codes, s_dec), (BLOCK_R, BLOCK_C))
 
 
 @triton.jit

@@ -30,8 +30,9 @@ and one program per (group, batch entry) writes the B record (docs/design.md §7
 ``decode_reference.py`` computes the same things in torch, in the same order.
 
 What makes it fast (H200 measurements in ``reports/bench``): the autoregressive non-flush step
-needs only S_b C, so it reads it straight from the stored codes (``read_state_dot``: FP8/NVFP4
-decoded by the hardware E4M3 conversion, never an fp32 tile of the whole state); verifying T > 1
+needs only S_b C, so it reads it straight from the stored codes (``read_state_dot``: FP8 by the
+hardware E4M3 conversion, NVFP4 elements through fp16 bit patterns, never an fp32 tile of the whole
+state); verifying T > 1
 drafts computes all T outputs as one [T, rows] tile from three small matrix products instead of
 T passes over the state; the flush's fold is one tensor-core product.
 """
@@ -42,6 +43,7 @@ import triton
 import triton.language as tl
 from precision_lab.kernels.common.launch import (
     as_i64,
+    check_fp4_decode,
     fused_nonflush_warps,
     fused_scores_launch,
     pow2,
@@ -188,7 +190,8 @@ def mamba2_replay_step_kernel(
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
-    FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, STATE_PREC: tl.constexpr, FUSED: tl.constexpr,
+    FP4_PTX: tl.constexpr, FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, STATE_PREC: tl.constexpr,
+    FUSED: tl.constexpr,
 ):
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
     # computes the scores it needs itself, and one program per (group, batch entry) writes the new
@@ -281,7 +284,7 @@ def mamba2_replay_step_kernel(
     else:  # autoregressive non-flush: S_b C is all it needs, read straight from the codes
         c_ptr = C_ptr + (i_b.to(tl.int64) * G + i_g) * C
         s_c, _ = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, c_ptr, c_ptr,
-                                RFMT, BR, BC, HW, False)
+                                RFMT, BR, BC, HW, False, FP4_PTX)
         lo = W * 0
 
     if T > 1:
@@ -452,6 +455,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
                        seed: int = 0, layer: int = 0, block_r: int | None = None,
                        num_warps: int | None = None, fold_precision: str = "tf32x3",
                        verify_precision: str = "tf32x3", fused_scores: bool | None = None,
+                       fp4_decode: str = "fp16",
                        out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM step for T = x.shape[1] tokens (T = 1: autoregressive; T > 1: speculative verify).
 
@@ -471,10 +475,14 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     step kernel; None = the batch-size rule (``kernels/common/launch.py``, ``fused_scores_launch``,
     provisional until measured). Both forms give the same state codes and records bit for bit and
     the same outputs up to fp32 rounding.
+    fp4_decode: how a compiled T = 1 non-flush step decodes an NVFP4 read copy's elements: "fp16"
+    (fp16 bit patterns, as the interpreter) or "ptx" (the inline-PTX E4M3 conversion; GPU only,
+    ignored elsewhere); ``read_state_dot`` in ``kernels/common/state_io.py``.
     """
     for name, prec in (("fold_precision", fold_precision), ("verify_precision", verify_precision)):
         if prec not in ("tf32x3", "ieee"):
             raise ValueError(f"{name} must be 'tf32x3' or 'ieee', got {prec!r}")
+    check_fp4_decode(fp4_decode)
     Bsz, T, H, P = x.shape
     G, N = B.shape[-2:]
     if fold_new and (T != 1 or not flush):
@@ -517,7 +525,8 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
-        BR=br, BC=bc, BJ=bj, TP=max(pow2(T), 16), HW=x.is_cuda, FOLD_PREC=fold_precision,
+        BR=br, BC=bc, BJ=bj, TP=max(pow2(T), 16), HW=x.is_cuda, FP4_PTX=fp4_decode == "ptx",
+        FOLD_PREC=fold_precision,
         VERIFY_PREC=verify_precision, STATE_PREC=_state_product_precision(verify_precision, br, P, read.code),
         FUSED=fused, num_warps=num_warps or _replay_warps(T, flush, fused, bj),
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance

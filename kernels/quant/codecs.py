@@ -37,6 +37,10 @@ Element codecs
 ``decode_bf16(code)``, ``decode_fp16(code)``, ``decode_e4m3(code)``, ``decode_e5m2(code)``,
 ``decode_e2m1(code)``      → fp32 values (exact; codes as int32, only the format's low bits read;
                              FP8 NaN codes decode to the canonical quiet NaN with the code's sign).
+``decode_e2m1_scaled(code)`` → fp32 E2M1 value · 2^-14 (exact): the nibble's bits placed into an fp16
+                             pattern and converted, no table and no select (derivation above
+                             ``_e2m1_f16_bits``). Kernels fold the 2^14 (``E2M1_UNIT``) into a factor
+                             they multiply by anyway; ``decode_e2m1`` is this times 2^14.
 ``round_bf16(x, r, SR)``, ``round_fp16(x, r, SR)``, ``round_e4m3(x, r, SR)``, ``round_e5m2(x, r, SR)``
                            → fp32 value of the rounded number (encode then decode), for kernels
                              that keep fp32 registers holding values representable in the format.
@@ -58,8 +62,16 @@ NVFP4 (docs/design.md §5: NVIDIA's chain; one global scale per matrix, E4M3 sca
     ``encode_e2m1`` (NaN elements → 0x7|sign), so it dequantizes to NaN.
 ``nvfp4_pack(codes)``   int32 ``[NB, 16]`` → int32 bytes ``[NB, 8]``; element 2i in the low nibble.
 ``nvfp4_unpack(bytes)`` int32 ``[NB, 8]`` → int32 nibbles ``[NB, 16]``.
+``nvfp4_pairs_scaled(bytes)`` NVFP4 bytes (any integer block, low 8 bits read) → ``(even, odd)`` fp32
+    element values · 2^-14 of the low and high nibbles, both fp16 patterns built in one 32-bit word.
+``nvfp4_word_pairs_scaled(words, K)`` uint32 words of 4 bytes (elements 8c .. 8c+7) → fp32 values
+    · 2^-14 of elements ``8c+K`` and ``8c+K+4`` (K constexpr 0..3): nibbles 16 bits apart share shifts.
 ``nvfp4_dequantize_blocks(packed, scale_codes, s_dec)``: packed bytes int32 ``[NB, 8]``, E4M3
-    scale bytes int32 ``[NB]``, fp32 scalar ``s_dec`` → fp32 ``[NB, 16]`` = ``e2m1(code) · (f32(s) · s_dec)``.
+    scale bytes int32 ``[NB]``, fp32 scalar ``s_dec`` → fp32 ``[NB, 16]`` = ``e2m1(code) · (f32(s) · s_dec)``
+    bit for bit: ``(e2m1(code) · 2^-14) · ((f32(s) · s_dec) · 2^14)``, the 2^14 folded into the block
+    scale while ``|s_dec| < 2^105`` (``NVFP4_FOLD_LIMIT``; the product then cannot overflow), else
+    applied to the elements.
+``nvfp4_dequantize_codes(codes, scale_codes, s_dec)``: the same from unpacked nibbles int32 ``[NB, 16]``.
 
 Kernels that use these in scale chains should be launched with ``enable_fp_fusion=False`` when
 they contain ``a*b+c`` patterns that the reference rounds twice (the helpers here only multiply).
@@ -74,6 +86,9 @@ FLT_MAX = tl.constexpr(3.4028234663852886e38)
 ONE_SIXTH_F32_BITS = tl.constexpr(0x3E2AAAAB)  # fp32(1/6), the constant of NVIDIA's scale chain
 NVFP4_GLOBAL_NUMERATOR = tl.constexpr(2688.0)  # 448 (E4M3 max) · 6 (E2M1 max)
 F32_NAN_BITS = tl.constexpr(0x7FC00000)
+E2M1_UNIT = tl.constexpr(16384.0)  # 2^14: the *_scaled E2M1 decoders return value / E2M1_UNIT
+NVFP4_FOLD_LIMIT = tl.constexpr(2.0**105)  # |s_dec| below it: f32(s) · s_dec · 2^14 stays finite (see
+                                           # _nvfp4_apply_block_scales)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,14 +260,57 @@ def decode_e5m2(code):
     return tl.where((code & 0x7C) == 0x7C, special_bits.to(tl.float32, bitcast=True), val)
 
 
+# E2M1 is decoded through an fp16 bit pattern. A nibble s|e1 e0|m placed as the fp16 bits
+# s<<15 | (e1 e0 m)<<9 puts e into the two low bits of fp16's exponent field and m into the top
+# mantissa bit, so the fp16 number is 2^(e-15)·(1 + m/2) for e > 0 and m·2^-15 for e = 0 (an fp16
+# subnormal): the E2M1 value (2^(e-1)·(1 + m/2), resp. m/2) times 2^-14, with ±0 and the subnormal
+# 0.5 included. fp16 → fp32 is exact, so a nibble costs a few integer operations and one conversion,
+# with no table and no select. Callers fold the 2^14 into a factor they multiply by anyway (a block
+# scale, a vector entry); ``decode_e2m1`` multiplies it back for the plain value (exact: a power of
+# two on numbers of at most 2 significant bits, far from overflow).
+@triton.jit
+def _e2m1_f16_bits(code):
+    """E2M1 nibble (sign in bit 3; higher bits ignored) → int32 holding its fp16 pattern (value·2^-14)."""
+    return ((code << 12) & 0x8000) | ((code << 9) & 0x0E00)
+
+
+@triton.jit
+def _f16_bits_to_f32(bits):
+    """Low 16 bits of an integer block, read as fp16, converted to fp32 (exact)."""
+    return bits.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def decode_e2m1_scaled(code):
+    return _f16_bits_to_f32(_e2m1_f16_bits(code))
+
+
 @triton.jit
 def decode_e2m1(code):
-    # normals (magnitude codes 2..7): pattern = code·2^22 + 126·2^23; codes 0, 1 are 0 and 0.5:
-    # bits(1.5·2^22) + code is 1.5·2^22 + code·0.5, minus 1.5·2^22 leaves code·0.5.
-    mag = code & 0x7
-    normal = (mag << 22) + 0x3F000000
-    sub = ((mag + 0x4AC00000).to(tl.float32, bitcast=True) - 6291456.0).to(tl.int32, bitcast=True)
-    return (((code & 0x8) << 28) | tl.where(mag < 2, sub, normal)).to(tl.float32, bitcast=True)
+    return decode_e2m1_scaled(code) * E2M1_UNIT
+
+
+@triton.jit
+def nvfp4_pairs_scaled(packed):
+    """NVFP4 bytes (low 8 bits of an integer block) → (even, odd) fp32 element values · 2^-14: the
+    low nibble is element 2i, the high nibble 2i+1. Both fp16 patterns are built in one 32-bit word:
+    ``b | b << 12`` puts a copy of the byte 12 bits up, so the high nibble sits 16 bits above the low
+    one and the same two shifts place both (mask 0x0E00 per half: magnitude; 0x8000: sign)."""
+    b = packed.to(tl.uint32) & 0xFF
+    dup = b | (b << 12)
+    word = ((dup << 9) & 0x0E000E00) | ((dup << 12) & 0x80008000)
+    return _f16_bits_to_f32(word), _f16_bits_to_f32(word >> 16)
+
+
+@triton.jit
+def nvfp4_word_pairs_scaled(words, K: tl.constexpr):
+    """uint32 words of 4 NVFP4 bytes (elements 8c .. 8c+7 of a row, little-endian) → fp32 values
+    · 2^-14 of elements 8c+K and 8c+K+4 (K = 0..3). Nibbles K and K+4 of a word lie 16 bits apart,
+    so shifting the word once places both magnitudes (0x0E000E00) and once more both signs
+    (0x80008000): four integer operations per two elements, on data as loaded."""
+    s = words >> (4 * K)
+    word = ((s << 9) & 0x0E000E00) | ((s << 12) & 0x80008000)
+    return _f16_bits_to_f32(word), _f16_bits_to_f32(word >> 16)
 
 
 @triton.jit
@@ -316,7 +374,35 @@ def nvfp4_unpack(packed):
 
 
 @triton.jit
+def _nvfp4_apply_block_scales(vals_scaled, scale_codes, s_dec):
+    """E2M1 values · 2^-14 [NB, 16] (``decode_e2m1_scaled``) times their block scales → fp32 [NB, 16],
+    bit for bit ``value(code) · (f32(s) · s_dec)``.
+
+    The block scale y = f32(s) · s_dec is rounded exactly as the reference rounds it; multiplying y by
+    2^14 is then exact unless it overflows, and (value · 2^-14) · (y · 2^14) is the same real number as
+    value · y, rounded once, so the products agree in every bit (±0, subnormal y and NaN included).
+    y · 2^14 overflows only for |y| >= 2^114; since |f32(s)| <= 448 < 2^9, no block can get there while
+    |s_dec| < 2^105 (NVFP4_FOLD_LIMIT: every state whose amax is below about 1e35). Larger or NaN
+    s_dec (a scalar, one per matrix) takes the unfolded product value · y instead: a uniform branch,
+    one multiply per element more."""
+    y = decode_e4m3(scale_codes) * s_dec
+    if tl.abs(s_dec) < NVFP4_FOLD_LIMIT:
+        out = vals_scaled * (y * E2M1_UNIT)[:, None]
+    else:
+        out = (vals_scaled * E2M1_UNIT) * y[:, None]
+    return out
+
+
+@triton.jit
 def nvfp4_dequantize_blocks(packed, scale_codes, s_dec):
-    """packed bytes int32 [NB, 8], E4M3 scale bytes int32 [NB], fp32 s_dec → fp32 [NB, 16]."""
-    block_scale = decode_e4m3(scale_codes) * s_dec
-    return decode_e2m1(nvfp4_unpack(packed)) * block_scale[:, None]
+    """packed bytes int32 [NB, 8], E4M3 scale bytes int32 [NB], fp32 scalar s_dec → fp32 [NB, 16]."""
+    even, odd = nvfp4_pairs_scaled(packed)
+    vals = tl.reshape(tl.join(even, odd), (packed.shape[0], packed.shape[1] * 2))
+    return _nvfp4_apply_block_scales(vals, scale_codes, s_dec)
+
+
+@triton.jit
+def nvfp4_dequantize_codes(codes, scale_codes, s_dec):
+    """Unpacked E2M1 nibbles int32 [NB, 16], E4M3 scale bytes int32 [NB], fp32 scalar s_dec → fp32
+    [NB, 16] (the same values as ``nvfp4_dequantize_blocks`` of the packed bytes)."""
+    return _nvfp4_apply_block_scales(decode_e2m1_scaled(codes), scale_codes, s_dec)

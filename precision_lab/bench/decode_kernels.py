@@ -76,13 +76,13 @@ TUNE_SPACE = {
     "mamba2": {
         "conventional": dict(block_r=[16, 32], num_warps=[8]),
         "flush": dict(block_r=[16, 32], num_warps=[4, 8], fold_precision=["tf32x3"]),
-        "nonflush": dict(block_r=[None], num_warps=[2, 4]),
+        "nonflush": dict(block_r=[None], num_warps=[2, 4], fp4_decode=["fp16", "ptx"]),
         "verify": dict(block_r=[64], num_warps=[4]),
     },
     "gdn": {
         "conventional": dict(block_r=[8, 16], num_warps=[2, 4]),
         "flush": dict(block_r=[None]),
-        "nonflush": dict(block_r=[None], num_warps=[None, 2, 4]),
+        "nonflush": dict(block_r=[None], num_warps=[None, 2, 4], fp4_decode=["fp16", "ptx"]),
         "verify": dict(block_r=[None], num_warps=[None, 4]),
     },
 }
@@ -93,13 +93,13 @@ TUNE_SPACE_WIDE = {
     "mamba2": {
         "conventional": [dict(block_r=[16, 32], num_warps=[4, 8])],
         "flush": [dict(block_r=[16, 32], num_warps=[2, 4, 8]), dict(block_r=[64], num_warps=[8])],
-        "nonflush": [dict(block_r=[None], num_warps=[2, 4, 8])],
+        "nonflush": [dict(block_r=[None], num_warps=[2, 4, 8], fp4_decode=["fp16", "ptx"])],
         "verify": [dict(block_r=[64], num_warps=[2, 4])],
     },
     "gdn": {
         "conventional": [dict(block_r=[8, 16, 32], num_warps=[2, 4, 8])],
         "flush": [dict(block_r=[None, 32], num_warps=[None, 4])],
-        "nonflush": [dict(block_r=[None, 32, 128], num_warps=[None, 2, 4, 8])],
+        "nonflush": [dict(block_r=[None, 32, 128], num_warps=[None, 2, 4, 8], fp4_decode=["fp16", "ptx"])],
         "verify": [dict(block_r=[None, 32], num_warps=[None, 4, 8])],
     },
 }
@@ -139,16 +139,24 @@ def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_
             "buffer_sets": nsets, "fused_scores": launch_form(op, kind, B, T, fold_new, fused)}
 
 
-def tune_candidates(op, kind, wide: bool = False) -> list[dict]:
+# Keywords that change only how one read format is decoded: tuned only when that format is read
+# (fp4_decode: the NVFP4 element decode of the non-flush step, fp16 patterns vs inline PTX; the
+# tuning rows time both, and the faster is what the sweeps use).
+READ_FORMAT_KEYWORDS = {"fp4_decode": "nvfp4"}
+NVFP4_PTX_CHECK = "nonflush-nvfp4-ptx"  # the correctness check of fp4_decode="ptx" (absent in older files)
+
+
+def tune_candidates(op, kind, wide: bool = False, read: str | None = None) -> list[dict]:
     """The launch shapes ``tune`` tries for one kernel kind: the product of each candidate space,
-    joined, without duplicates, keeping only keywords the wrapper has (``[{}]``: its defaults)."""
+    joined, without duplicates, keeping only keywords the wrapper has and that matter for the read
+    format ``read`` (``[{}]``: its defaults)."""
     wrapper = {"mamba2": (mamba2_conventional_step, mamba2_replay_step),
                "gdn": (gdn_conventional_step, gdn_replay_step)}[op][0 if kind == "conventional" else 1]
     have = inspect.signature(wrapper).parameters
     spaces = TUNE_SPACE_WIDE[op][kind] if wide else [TUNE_SPACE[op][kind]]
     out = []
     for space in spaces:
-        space = {k: v for k, v in space.items() if k in have}
+        space = {k: v for k, v in space.items() if k in have and READ_FORMAT_KEYWORDS.get(k, read) == read}
         for combo in itertools.product(*space.values()):
             c = dict(zip(space, combo))
             if c not in out:
@@ -160,7 +168,7 @@ def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, nbytes, wide=False
     """Fastest launch shape of one kernel kind at batch 256 (every candidate recorded, failures too)."""
     best = None
     mkind = "nonflush" if kind == "verify" else kind
-    for cfg in tune_candidates(op, kind, wide):
+    for cfg in tune_candidates(op, kind, wide, read):
         try:
             r = measure(op, mkind, 256, dev, upd="fp32", read=read, W=W, T=T, ring=ring, cfg=cfg, nbytes=nbytes)
         except Exception as e:  # noqa: BLE001 - a shape may not compile (registers / shared memory)
@@ -262,6 +270,14 @@ def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
             e = rel(y, yr)
             # y is stored in bf16 (the inputs' dtype): one bf16 rounding is ~2e-3 relative
             out[f"{op}:verify-T4{'-flush' if flush else ''}"] = {"rel_err": {"y": e}, "tol": 5e-3, "ok": e < 5e-3}
+    # the non-flush step's inline-PTX NVFP4 decode (a tuning candidate, ``fp4_decode``) against the
+    # default fp16-pattern decode that the streams above checked: the same products summed in another
+    # order, so the bf16 outputs differ by rounding only
+    for op in ops:
+        prob = PROBLEMS[op](2, dev, upd="fp32", read="nvfp4", ring=16, W=5, T=1)
+        y16 = prob.replay(False, False, fp4_decode="fp16").float().clone()  # (writes only y and the record)
+        e = rel(prob.replay(False, False, fp4_decode="ptx"), y16)
+        out[f"{op}:{NVFP4_PTX_CHECK}"] = {"rel_err": {"y": e}, "tol": 5e-3, "ok": e < 5e-3}
     return out
 
 
@@ -413,6 +429,8 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
     out = {}
     for op in ("mamba2", "gdn"):
         ok_conv, ok_replay, ok_nvfp4 = ok(f"{op}:fp32"), ok(f"{op}:shared:fp32"), ok(f"{op}:split:fp32/nvfp4")
+        if f"{op}:{NVFP4_PTX_CHECK}" in checks:  # the NVFP4 read row may come from either decode
+            ok_nvfp4 = ok_nvfp4 and ok(f"{op}:{NVFP4_PTX_CHECK}")
         ok_verify = ok(f"{op}:verify-T4") and ok(f"{op}:verify-T4-flush")
         batch, windows, drafts, read, update, conv = {}, {}, {}, {}, {}, {}
         for B in BATCHES:

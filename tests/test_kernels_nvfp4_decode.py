@@ -1,0 +1,276 @@
+"""The NVFP4 read path: E2M1 decoded through fp16 bit patterns (kernels/quant/codecs.py) and the
+decode kernels' readers built on it (kernels/common/state_io.py), against the torch reference.
+
+Exhaustive where it is cheap: every nibble, every byte in every position of a 32-bit word, and every
+(byte, E4M3 scale byte) pair under global scales that cover both sides of the 2^14 fold
+(codecs.NVFP4_FOLD_LIMIT), subnormal block scales, zero, NaN, inf and the largest scales. Dequantized
+values are compared as int32 bit patterns. On CPU the kernels run under TRITON_INTERPRET=1
+(conftest); on a GPU the same tests run the compiled code.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from precision_lab.kernels.common.formats import C_NVFP4
+from precision_lab.kernels.common.launch import FP4_DECODES, check_fp4_decode
+from precision_lab.kernels.common.state_io import load_state, read_state_dot
+from precision_lab.kernels.decode_state import PackedState
+from precision_lab.kernels.quant import codecs as qc
+from precision_lab.kernels.quant import triton_quant as tq
+from precision_lab.kernels.quant.reference import dequantize as ref_dequantize
+from precision_lab.quant import QTensor, rounding
+
+# numpy (the interpreter) warns where products overflow to inf or meet NaN: those are test cases
+pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]
+
+F32_MAX = torch.finfo(torch.float32).max
+
+
+def _s_dec_of(amax: float) -> float:
+    """S_dec of a matrix with this amax, through the quantizer's chain (fp32)."""
+    s_enc = torch.tensor(2688.0) / torch.tensor(amax, dtype=torch.float32)
+    return float(1.0 / s_enc)
+
+
+# global decode scales: the fast (folded) side of the 2^14 fold and its edge, the unfolded side up to
+# the largest S_dec the chain makes (amax = FLT_MAX) and beyond, the fp32 subnormal / zero / sign /
+# non-finite corners
+GLOBAL_SCALES = [1.0, 1 / 3, 0.0, -0.0, 2.0**-149, 2.0**-126, 2.0**-100, -1.5, 2.0**100,
+                 2.0**105 * (1 - 2.0**-24), 2.0**105, 2.0**114, _s_dec_of(F32_MAX), -(2.0**110), F32_MAX,
+                 float("inf"), float("nan")]
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().cpu().view(torch.int32)
+
+
+def assert_same_values(got: torch.Tensor, want: torch.Tensor, what: str, nan_free_payload=None) -> None:
+    """fp32 tensors equal bit for bit (so ±0 and NaN signs count), except where ``nan_free_payload``
+    (a bool mask) is set, or anywhere on a GPU: there a NaN only has to meet a NaN. (When both factors
+    of a product are NaN, IEEE 754 leaves open whose payload and sign come out: x86 picks an operand by
+    instruction order; NVIDIA GPUs return one canonical NaN.)"""
+    on_gpu = got.device.type == "cuda"
+    got, want = got.cpu(), want.cpu()
+    assert got.shape == want.shape and got.dtype == want.dtype == torch.float32, what
+    free = torch.zeros_like(want, dtype=torch.bool) if nan_free_payload is None else nan_free_payload.cpu()
+    if on_gpu:
+        free = torch.ones_like(free)
+    either_nan = torch.isnan(got) | torch.isnan(want)
+    loose = free & either_nan
+    assert torch.equal(torch.isnan(got)[loose], torch.isnan(want)[loose]), f"{what}: NaN where the reference has none"
+    bad = (_bits(got) != _bits(want)) & ~loose
+    assert not bool(bad.any()), (
+        f"{what}: {int(bad.sum())} of {bad.numel()} differ; first at {tuple(torch.nonzero(bad)[0].tolist())}: "
+        f"got {got[bad][0].item()!r} want {want[bad][0].item()!r}")
+
+
+def exhaustive_nvfp4(device, scales=GLOBAL_SCALES):
+    """QTensor [M, 256, 512]: matrix m has global scale ``scales[m]``; row r holds the 256 byte values in
+    order (every E2M1 pair) under block scale byte r in all its 32 blocks (all E4M3 codes, NaN 0x7F
+    and 0xFF included)."""
+    M = len(scales)
+    data = torch.arange(256, dtype=torch.uint8).repeat(M, 256, 1)
+    scale = torch.arange(256, dtype=torch.uint8)[None, :, None].expand(M, 256, 32).contiguous()
+    gs = torch.tensor(scales, dtype=torch.float32)
+    return QTensor(data.to(device), scale.view(torch.float8_e4m3fn).to(device), gs.to(device), (M, 256, 512), "nvfp4")
+
+
+def nan_nan_mask(qt: QTensor) -> torch.Tensor:
+    """Elements whose block scale byte and global scale are both NaN ([M, R, C])."""
+    M, R, C = qt.shape
+    row_nan = (qt.scale.view(torch.uint8).cpu()[..., 0] & 0x7F) == 0x7F  # [M, R]
+    return (row_nan & torch.isnan(qt.global_scale.cpu())[:, None])[..., None].expand(M, R, C)
+
+
+# ------------------------------------------------------------------------------------------------
+# element decode: every nibble, every byte, every byte in every word position
+# ------------------------------------------------------------------------------------------------
+@triton.jit
+def _e2m1_probe_kernel(code_ptr, val_ptr, scaled_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    code = tl.load(code_ptr + offs, mask=m, other=0)
+    tl.store(val_ptr + offs, qc.decode_e2m1(code), mask=m)
+    tl.store(scaled_ptr + offs, qc.decode_e2m1_scaled(code), mask=m)
+
+
+@triton.jit
+def _pairs_probe_kernel(byte_ptr, even_ptr, odd_ptr, word_ptr, wout_ptr, NB: tl.constexpr, NW: tl.constexpr):
+    b = tl.arange(0, NB)
+    even, odd = qc.nvfp4_pairs_scaled(tl.load(byte_ptr + b))
+    tl.store(even_ptr + b, even)
+    tl.store(odd_ptr + b, odd)
+    w = tl.arange(0, NW)
+    words = tl.load(word_ptr + w).to(tl.uint32, bitcast=True)
+    for k in tl.static_range(4):
+        lo, hi = qc.nvfp4_word_pairs_scaled(words, k)
+        tl.store(wout_ptr + 8 * w + k, lo)
+        tl.store(wout_ptr + 8 * w + k + 4, hi)
+
+
+def test_e2m1_decode_every_code(device):
+    """All 256 int32 codes (the bits above the nibble must be ignored): decode_e2m1 is the E2M1 value
+    and decode_e2m1_scaled that value · 2^-14, bit for bit (±0 and the subnormal ±0.5 included)."""
+    codes = torch.arange(256, dtype=torch.int32)
+    val = torch.full((256,), float("nan"), device=device)
+    scaled = torch.full((256,), float("nan"), device=device)
+    _e2m1_probe_kernel[(1,)](codes.to(device), val, scaled, 256, BLOCK=256)
+    want = rounding.decode(codes & 0xF, rounding.E2M1)
+    assert_same_values(val, want, "decode_e2m1")
+    assert_same_values(scaled, want * 2.0**-14, "decode_e2m1_scaled")
+    assert _bits(scaled)[8].item() == -(2**31)  # code 8 is -0: the sign survives
+
+
+def test_nvfp4_pairs_every_byte_in_every_position(device):
+    """``nvfp4_pairs_scaled`` on all 256 bytes, and ``nvfp4_word_pairs_scaled`` on words holding every
+    byte at every one of the 4 positions (little-endian: byte j of a word holds elements 2j, 2j+1)."""
+    by = torch.arange(256, dtype=torch.uint8)
+    words = torch.cat([torch.roll(by, -s) for s in range(4)])  # 1024 bytes: each byte at each position
+    even, odd = (torch.full((256,), float("nan"), device=device) for _ in range(2))
+    wout = torch.full((2048,), float("nan"), device=device)
+    _pairs_probe_kernel[(1,)](by.to(device), even, odd, words.view(torch.int32).to(device), wout, NB=256, NW=256)
+    e2m1 = lambda c: rounding.decode(c, rounding.E2M1) * 2.0**-14  # noqa: E731
+    assert_same_values(even, e2m1(by & 0xF), "nvfp4_pairs_scaled even (low nibble)")
+    assert_same_values(odd, e2m1(by >> 4), "nvfp4_pairs_scaled odd (high nibble)")
+    want = e2m1(rounding.unpack_nibbles(words))  # element order of the row
+    assert_same_values(wout, want, "nvfp4_word_pairs_scaled")
+
+
+# ------------------------------------------------------------------------------------------------
+# dequantize: every (byte, scale byte) pair under every global scale, bit for bit
+# ------------------------------------------------------------------------------------------------
+@triton.jit
+def _codes_probe_kernel(code_ptr, scale_ptr, gs_ptr, out_ptr, NB: tl.constexpr):
+    """One program per (matrix, 16 blocks): nvfp4_dequantize_codes on unpacked nibbles."""
+    m, j = tl.program_id(0), tl.program_id(1)
+    blk = j * NB + tl.arange(0, NB)
+    per = tl.num_programs(1) * NB  # blocks per matrix
+    idx = (m * per + blk)[:, None] * 16 + tl.arange(0, 16)[None, :]
+    codes = tl.load(code_ptr + idx).to(tl.int32)
+    sc = tl.load(scale_ptr + m * per + blk).to(tl.int32)
+    tl.store(out_ptr + idx, qc.nvfp4_dequantize_codes(codes, sc, tl.load(gs_ptr + m)))
+
+
+def test_nvfp4_dequantize_exhaustive(device):
+    """The dequantize kernel (``nvfp4_dequantize_blocks``, packed bytes) and ``nvfp4_dequantize_codes``
+    (unpacked nibbles, the scans' round trip) equal the torch reference in every bit for all 256
+    bytes × 256 scale bytes × GLOBAL_SCALES."""
+    qt = exhaustive_nvfp4(device)
+    want = ref_dequantize(qt)
+    loose = nan_nan_mask(qt)
+    assert_same_values(tq.dequantize(qt), want, "nvfp4 dequantize kernel", loose)
+    M = len(GLOBAL_SCALES)
+    codes = rounding.unpack_nibbles(qt.data.cpu()).to(device)  # [M, 256, 512]
+    out = torch.full((M, 256, 512), float("nan"), device=device)
+    _codes_probe_kernel[(M, 256 * 32 // 64)](codes, qt.scale.view(torch.uint8), qt.global_scale, out, NB=64)
+    assert_same_values(out, want, "nvfp4_dequantize_codes", loose)
+
+
+def test_fold_limit_is_where_the_scaled_block_scale_would_overflow():
+    """The folded branch serves |s_dec| < NVFP4_FOLD_LIMIT: there even the largest block scale
+    (448 · s_dec) times 2^14 stays finite, while one step above the limit's 2^9 headroom it would not
+    (the exhaustive test runs scales on both sides)."""
+    limit = float(qc.NVFP4_FOLD_LIMIT.value)
+    below = torch.tensor(limit * (1 - 2.0**-24), dtype=torch.float32)
+    y = torch.tensor(448.0) * below
+    assert torch.isfinite(y * 2.0**14) and torch.isfinite(y * float(qc.E2M1_UNIT.value))
+    assert not torch.isfinite(torch.tensor(2.0**114, dtype=torch.float32) * 2.0**14)  # the case it avoids
+    assert 2.0**105 * 448 < 2.0**114  # 448 < 2^9
+    assert min(abs(s) for s in GLOBAL_SCALES if abs(s) >= limit) == limit
+    assert any(0 < abs(s) < limit for s in GLOBAL_SCALES)
+
+
+# ------------------------------------------------------------------------------------------------
+# the decode kernels' readers
+# ------------------------------------------------------------------------------------------------
+def exhaustive_pool(device, scales):
+    """A PackedState nvfp4 pool [S = len(scales), H = 1, 256, 512] with the exhaustive codes."""
+    qt = exhaustive_nvfp4(device, scales)
+    S = len(scales)
+    return PackedState("nvfp4", qt.data.reshape(S, 1, 256, 256).contiguous(),
+                       qt.scale.view(torch.uint8).reshape(S, 1, 256, 32).contiguous(),
+                       qt.global_scale.reshape(S, 1).contiguous(), 256, 512), qt
+
+
+@triton.jit
+def _load_state_probe_kernel(d_ptr, sc_ptr, gs_ptr, s_d, s_sc, s_gs, out_ptr, R, C,
+                             BR: tl.constexpr, BC: tl.constexpr):
+    i_r, slot = tl.program_id(0), tl.program_id(1)
+    rows = i_r * BR + tl.arange(0, BR)
+    m_r = rows < R
+    tile = load_state(d_ptr, sc_ptr, gs_ptr, slot.to(tl.int64), s_d, s_sc, s_gs, 0, rows, m_r, R, C, C_NVFP4, BR, BC)
+    cols = tl.arange(0, BC)
+    tl.store(out_ptr + (slot * R + rows)[:, None] * C + cols[None, :], tile, mask=m_r[:, None] & (cols < C)[None, :])
+
+
+@triton.jit
+def _read_dot_probe_kernel(d_ptr, sc_ptr, gs_ptr, s_d, s_sc, s_gs, v_ptr, w_ptr, sv_ptr, sw_ptr, R, C,
+                           BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, FP4_PTX: tl.constexpr):
+    i_r, slot = tl.program_id(0), tl.program_id(1)
+    rows = i_r * BR + tl.arange(0, BR)
+    m_r = rows < R
+    sv, sw = read_state_dot(d_ptr, sc_ptr, gs_ptr, slot.to(tl.int64), s_d, s_sc, s_gs, 0, rows, m_r, R, C,
+                            v_ptr, w_ptr, C_NVFP4, BR, BC, HW, True, FP4_PTX)
+    tl.store(sv_ptr + slot * R + rows, sv, mask=m_r)
+    tl.store(sw_ptr + slot * R + rows, sw, mask=m_r)
+
+
+def test_load_state_nvfp4_exhaustive(device):
+    """``load_state`` (flush, verify and conventional steps) decodes every code pair under every scale
+    byte and global scale to the reference's bits."""
+    pool, qt = exhaustive_pool(device, GLOBAL_SCALES)
+    S = len(GLOBAL_SCALES)
+    out = torch.full((S, 256, 512), float("nan"), device=device)
+    d, sc, gs, s_d, s_sc, s_gs = pool.kernel_args()
+    _load_state_probe_kernel[(256 // 16, S)](d, sc, gs, s_d, s_sc, s_gs, out, 256, 512, BR=16, BC=512)
+    assert_same_values(out, pool.dequantize()[:, 0], "load_state nvfp4", nan_nan_mask(qt))
+
+
+@pytest.mark.parametrize("fp4", FP4_DECODES)
+def test_read_state_dot_nvfp4_every_code(fp4, device):
+    """``read_state_dot`` (the non-flush step's S v and S w straight from the codes) against float64
+    dot products of the reference values, over every code pair and scale byte. The fp16-pattern
+    decode reads the codes as words in another element order; its sums differ from the reference only
+    by fp32 rounding. ``fp4="ptx"`` is compiled on a GPU (the interpreter runs the fp16 path)."""
+    scales = [1.0, 1 / 3, 0.0, 2.0**-60, 2.0**60]
+    pool, _ = exhaustive_pool(device, scales)
+    S, R, C = len(scales), 256, 512
+    g = torch.Generator().manual_seed(0)
+    v, w = torch.randn(C, generator=g), torch.randn(C, generator=g).to(torch.bfloat16)
+    sv, sw = (torch.full((S, R), float("nan"), device=device) for _ in range(2))
+    hw = device == "cuda"
+    d, sc, gs, s_d, s_sc, s_gs = pool.kernel_args()
+    _read_dot_probe_kernel[(R // 16, S)](d, sc, gs, s_d, s_sc, s_gs, v.to(device), w.to(device), sv, sw, R, C,
+                                         BR=16, BC=C, HW=hw, FP4_PTX=fp4 == "ptx")
+    vals = pool.dequantize()[:, 0].double()  # [S, R, C]
+    for got, vec, name in ((sv, v, "S v"), (sw, w, "S w")):
+        want = vals @ vec.double()
+        bound = vals.abs() @ vec.double().abs()
+        got = got.cpu().double()
+        nan = torch.isnan(want)
+        assert torch.equal(torch.isnan(got), nan), f"{name}: NaN rows differ"  # the NaN block scales
+        err = (got - want).abs()[~nan]
+        assert bool((err <= 2.0**-18 * bound[~nan]).all()), f"{name}: max error {err.max().item():.3g}"
+        zero = torch.tensor(scales) == 0
+        assert torch.equal(got[zero][~nan[zero]], torch.zeros_like(got[zero][~nan[zero]]))
+
+
+def test_nvfp4_pool_must_allow_word_loads():
+    """The non-flush step loads NVFP4 codes as 32-bit words: a pool view that starts off a 4-byte
+    boundary is refused before any launch."""
+    pool = PackedState.empty("nvfp4", 2, 1, 16, 32)
+    pool.kernel_args()
+    big = torch.zeros(2 * 16 * 16 + 1, dtype=torch.uint8)
+    pool.data = big[1:].view(2, 1, 16, 16)
+    with pytest.raises(ValueError, match="4-byte aligned"):
+        pool.kernel_args()
+
+
+def test_fp4_decode_names():
+    for name in FP4_DECODES:
+        check_fp4_decode(name)
+    with pytest.raises(ValueError, match="fp4_decode must be one of"):
+        check_fp4_decode("table")
