@@ -397,6 +397,23 @@ def device_unsupported_reason(kind: str, policy: StatePolicy, R: int, C: int) ->
     return None
 
 
+def codes_missing_reason(state) -> str | None:
+    """Why a ``LayerState`` cannot move to the packed device layout because an NVFP4 copy of it was
+    written without codes (by the teacher-forced Triton scan, which returns values only); None if it
+    can. Such a stream continues on the torch engines (NVFP4 values do not re-encode to their codes)."""
+    if not isinstance(state, LayerState):
+        return None
+    pol = state.policy
+    copies = [("update", pol.update, state.update_codes)]
+    if pol.mode == "split":
+        copies.append(("read", pol.read, state.read_codes))
+    for role, spec, codes in copies:
+        if spec.startswith("nvfp4") and codes is None:
+            return (f"the {role} copy was written as NVFP4 values without codes (the Triton scan); it "
+                    "continues on the torch decode engine")
+    return None
+
+
 def _pack_copy(values: torch.Tensor, codes, spec: str, what: str):
     """The PackedState of one stored copy: its codes (checked against the values) or, for an
     elementwise format, the values re-encoded (exact: they are representable)."""

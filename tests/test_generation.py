@@ -109,3 +109,32 @@ def test_score_branches_equals_separate_streams(model_tok):
         one = generate(model, ctx["input_ids"][b:b + 1], ctx["attention_mask"][b:b + 1], max_new_tokens=5,
                        graphs=False, forced=forced[r:r + 1], seq_ids=seq_ids[b:b + 1])
         assert torch.allclose(logits[r], one.logits[0], atol=1e-4, rtol=0), r
+
+
+def test_prompt_decoded_by_the_triton_scan_continues_by_name(model_tok, monkeypatch):
+    """A context run as decode steps (``first_is_prefill=False``) goes to the teacher-forced Triton
+    scan under ``auto`` on CUDA, which returns NVFP4 copies without codes: the next single-token steps
+    continue on the torch decode engine, named in the report, and give the decode engine's logits.
+    (Here CUDA's ``auto`` choice is forced, so the same route runs on the interpreter.)"""
+    import precision_lab.models.mixers as mixers
+
+    model, _ = model_tok
+    ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(3)).to(DEV)
+    nxt = torch.randint(0, 256, (2, 3), generator=torch.Generator().manual_seed(4)).to(DEV)
+    as_on_cuda = {1: "triton-decode"}
+    res, served = {}, set()
+    for eng in ("decode", "auto"):
+        if eng == "auto":
+            monkeypatch.setattr(mixers, "resolve", lambda e, *, tokens, device: as_on_cuda.get(tokens, "triton"))
+        apply_policy(model, "shared:nvfp4-sr@L4", engine=eng)
+        cache = new_stream(model, first_is_prefill=False)
+        kw = {cache_kwarg(model): cache}
+        logits = [model(input_ids=ids, use_cache=True, **kw).logits[:, -1]]
+        for t in range(nxt.shape[1]):
+            logits.append(model(input_ids=nxt[:, t:t + 1], use_cache=True, **kw).logits[:, -1])
+        res[eng] = torch.stack(logits, 1)
+        if eng == "auto":
+            served = {k for layer in model.precision_lab_report()["layers"] for k in layer["calls"]}
+    assert any(k.startswith("triton:") for k in served), served   # the context on the Triton scan
+    assert any("without codes" in k and "torch-decode" in k for k in served), served
+    assert (res["decode"] - res["auto"]).abs().max() < 1e-4

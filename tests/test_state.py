@@ -174,6 +174,28 @@ def test_triton_decode_speculative_rounds_match_decode(kind, n_drafts):
                                                                         s0.state.window)
 
 
+@pytest.mark.parametrize("kind", ["mamba2", "gdn"])
+def test_scan_written_nvfp4_state_continues_on_torch_then_returns_to_the_kernels(kind):
+    """The Triton scan returns NVFP4 copies as values only, which cannot be packed (NVFP4 values do
+    not re-encode to their codes). A stream it wrote continues on the torch decode engine, by name,
+    until a flush writes codes again; then the kernels take it back. The outputs agree with one
+    decode run throughout."""
+    pol = "split:fp16-sr/nvfp4@L8"
+    inp = _inputs(kind, 30, seed=7)
+    y_ref, ref = run_layer(inp, pol, engine="decode")
+    y0, s0 = run_layer(_slice(inp, 0, 12), pol, engine="triton")   # every token a decode step
+    assert s0.state.read_codes is None and s0.state.window == 4   # window 4 of 8: flush at 16
+    y1, s1 = run_layer(_slice(inp, 12, 14), pol, engine="triton-decode", state=s0.state)
+    assert s1.implementation.startswith("torch fallback (the read copy was written as NVFP4 values "
+                                        "without codes")
+    y2, s2 = run_layer(_slice(inp, 14, 18), pol, engine="triton-decode", state=s1.state)
+    assert "fallback" in s2.implementation and s2.flushes == 1 and s2.state.read_codes is not None
+    y3, s3 = run_layer(_slice(inp, 18, 30), pol, engine="triton-decode", state=s2.state)
+    assert "fallback" not in s3.implementation and s3.implementation.startswith("triton:")
+    assert _rel(torch.cat([y0, y1, y2, y3], 1), y_ref) < 1e-5
+    assert s3.state.writes == ref.state.writes and s3.state.window == ref.state.window
+
+
 class _NoLaunch:
     """Stands in for a scores kernel that a one-launch stream must never start."""
 

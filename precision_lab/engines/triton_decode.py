@@ -28,6 +28,7 @@ from precision_lab.policy import StatePolicy
 from precision_lab.state import (
     DeviceState,
     LayerState,
+    codes_missing_reason,
     commit_window,
     is_flush,
     is_spec_flush,
@@ -189,7 +190,7 @@ def run_layer_triton_decode(inputs, policy: StatePolicy | str, *, initial_state:
     policy = StatePolicy.parse(policy)
     Bsz, T, H, R, C = _dims(inputs)
     vt = inputs.x if inputs.kind == "mamba2" else inputs.v
-    reason = device_unsupported(inputs.kind, policy, R, C, vt.device)
+    reason = device_unsupported(inputs.kind, policy, R, C, vt.device) or codes_missing_reason(state)
     if reason is None and drafts is not None and not policy.is_replay:
         reason = "the snapshot-per-draft baseline (conventional modes with drafts) has no kernel"
     if reason is not None:

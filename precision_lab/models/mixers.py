@@ -164,6 +164,7 @@ class PolicyMixer(nn.Module):
     def _recur(self, inputs_for_rows, batch: int, cache, device: torch.device, T: int) -> torch.Tensor:
         """Run each policy group's rows; ``inputs_for_rows(sl)`` builds the inputs of rows sl."""
         from precision_lab.engines.triton_decode import decode_tokens, device_unsupported, to_device_state
+        from precision_lab.state import codes_missing_reason
 
         G = len(self.policies)
         if batch % G:
@@ -185,7 +186,7 @@ class PolicyMixer(nn.Module):
             inputs = inputs_for_rows(sl)
             st = None if first else prev[g]
             if engine == "triton-decode" and not first:
-                reason = device_unsupported(self.kind, policy, *_state_dims(inputs), device)
+                reason = device_unsupported(self.kind, policy, *_state_dims(inputs), device) or codes_missing_reason(st)
                 if reason is None:
                     ds = to_device_state(st, _groups(inputs), device)
                     outs.append(decode_tokens(ds, inputs))
