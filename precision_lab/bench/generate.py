@@ -100,18 +100,45 @@ def check(presets: list[str], policies: list[str], *, batch: int = 4, prompt: in
 
 
 def time_rows(preset: str, batch: int, rows: list[str], *, prompt: int, new_tokens: int, plain_tokens: int,
-              seed: int = 0) -> list[Row]:
-    """Timed generations of one preset and batch (bf16 weights, random init)."""
+              seed: int = 0, on_row=None) -> list[Row]:
+    """Timed generations of one preset and batch (bf16 weights, random init). The policy rows run
+    first and the unadapted model last (its torch fallbacks are the slow part at large batch);
+    ``on_row(row)`` is called after each row, so a run cut short keeps the rows it finished."""
     from precision_lab.generation import generate
     from precision_lab.models import apply_policy, load_model
 
     model, _ = load_model(preset, device="cuda", dtype=torch.bfloat16, seed=seed)
     g = torch.Generator(device="cpu").manual_seed(seed + batch)
     ids = torch.randint(0, 1000, (batch, prompt), generator=g).cuda()
-    out = []
+    out: list[Row] = []
+
+    def done(row: Row) -> None:
+        out.append(row)
+        if on_row is not None:
+            on_row(row)
+
+    for pol in [r for r in rows if r != PLAIN]:
+        apply_policy(model, pol, engine="auto")
+        try:
+            # a short warm-up compiles the prefill's kernels for this batch, so ``prefill_s`` is the
+            # prefill's run time, not its first compile
+            generate(model, ids, max_new_tokens=2, graphs=False)
+            _reset_served(model)
+            res = generate(model, ids, max_new_tokens=new_tokens, graphs=True)
+        except Exception as e:  # noqa: BLE001 - a failed row is recorded, the run goes on
+            done(Row(preset, batch, pol, None, None, 0, None, None, error=f"{type(e).__name__}: {e}"[:500]))
+            continue
+        steps = res.step_seconds[4:] or res.step_seconds   # the first steps compile and capture
+        med = statistics.median(steps)
+        p90 = sorted(steps)[int(0.9 * (len(steps) - 1))]
+        done(Row(preset, batch, pol, med * 1e3, p90 * 1e3, res.new_tokens, res.prefill_seconds,
+                 batch / med, Graphs(**res.graphs), _served(model)))
+        torch.cuda.synchronize()
     if PLAIN in rows:
-        # the unadapted model first, as a new user would run it
-        steps: list[float] = []
+        # the unadapted model as a new user would run it: loaded afresh (same seed, same weights)
+        del model
+        torch.cuda.empty_cache()
+        model, _ = load_model(preset, device="cuda", dtype=torch.bfloat16, seed=seed)
         t0 = time.perf_counter()
         with torch.no_grad():
             pre = model.generate(input_ids=ids, max_new_tokens=1, do_sample=False, pad_token_id=0)
@@ -125,26 +152,8 @@ def time_rows(preset: str, batch: int, rows: list[str], *, prompt: int, new_toke
         torch.cuda.synchronize()
         total = time.perf_counter() - t0
         per = (total - prefill) / max(plain_tokens - 1, 1)
-        steps = [per]
-        out.append(Row(preset, batch, PLAIN, per * 1e3, per * 1e3, plain_tokens - 1, prefill,
-                       batch / per, Graphs(enabled=False), {"transformers": "unadapted"}))
-    for pol in [r for r in rows if r != PLAIN]:
-        apply_policy(model, pol, engine="auto")
-        try:
-            # a short warm-up compiles the prefill's kernels for this batch, so ``prefill_s`` is the
-            # prefill's run time, not its first compile
-            generate(model, ids, max_new_tokens=2, graphs=False)
-            _reset_served(model)
-            res = generate(model, ids, max_new_tokens=new_tokens, graphs=True)
-        except Exception as e:  # noqa: BLE001 - a failed row is recorded, the run goes on
-            out.append(Row(preset, batch, pol, None, None, 0, None, None, error=f"{type(e).__name__}: {e}"[:500]))
-            continue
-        steps = res.step_seconds[4:] or res.step_seconds   # the first steps compile and capture
-        med = statistics.median(steps)
-        p90 = sorted(steps)[int(0.9 * (len(steps) - 1))]
-        out.append(Row(preset, batch, pol, med * 1e3, p90 * 1e3, res.new_tokens, res.prefill_seconds,
-                       batch / med, Graphs(**res.graphs), _served(model)))
-        torch.cuda.synchronize()
+        done(Row(preset, batch, PLAIN, per * 1e3, per * 1e3, plain_tokens - 1, prefill,
+                 batch / per, Graphs(enabled=False), {"transformers": "unadapted"}))
     del model
     torch.cuda.empty_cache()
     return out
@@ -185,15 +194,24 @@ def run(*, presets: list[str], batches: list[int], rows: list[str], prompt: int,
     chk = {"ok": False, "skipped": True} if skip_check else check(check_presets, [r for r in rows if r != PLAIN])
     timed: list[Row] = []
     result: dict = {}
+    prov = provenance()
+
+    def save(row: Row | None = None) -> dict:
+        if row is not None:
+            timed.append(row)
+        res = to_json({"schema": SCHEMA, "provenance": prov, "settings": settings, "check": chk,
+                       "rows": [asdict(r) for r in timed],
+                       "ratios": ratios(timed, bool(chk.get("ok")), skipped=skip_check)})
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(res, indent=1, allow_nan=False))
+        tmp.replace(out)
+        return res
+
     for preset in presets:
         for b in batches:
-            timed += time_rows(preset, b, rows, prompt=prompt, new_tokens=new_tokens, plain_tokens=plain_tokens)
-            result = to_json({"schema": SCHEMA, "provenance": provenance(), "settings": settings, "check": chk,
-                              "rows": [asdict(r) for r in timed],
-                              "ratios": ratios(timed, bool(chk.get("ok")), skipped=skip_check)})
-            out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = out.with_suffix(".tmp")
-            tmp.write_text(json.dumps(result, indent=1, allow_nan=False))
-            tmp.replace(out)
-            print(table({"rows": [asdict(r) for r in timed[-len(rows):]]}), flush=True)
+            n0 = len(timed)
+            time_rows(preset, b, rows, prompt=prompt, new_tokens=new_tokens, plain_tokens=plain_tokens, on_row=save)
+            result = save()
+            print(table({"rows": [asdict(r) for r in timed[n0:]]}), flush=True)
     return result
