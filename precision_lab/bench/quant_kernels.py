@@ -129,7 +129,7 @@ def run(*, shape=(256, 128, 64, 128), out_dir="reports/bench", rep_ms: float = 2
     # launch variants of the NVFP4 quantize kernel (same results by construction; checked against the
     # default launch, itself checked against the reference above)
     # (SR variants against the checked SR default; layout "block": one thread per 16-element block,
-    # "tile": a block over 4 threads, the RNE default and the SR kernel before issue 13)
+    # "tile": a block over 4 threads, the RNE default and the SR kernel before the one-thread-per-block rewrite)
     n_mat = shape[-2] * C
     variants = {f"nvfp4 quantize [tile {t}, {w} warps]": (False, t, w, None)
                 for t, w in ((n_mat, 8), (n_mat, 16), (max(16, n_mat // 2), 4))}
