@@ -214,11 +214,12 @@ def scan_configs(op: str, B=1, T=64):
 
 
 def quant_configs():
-    """The quantizer kernels on a [4, 64, 128] fp32 state: NVFP4 (one tile, RNE and SR) quantize and
-    dequantize, and the element casts (bf16, fp16-SR, fp8 e4m3/e5m2) both ways."""
+    """The quantizer kernels on a [4, 64, 128] fp32 state: NVFP4 (one tile, RNE and SR, both layouts)
+    quantize and dequantize, and the element casts (bf16, fp16-SR, fp8 e4m3/e5m2) both ways."""
     import precision_lab.kernels.quant.triton_quant as tq
 
-    names = [("nvfp4_quantize_kernel", "nvfp4 quant"), ("nvfp4_dequantize_kernel", "nvfp4 dequant"),
+    names = [("nvfp4_quantize_kernel", "nvfp4 quant"), ("nvfp4_quantize_rows_kernel", "nvfp4 quant blk"),
+             ("nvfp4_dequantize_kernel", "nvfp4 dequant"),
              ("cast_quantize_kernel", "cast quant"), ("cast_dequantize_kernel", "cast dequant")]
     saved = _patched(tq, names)
     saved_require = tq.require_triton
@@ -226,8 +227,12 @@ def quant_configs():
     tq.require_triton = lambda *a, **k: None
     x = torch.zeros(4, 64, 128)
     try:
+        # the defaults (RNE: a block over 4 threads; SR: a thread per block), then the other layout
         tq.nvfp4_quantize(x, check_finite=False)
         tq.nvfp4_quantize(x, sr=True, seed=1, check_finite=False)
+        tq.nvfp4_quantize(x, check_finite=False, layout="block")
+        tq.nvfp4_quantize(x, sr=True, seed=1, check_finite=False, layout="tile")
+        tq.nvfp4_quantize(x, sr=True, seed=1, check_finite=False, num_warps=8)
         tq.nvfp4_dequantize(tq.QTensor(torch.zeros(4, 64, 64, dtype=torch.uint8),
                                        torch.zeros(4, 64, 8, dtype=torch.float8_e4m3fn), torch.ones(4), (4, 64, 128),
                                        "nvfp4"))

@@ -162,6 +162,27 @@ def test_e2m1_codec_exhaustive(sr, device):
     assert_same_bits(val.cpu(), rounding.decode(want, rounding.E2M1), "e2m1 values")
 
 
+def test_e2m1_sr_codec_fp32_fraction_bits(device):
+    """The SR fast path reads 16 fraction bits below the E2M1 step, which bf16 inputs (7 mantissa bits)
+    leave zero: random fp32 patterns (every exponent, and exponents 100..130 around the E2M1 range
+    oversampled) with random words and the words at the carry boundary (0, 0x7FFF, 0x8000, 0xFFFF)."""
+    g = torch.Generator().manual_seed(13)
+    n = 1 << 16
+    b = torch.randint(-2**31, 2**31, (n,), generator=g, dtype=torch.int64).to(torch.int32)
+    near = (b & ~(0xFF << 23)) | (torch.randint(100, 131, (n,), generator=g).to(torch.int32) << 23)
+    x = torch.cat([b.view(torch.float32), near.view(torch.float32),
+                   torch.tensor([0.0, -0.0, 1e-45, -1e-40, 0.25, 0.75, 1.0, 5.0, 6.0, 7.0, 1e30,
+                                 float("inf"), -float("inf")])])
+    x = x[~torch.isnan(x)].contiguous()
+    code = torch.empty(x.shape, dtype=torch.int32, device=device)
+    val = torch.empty(x.shape, dtype=torch.float32, device=device)
+    for rb in (torch.randint(0, 2**32, x.shape, generator=g).to(torch.int32),
+               *(torch.full(x.shape, w, dtype=torch.int32) for w in (0, 0x7FFF, 0x8000, 0xFFFF))):
+        _e2m1_probe_kernel[(triton.cdiv(x.numel(), 4096),)](x.to(device), rb.to(device), code, val, x.numel(),
+                                                            SR=True, BLOCK=4096)
+        assert_same_bits(code.cpu(), rounding.round_to_code(x, rounding.E2M1, rb), "e2m1 SR codes")
+
+
 # ------------------------------------------------------------------------------------------------
 # NVFP4
 # ------------------------------------------------------------------------------------------------
@@ -204,6 +225,43 @@ def test_nvfp4_sr_explicit_rbits_and_seed(fmt, device):
     # the rbits are actually used: other bits give other codes somewhere
     other = tq.quantize(x, fmt, rbits=rb ^ 0x8000)
     assert not torch.equal(other.data.cpu(), tq.quantize(x, fmt, rbits=rb).data.cpu())
+
+
+@pytest.mark.parametrize("layout", ["block", "tile"])
+@pytest.mark.parametrize("sr", [False, True], ids=["rne", "sr"])
+@pytest.mark.parametrize("shape", ["base-2x64x128", "odd-rows-3x5x48", "vector-48", "two-pass-2x96x128"])
+def test_nvfp4_quantize_both_layouts(layout, sr, shape, device):
+    """Both kernels (one thread per 16-element block, and a block over 4 threads) in both rounding
+    modes, one-tile and two-pass, in-kernel Philox and explicit words, equal the reference."""
+    x = state_like(NVFP4_SHAPES[shape], seed=17, device=device)
+    fmt = "nvfp4-sr" if sr else "nvfp4"
+    kw = dict(sr=sr, layout=layout, check_finite=False)
+    if sr:
+        rb = torch.randint(0, 2**32, x.shape, generator=torch.Generator().manual_seed(8)).to(device)
+        assert_same_qtensor(tq.nvfp4_quantize(x, seed=99, **kw), ref_quantize(x, fmt, seed=99))
+        assert_same_qtensor(tq.nvfp4_quantize(x, rbits=rb, **kw), ref_quantize(x, fmt, rbits=rb))
+        # tiles smaller than the matrix: the two-pass launch draws Philox tile by tile
+        assert_same_qtensor(tq.nvfp4_quantize(x, seed=99, tile=64, **kw), ref_quantize(x, fmt, seed=99))
+    else:
+        assert_same_qtensor(tq.nvfp4_quantize(x, **kw), ref_quantize(x, fmt))
+        assert_same_qtensor(tq.nvfp4_quantize(x, tile=32, **kw), ref_quantize(x, fmt))
+    with pytest.raises(ValueError, match="layout"):
+        tq.nvfp4_quantize(x, sr=sr, seed=1, layout="rows")
+
+
+def test_nvfp4_sr_special_blocks_both_layouts(device):
+    """Zero, E4M3-subnormal and zero block scales, fp32 subnormals and E2M1 grid points under SR."""
+    x = torch.zeros(4, 4, 32)
+    x[0, 0, :16] = 1.0
+    x[0, 1, :16] = 2e-5
+    x[0, 2, :16] = 1e-9
+    x[0, 3, :16] = -1e-6
+    x[2] = torch.linspace(-6, 6, 128).reshape(4, 32)
+    x[3] = 1e-40
+    x[3, 0, 0] = 3e38
+    x = x.to(device)
+    for layout in ("block", "tile"):
+        assert_same_qtensor(tq.nvfp4_quantize(x, sr=True, seed=5, layout=layout), ref_quantize(x, "nvfp4-sr", seed=5))
 
 
 def test_nvfp4_state_rbits_int64_layout(device):

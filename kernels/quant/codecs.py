@@ -34,6 +34,8 @@ Element codecs
 ``encode_e2m1(x, r, SR)``  → int32 FP4 E2M1 nibble (sign in bit 3, magnitude codes 0..7 =
                              0, .5, 1, 1.5, 2, 3, 4, 6), *satfinite* (beyond 6 and ±inf → ±6);
                              NaN → 0x7 | sign (E2M1 has no NaN; NVFP4 records NaN in the block scale).
+                             RNE and SR each have a fast path of their own (comments in the code),
+                             equal to the generic rounding (tested on every bf16 and on random fp32).
 ``decode_bf16(code)``, ``decode_fp16(code)``, ``decode_e4m3(code)``, ``decode_e5m2(code)``,
 ``decode_e2m1(code)``      → fp32 values (exact; codes as int32, only the format's low bits read;
                              FP8 NaN codes decode to the canonical quiet NaN with the code's sign).
@@ -60,6 +62,9 @@ NVFP4 (docs/design.md §5: NVIDIA's chain; one global scale per matrix, E4M3 sca
     ``enc = min(1 / (f32(s) · s_dec), FLT_MAX)``, ``code = e2m1(x · enc)`` (RNE, or SR with r;
     scales are always RNE). A block containing NaN gets scale byte 0x7F (NaN) and codes from
     ``encode_e2m1`` (NaN elements → 0x7|sign), so it dequantizes to NaN.
+``nvfp4_block_scales(block_amax_bits, s_enc, s_dec)`` → ``(scale_codes, enc)``: the scale chain above
+    for block amaxes given as ``abs_bits`` (any shape), for kernels that reduce the blocks themselves
+    (``nvfp4_quantize_blocks`` is this plus the E2M1 encode of ``x · enc``).
 ``nvfp4_pack(codes)``   int32 ``[NB, 16]`` → int32 bytes ``[NB, 8]``; element 2i in the low nibble.
 ``nvfp4_unpack(bytes)`` int32 ``[NB, 8]`` → int32 nibbles ``[NB, 16]``.
 ``nvfp4_pairs_scaled(bytes)`` NVFP4 bytes (any integer block, low 8 bits read) → ``(even, odd)`` fp32
@@ -212,7 +217,25 @@ def encode_e5m2(x, r, SR: tl.constexpr):
 @triton.jit
 def encode_e2m1(x, r, SR: tl.constexpr):
     if SR:
-        return _encode(x, r, 2, 1, 1, 0x7, True, 0x7, SR)
+        # SR fast path (NVFP4-SR quantize and the NVFP4-SR state writes; the generic
+        # _round_magnitude costs about twice the instructions). The rule of the generic path is
+        # code = (T + r16) >> 16 with T = code_trunc · 2^16 + floor(frac · 2^16): |x| as a fixed-point
+        # number whose integer part is the truncated code. Clamping |x|'s bits at 6.0 first is the
+        # satfinite clamp of the reference (inf and NaN clamp to 6.0 as well: code 7, frac 0, so no
+        # round-up). T takes a few operations on either side of 1:
+        # * |x| >= 1 (E2M1 exponent >= 1, 1 mantissa bit): the fp32 field e·2 + top mantissa bit,
+        #   i.e. bits >> 22, is the code plus 252 in every binade (a carry into the exponent is the
+        #   next code), and bits 6..21 are the 16 fraction bits: T = (bits >> 6) - 252·2^16.
+        # * |x| < 1 (E2M1 subnormals, step 0.5): T = floor(|x| · 2^17). The product is exact (a power
+        #   of two, below 2^17 after the clamp) and the float → int conversion truncates, so one
+        #   multiply and one conversion replace an integer shift by a per-element amount (exponent,
+        #   significand with its implicit bit, clamped shift: six operations).
+        bits = x.to(tl.int32, bitcast=True)
+        a = tl.minimum(bits & 0x7FFFFFFF, 0x40C00000)
+        t_small = (a.to(tl.float32, bitcast=True) * 131072.0).to(tl.int32)
+        t = tl.where(a < 0x3F800000, t_small, (a >> 6) - (252 << 16))
+        mag = (t + (r & 0xFFFF).to(tl.int32)) >> 16
+        return ((bits >> 28) & 0x8) | mag
     else:
         # RNE fast path (the hot loop of NVFP4 quantize). Adding C = 1.5·2^23·q to |x| makes the
         # fp32 adder round |x| to a multiple k·q of the E2M1 step q (0.5 below 2, 1 below 4, else 2)
@@ -348,13 +371,21 @@ def nvfp4_global_scales(amax_bits):
 
 
 @triton.jit
-def nvfp4_quantize_blocks(x, s_enc, s_dec, r, SR: tl.constexpr):
-    """x fp32 [NB, 16] → (E2M1 codes int32 [NB, 16], E4M3 scale bytes int32 [NB])."""
+def nvfp4_block_scales(block_amax_bits, s_enc, s_dec):
+    """Block amaxes as abs_bits (int32, any shape) → (E4M3 scale bytes int32, fp32 factor ``enc`` that
+    the block's elements are multiplied by before the E2M1 encode), both of that shape."""
     one_sixth = tl.full([], ONE_SIXTH_F32_BITS, tl.int32).to(tl.float32, bitcast=True)
-    block_amax = tl.max(abs_bits(x), axis=1).to(tl.float32, bitcast=True)
+    block_amax = block_amax_bits.to(tl.float32, bitcast=True)
     scale_codes = encode_e4m3(block_amax * (s_enc * one_sixth), 0, False)
     enc = tl.div_rn(tl.full(block_amax.shape, 1.0, tl.float32), decode_e4m3(scale_codes) * s_dec)
     enc = tl.where(enc > FLT_MAX, FLT_MAX, enc)  # a zero scale gives 1/0 = inf; keeps NaN
+    return scale_codes, enc
+
+
+@triton.jit
+def nvfp4_quantize_blocks(x, s_enc, s_dec, r, SR: tl.constexpr):
+    """x fp32 [NB, 16] → (E2M1 codes int32 [NB, 16], E4M3 scale bytes int32 [NB])."""
+    scale_codes, enc = nvfp4_block_scales(tl.max(abs_bits(x), axis=1), s_enc, s_dec)
     codes = encode_e2m1(x * enc[:, None], r, SR)
     return codes, scale_codes
 

@@ -105,6 +105,102 @@ def nvfp4_quantize_kernel(x_ptr, data_ptr, scale_ptr, gscale_ptr, rbits_ptr, see
 
 
 @triton.jit
+def _quarter_rbits(rbits_ptr, off, mask, w_lo, w_hi, RB: tl.constexpr):
+    """SR words of the quarter at ``off`` ([NB, 4], elements 4Q .. 4Q+3 of each 16-element block).
+    In-kernel Philox: ``w_lo`` / ``w_hi`` are words 0 and 1 (Q even) or 2 and 3 (Q odd) of the group
+    of 8 holding the quarter; lane l of a group is half l % 2 of word l // 2 (kernels/common/philox.py),
+    and column c is lane 4·(Q % 2) + c."""
+    if RB == 1:
+        r = tl.load(rbits_ptr + off, mask=mask, other=0).to(tl.int32)
+    elif RB == 2:
+        c = off & 3  # off = 16·block + 4Q + c
+        r = (tl.where(c < 2, w_lo, w_hi) >> ((c & 1) * 16)).to(tl.int32)
+    else:
+        r = 0
+    return r
+
+
+@triton.jit
+def _pack_quarter(codes, SHIFT: tl.constexpr):
+    """E2M1 nibbles [NB, 4] of quarter Q → [NB] int64 with element 4Q + c at bit SHIFT + 4c (SHIFT = 16Q)."""
+    c = tl.arange(0, 4)[None, :]
+    return tl.sum(codes << (4 * c), axis=1).to(tl.int64) << SHIFT
+
+
+@triton.jit
+def _block_max(x0, x1, x2, x3):
+    """abs_bits amax [NB] of the blocks given as their four quarters (NaN propagates)."""
+    return tl.maximum(tl.maximum(tl.max(qc.abs_bits(x0), axis=1), tl.max(qc.abs_bits(x1), axis=1)),
+                      tl.maximum(tl.max(qc.abs_bits(x2), axis=1), tl.max(qc.abs_bits(x3), axis=1)))
+
+
+@triton.jit
+def nvfp4_quantize_rows_kernel(x_ptr, data_ptr, scale_ptr, gscale_ptr, rbits_ptr, seed, N,
+                               BLOCK: tl.constexpr, ONE_TILE: tl.constexpr, SR: tl.constexpr,
+                               RB: tl.constexpr):
+    """``nvfp4_quantize_kernel`` with every 16-element block held by one thread (data written as int64
+    words of 16 codes). The tile is loaded as four [NB, 4] quarters (elements 4Q .. 4Q+3 of every
+    block), so the block amax, the scale chain, both Philox calls of a block and the packing into
+    one 64-bit store stay inside the thread. The [NB, 16] layout of the other kernel spreads a block
+    over 4 threads, which repeat the scale chain (two correctly rounded divisions) 4 times and pass
+    the Philox words and packed bytes through shared memory."""
+    NB: tl.constexpr = BLOCK // 16
+    pid = tl.program_id(0).to(tl.int64)
+    base = pid * N
+    rows = tl.arange(0, NB)
+    off0 = rows[:, None] * 16 + tl.arange(0, 4)[None, :]  # quarter 0; quarter Q is off0 + 4Q
+
+    if ONE_TILE:
+        mask = off0 < N
+        x0 = tl.load(x_ptr + base + off0, mask=mask, other=0.0).to(tl.float32)
+        x1 = tl.load(x_ptr + base + off0 + 4, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(x_ptr + base + off0 + 8, mask=mask, other=0.0).to(tl.float32)
+        x3 = tl.load(x_ptr + base + off0 + 12, mask=mask, other=0.0).to(tl.float32)
+        bmax = _block_max(x0, x1, x2, x3)
+        amax_bits = tl.max(bmax, axis=0)
+    else:
+        # the amax pass only reads: the natural coalesced [NB, 16] layout is the cheapest there
+        local = rows[:, None] * 16 + tl.arange(0, 16)[None, :]
+        amax_bits = tl.zeros([], tl.int32)
+        for start in range(0, N, BLOCK):
+            xt = tl.load(x_ptr + base + start + local, mask=(start + local) < N, other=0.0).to(tl.float32)
+            amax_bits = tl.maximum(amax_bits, tl.max(tl.max(qc.abs_bits(xt), axis=1), axis=0))
+    s_enc, s_dec = qc.nvfp4_global_scales(amax_bits)
+    nan = tl.full([], qc.F32_NAN_BITS, tl.int32).to(tl.float32, bitcast=True)
+    tl.store(gscale_ptr + pid, tl.where(amax_bits >= 0x7F800000, nan, s_dec))
+
+    for start in range(0, N, BLOCK):
+        m = (start + off0) < N
+        if ONE_TILE:
+            q0, q1, q2, q3, bm = x0, x1, x2, x3, bmax
+        else:
+            q0 = tl.load(x_ptr + base + start + off0, mask=m, other=0.0).to(tl.float32)
+            q1 = tl.load(x_ptr + base + start + off0 + 4, mask=m, other=0.0).to(tl.float32)
+            q2 = tl.load(x_ptr + base + start + off0 + 8, mask=m, other=0.0).to(tl.float32)
+            q3 = tl.load(x_ptr + base + start + off0 + 12, mask=m, other=0.0).to(tl.float32)
+            bm = _block_max(q0, q1, q2, q3)
+        if RB == 2:
+            # Philox(seed, flat index // 8): groups 2b and 2b+1 of the tile are block b's
+            g = ((base + start) // 8 + 2 * rows.to(tl.int64))[:, None]
+            a0, a1, a2, a3 = tl.randint4x(seed, g)
+            b0, b1, b2, b3 = tl.randint4x(seed, g + 1)
+        else:
+            a0, a1, a2, a3, b0, b1, b2, b3 = 0, 0, 0, 0, 0, 0, 0, 0
+        rp = rbits_ptr + base + start
+        r0 = _quarter_rbits(rp, off0, m, a0, a1, RB)
+        r1 = _quarter_rbits(rp, off0 + 4, m, a2, a3, RB)
+        r2 = _quarter_rbits(rp, off0 + 8, m, b0, b1, RB)
+        r3 = _quarter_rbits(rp, off0 + 12, m, b2, b3, RB)
+        scale_codes, enc = qc.nvfp4_block_scales(bm, s_enc, s_dec)
+        e = enc[:, None]
+        word = (_pack_quarter(qc.encode_e2m1(q0 * e, r0, SR), 0) | _pack_quarter(qc.encode_e2m1(q1 * e, r1, SR), 16)
+                | _pack_quarter(qc.encode_e2m1(q2 * e, r2, SR), 32) | _pack_quarter(qc.encode_e2m1(q3 * e, r3, SR), 48))
+        row_mask = (start // 16 + rows) < N // 16
+        tl.store(data_ptr + (base + start) // 16 + rows, word, mask=row_mask)
+        tl.store(scale_ptr + (base + start) // 16 + rows, scale_codes.to(tl.uint8), mask=row_mask)
+
+
+@triton.jit
 def nvfp4_dequantize_kernel(data_ptr, scale_ptr, gscale_ptr, out_ptr, N, BLOCK: tl.constexpr):
     """data uint8 [M, N/2], scale uint8 [M, N/16], gscale fp32 [M] → out fp32 [M, N]."""
     NB: tl.constexpr = BLOCK // 16
@@ -192,7 +288,8 @@ def _rbits_args(x: torch.Tensor, rbits: torch.Tensor | None, seed: int | None, s
 
 def nvfp4_quantize(x: torch.Tensor, *, sr: bool = False, granularity: str = "matrix",
                    rbits: torch.Tensor | None = None, seed: int | None = None,
-                   check_finite: bool = True, tile: int | None = None, num_warps: int | None = None) -> QTensor:
+                   check_finite: bool = True, tile: int | None = None, num_warps: int | None = None,
+                   layout: str | None = None) -> QTensor:
     """NVFP4-quantize x [..., R, C] (C divisible by 16; a vector [C] is one 1×C matrix).
 
     granularity: "matrix" (one global scale per [R, C] matrix, format "nvfp4") or "row" (one per
@@ -204,8 +301,10 @@ def nvfp4_quantize(x: torch.Tensor, *, sr: bool = False, granularity: str = "mat
     marks with NaN; ``check_finite=False`` skips that host sync and leaves NaN scales instead).
     Launch tuning (results are identical): ``tile`` = elements a program holds at once (a power of
     two >= 16; default: the whole group if it has <= 8192 elements, read once, else 4096 with two
-    passes), ``num_warps`` (default 4, or 8 with SR: the faster of the launches measured on H200
-    for 64×128 fp32 matrices, see kernels/quant/README.md).
+    passes), ``num_warps`` (default 4), ``layout``: "block" (``nvfp4_quantize_rows_kernel``, one
+    thread per 16-element block; the default with SR) or "tile" (``nvfp4_quantize_kernel``, a block
+    over 4 threads; the default for RNE, measured at 81-83 % of the H200 copy ceiling). See
+    kernels/quant/README.md.
     """
     name = "nvfp4" + ("-row" if granularity == "row" else "") + ("-sr" if sr else "")
     _check_input(x, name)
@@ -234,11 +333,22 @@ def nvfp4_quantize(x: torch.Tensor, *, sr: bool = False, granularity: str = "mat
             raise ValueError(f"{name}: tile must be a power of two >= 16, got {tile}")
         block = tile
     one_tile = block >= n
-    nvfp4_quantize_kernel[(m,)](
-        x, data, scale.view(torch.uint8), gscale, r_arg, seed_arg, n,
-        BLOCK=block, ONE_TILE=one_tile, SR=sr, RB=rb,
-        num_warps=num_warps or (8 if sr else 4), enable_fp_fusion=False,
-    )
+    layout = layout or ("block" if sr else "tile")
+    if layout == "block":
+        # int64 words of 16 codes: C/2 bytes per row is a multiple of 8, and data is freshly allocated
+        nvfp4_quantize_rows_kernel[(m,)](
+            x, data.view(torch.int64), scale.view(torch.uint8), gscale, r_arg, seed_arg, n,
+            BLOCK=block, ONE_TILE=one_tile, SR=sr, RB=rb, num_warps=num_warps or 4, enable_fp_fusion=False,
+        )
+    elif layout == "tile":
+        # (8 warps with SR: 4 spill there, see kernels/quant/README.md)
+        nvfp4_quantize_kernel[(m,)](
+            x, data, scale.view(torch.uint8), gscale, r_arg, seed_arg, n,
+            BLOCK=block, ONE_TILE=one_tile, SR=sr, RB=rb, num_warps=num_warps or (8 if sr else 4),
+            enable_fp_fusion=False,
+        )
+    else:
+        raise ValueError(f"{name}: layout must be 'block' or 'tile', got {layout!r}")
     if check_finite and bool(torch.isnan(gscale).any()):
         bad = ~torch.isfinite(x)
         first = tuple(int(i) for i in torch.nonzero(bad)[0])

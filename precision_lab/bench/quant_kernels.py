@@ -128,15 +128,25 @@ def run(*, shape=(256, 128, 64, 128), out_dir="reports/bench", rep_ms: float = 2
 
     # launch variants of the NVFP4 quantize kernel (same results by construction; checked against the
     # default launch, itself checked against the reference above)
+    # (SR variants against the checked SR default; layout "block": one thread per 16-element block,
+    # "tile": a block over 4 threads, the RNE default and the SR kernel before the one-thread-per-block rewrite)
     n_mat = shape[-2] * C
-    variants = {f"nvfp4 quantize [tile {t}, {w} warps]": (t, w)
+    variants = {f"nvfp4 quantize [tile {t}, {w} warps]": (False, t, w, None)
                 for t, w in ((n_mat, 8), (n_mat, 16), (max(16, n_mat // 2), 4))}
-    for vname, (t, w) in variants.items():
-        fn = (lambda t=t, w=w: tq.nvfp4_quantize(x, check_finite=False, tile=t, num_warps=w))
-        cases[vname] = (fn, cases["nvfp4 quantize"][1])
+    variants.update({
+        "nvfp4 quantize [block layout, 4 warps]": (False, None, 4, "block"),
+        "nvfp4-sr quantize [block layout, 8 warps]": (True, None, 8, "block"),
+        "nvfp4-sr quantize [tile layout, 8 warps]": (True, None, 8, "tile"),
+    })
+    qt_sr = tq.nvfp4_quantize(x, sr=True, seed=SEED, check_finite=False)
+    for vname, (sr, t, w, lay) in variants.items():
+        fn = (lambda sr=sr, t=t, w=w, lay=lay: tq.nvfp4_quantize(x, sr=sr, seed=SEED if sr else None,
+                                                                 check_finite=False, tile=t, num_warps=w, layout=lay))
+        default = "nvfp4-sr quantize" if sr else "nvfp4 quantize"
+        cases[vname] = (fn, cases[default][1])
         got = fn()
-        ok = results["nvfp4 quantize"]["check"] == "pass" and all(
-            same(getattr(got, f), getattr(qt_nvfp4, f)) for f in ("data", "scale", "global_scale"))
+        ok = results[default]["check"] == "pass" and all(
+            same(getattr(got, f), getattr(qt_sr if sr else qt_nvfp4, f)) for f in ("data", "scale", "global_scale"))
         results[vname] = {"check": "pass" if ok else "FAIL",
                           "check_detail": "bit-equal to the checked default launch" if ok else "differs from default"}
         print(f"check {vname:22s} {results[vname]['check']}", flush=True)
