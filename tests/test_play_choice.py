@@ -292,3 +292,22 @@ def test_committed_cpu_measurements_agree_with_and_without_the_moved_whitespace(
         n = d["summary"]["n"]
         assert d["summary"]["same_answer_moved_or_not"] == f"{n}/{n}" and len(d["items"]) == n
         assert d["provenance"]["command"].startswith("play_choice_fp32.py") and d["provenance"]["git"]
+
+
+def test_items_clis_write_their_tasks(tmp_path, capsys):
+    """Both play tasks' item CLIs (one shared parser) read a folder of plays and write a task."""
+    from precision_lab.evals.tasks import next_speaker as ns
+
+    plays = tmp_path / "plays"
+    plays.mkdir()
+    (plays / "a.txt").write_text(MODERN * 6)
+    (plays / "b.txt").write_text(FOLIO * 6)
+    for name, mod, extra in (("gen", ns, []), ("mc", pc, ["--kind", "speaker", "--k", "2"])):
+        out = tmp_path / name
+        assert mod.main(["--data", str(plays), "--out", str(out), "--buckets", "64", "256", "--per-bucket", "1",
+                         *extra]) == 0
+        said = capsys.readouterr().out
+        assert said.startswith("wrote ") and "items (" in said
+        assert list(out.glob("*.yaml")) and list(out.glob("*.jsonl"))
+        items = [json.loads(line) for f in out.glob("*.jsonl") for line in f.read_text().splitlines()]
+        assert items and int(said.split()[1]) == len(items)

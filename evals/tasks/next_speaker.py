@@ -162,10 +162,11 @@ def plays_from_source(source: str, *, limit: int | None = None) -> list[tuple[st
     return [(d.doc_id, d.text) for d in docs]
 
 
-def main(argv=None) -> int:
+def items_cli(description: str):
+    """The argument parser shared by the play tasks' item CLIs (this module's and play_choice's)."""
     import argparse
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--data", required=True, help="data source of held-out plays (precision_lab.data.read_source)")
     ap.add_argument("--out", required=True, help="folder for the task YAML and jsonl")
     ap.add_argument("--plays", type=int, default=None, help="use the first N documents")
@@ -173,13 +174,21 @@ def main(argv=None) -> int:
     ap.add_argument("--per-bucket", type=int, default=4)
     ap.add_argument("--max-context", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    items = make_items(plays_from_source(args.data, limit=args.plays), buckets=args.buckets,
-                       per_bucket=args.per_bucket, seed=args.seed, max_context=args.max_context)
-    path = write_task(args.out, items)
+    return ap
+
+
+def report_items(items: list[dict], path) -> int:
+    """Print what an items CLI wrote (items per bucket and the task file); returns the exit code."""
     counts = Counter(it["bucket"] for it in items)
     print(f"wrote {len(items)} items ({', '.join(f'{b}: {n}' for b, n in counts.items())}) and {path}")
     return 0
+
+
+def main(argv=None) -> int:
+    args = items_cli(__doc__.split("\n\n")[0]).parse_args(argv)
+    items = make_items(plays_from_source(args.data, limit=args.plays), buckets=args.buckets,
+                       per_bucket=args.per_bucket, seed=args.seed, max_context=args.max_context)
+    return report_items(items, write_task(args.out, items))
 
 
 if __name__ == "__main__":

@@ -71,10 +71,17 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections import Counter
 from pathlib import Path
 
-from .next_speaker import DEFAULT_BUCKETS, bucket_edges, bucket_label, plays_from_source, speaker_turns
+from .next_speaker import (
+    DEFAULT_BUCKETS,
+    bucket_edges,
+    bucket_label,
+    items_cli,
+    plays_from_source,
+    report_items,
+    speaker_turns,
+)
 
 KINDS = ("speaker", "word")
 TASK_NAMES = {"word": "shakespeare_word_choice", "speaker": "shakespeare_speaker_choice"}
@@ -309,27 +316,15 @@ def write_task(out_dir: str | Path, items: list[dict], task: str | None = None) 
 
 
 def main(argv=None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", required=True, help="data source of held-out plays (precision_lab.data.read_source)")
-    ap.add_argument("--out", required=True, help="folder for the task YAML and jsonl")
+    ap = items_cli(__doc__.split("\n\n")[0])
     ap.add_argument("--kind", choices=KINDS, default="speaker")
-    ap.add_argument("--plays", type=int, default=None, help="use the first N documents")
     ap.add_argument("--k", type=int, default=DEFAULT_K, help=f"choices per item (default {DEFAULT_K})")
     ap.add_argument("--distractors", choices=DISTRACTORS, default="other-plays", help="speaker items only")
-    ap.add_argument("--buckets", type=int, nargs="+", default=list(DEFAULT_BUCKETS), help="context-length edges (bytes)")
-    ap.add_argument("--per-bucket", type=int, default=4)
-    ap.add_argument("--max-context", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     items = make_items(plays_from_source(args.data, limit=args.plays), kind=args.kind, k=args.k,
                        distractors=args.distractors, buckets=args.buckets, per_bucket=args.per_bucket,
                        seed=args.seed, max_context=args.max_context)
-    path = write_task(args.out, items)
-    counts = Counter(it["bucket"] for it in items)
-    print(f"wrote {len(items)} items ({', '.join(f'{b}: {n}' for b, n in counts.items())}) and {path}")
-    return 0
+    return report_items(items, write_task(args.out, items))
 
 
 if __name__ == "__main__":
