@@ -5,6 +5,8 @@ costs in registers, spills and shared memory — no GPU and no device time neede
     python scripts/kernel_resources.py --hw       # the GPU code path (hardware E4M3 decode)
     python scripts/kernel_resources.py --hw --fp4-decode ptx   # NVFP4 reads through the inline-PTX decode
     python scripts/kernel_resources.py --ops mamba2-scan gdn-scan quant   # scans, quantizer kernels
+    python scripts/kernel_resources.py --hw --ops flush   # autoregressive flushes per split policy
+    python scripts/kernel_resources.py --hw --ops flush --policies fp16-sr/nvfp4 fp32/fp32
 
 For every launch the wrappers would make, the kernel launch is replaced by ``triton.compile`` for
 ``cuda:90`` with the same arguments (pointer alignment and divisibility-by-16 of integer arguments
@@ -74,6 +76,15 @@ def resources(fn, args, kwargs, num_warps: int) -> dict:
                            capture_output=True, text=True).stdout
     sass = subprocess.run([os.path.join(_BIN, "cuobjdump"), "-sass", f.name], capture_output=True, text=True).stdout
     os.unlink(f.name)
+    if os.environ.get("KERNEL_RESOURCES_DUMP"):  # keep the compiled text (ttgir, ptx, sass) for reading
+        d = os.environ["KERNEL_RESOURCES_DUMP"]
+        os.makedirs(d, exist_ok=True)
+        stem = os.path.join(d, hashlib.sha256(sass.encode()).hexdigest()[:12])
+        for ext in ("ttgir", "ptx"):
+            with open(f"{stem}.{ext}", "w") as out:
+                out.write(k.asm[ext])
+        with open(f"{stem}.sass", "w") as out:
+            out.write(sass)
     grab = (lambda pat: int(m.group(1)) if (m := re.search(pat, usage)) else None)  # noqa: E731
     code = [line.strip() for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,5}\*/", line)]
     return {"regs": grab(r"REG:(\d+)"), "stack": grab(r"STACK:(\d+)"), "smem": k.metadata.shared,
@@ -90,7 +101,7 @@ class _Compile:
     def __getitem__(self, grid):
         def call(*args, num_warps=4, enable_fp_fusion=False, **kw):
             r = resources(self.fn, args, kw, num_warps)
-            keys = ("T", "FLUSH", "FOLD_NEW", "FUSED", "UFMT", "RFMT", "FMT", "BR", "BJ", "RECOMPUTE", "UPD_FMT", "UPD_SR",
+            keys = ("T", "FLUSH", "FOLD_NEW", "FUSED", "UFMT", "USR", "RFMT", "RSR", "FMT", "BR", "BJ", "RECOMPUTE", "UPD_FMT", "UPD_SR",
                     "READ_FMT", "READ_SR", "SPLIT", "SR", "BLOCK", "ONE_TILE", "RB", "BLOCK_R")
             shape = " ".join(f"{k}={kw[k]}" for k in keys if k in kw)
             print(f"{self.label:16s} warps={num_warps:<2d} {shape:60s} REG={r['regs']:<4} STACK={r['stack']:<5} "
@@ -165,6 +176,63 @@ def gdn_configs(B=2, fp4_decode="fp16"):
                                *ints, z(B, T, Hk, K), z(B, T, Hk, K), z(B, T, Hv, V), z(B, T, Hv), z(B, T, Hv),
                                flush=flush, fold_new=flush and T == 1, recompute=rc, fused_scores=fused,
                                fp4_decode=fp4_decode)
+    finally:
+        for n, f in saved.items():
+            setattr(gd, n, f)
+
+
+#: split policies (update/read) of ``--ops flush``: the SR checkpoints with an NVFP4 read copy, and
+#: the same flush with an fp32 checkpoint for comparison
+FLUSH_POLICIES = ("fp32/nvfp4", "fp16-sr/nvfp4", "fp8e4m3-sr/nvfp4", "bf16-sr/nvfp4", "fp16-sr/fp8e4m3")
+
+
+def flush_configs(policies=FLUSH_POLICIES, B=2, L=16, flush_kw=None):
+    """The autoregressive flush (T = 1, fold_new) of both operators at their real shapes for each
+    ``update/read`` split policy, in the two-launch form (what batch 256 runs; the scores kernel is
+    not compiled), GDN with its default recompute fold; then the conventional step of each SR
+    update format (the cost a flush is compared with). ``flush_kw``: extra keywords of both
+    operators' flush launches (e.g. num_warps)."""
+    flush_kw = flush_kw or {}
+    import precision_lab.kernels.gdn.decode as gd
+    import precision_lab.kernels.mamba2.decode as m2
+    from precision_lab.kernels.decode_state import PackedState
+
+    z = (lambda *s: torch.zeros(*s, dtype=torch.bfloat16))  # noqa: E731
+    ints = [torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.zeros(B, dtype=torch.int32)]
+    pairs = [p.split("/") for p in policies]
+    H, G, P, N = 128, 8, 64, 128
+    saved = _patched(m2, [("mamba2_replay_step_kernel", "mamba2 flush"), ("mamba2_conventional_step_kernel", "mamba2 conv")],
+                     skip=["mamba2_replay_scores_kernel"])
+    try:
+        for upd, read in pairs:
+            print(f"# mamba2 split:{upd}/{read}")
+            rec = m2.Mamba2Records(B, triton.next_power_of_2(L), H, G, P, N)
+            m2.mamba2_replay_step(PackedState.empty(upd, B, H, P, N), PackedState.empty(read, B, H, P, N), rec,
+                                  *ints, z(B, 1, H, P), z(B, 1, H), torch.zeros(H), z(B, 1, G, N), z(B, 1, G, N),
+                                  torch.zeros(H), torch.zeros(H), z(B, 1, H, P), flush=True, fold_new=True,
+                                  fused_scores=False, **flush_kw)
+        for fmt in dict.fromkeys(u for u, _ in pairs):
+            print(f"# mamba2 conventional {fmt}")
+            m2.mamba2_conventional_step(PackedState.empty(fmt, B, H, P, N), torch.arange(B), z(B, H, P), z(B, H),
+                                        torch.zeros(H), z(B, G, N), z(B, G, N), torch.zeros(H), torch.zeros(H),
+                                        z(B, H, P))
+    finally:
+        for n, f in saved.items():
+            setattr(m2, n, f)
+    Hk, Hv, V, K = 16, 32, 128, 128
+    saved = _patched(gd, [("gdn_replay_step_kernel", "gdn flush"), ("gdn_conventional_step_kernel", "gdn conv")],
+                     skip=["gdn_replay_scores_kernel"])
+    try:
+        for upd, read in pairs:
+            print(f"# gdn split:{upd}/{read}")
+            rec = gd.GDNRecords(B, triton.next_power_of_2(L), Hk, Hv, V, K)
+            gd.gdn_replay_step(PackedState.empty(upd, B, Hv, V, K), PackedState.empty(read, B, Hv, V, K), rec,
+                               *ints, z(B, 1, Hk, K), z(B, 1, Hk, K), z(B, 1, Hv, V), z(B, 1, Hv), z(B, 1, Hv),
+                               flush=True, fold_new=True, fused_scores=False, **flush_kw)
+        for fmt in dict.fromkeys(u for u, _ in pairs):
+            print(f"# gdn conventional {fmt}")
+            gd.gdn_conventional_step(PackedState.empty(fmt, B, Hv, V, K), torch.arange(B), z(B, Hk, K),
+                                     z(B, Hk, K), z(B, Hv, V), z(B, Hv), z(B, Hv))
     finally:
         for n, f in saved.items():
             setattr(gd, n, f)
@@ -246,25 +314,33 @@ def quant_configs():
         tq.require_triton = saved_require
 
 
+def _keywords(items) -> dict:
+    kw = {}
+    for item in items:
+        k, v = item.split("=", 1)
+        kw[k] = int(v) if v.isdigit() else v
+    return kw
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hw", action="store_true", help="compile the GPU code path (the wrappers pick it for CUDA tensors)")
     ap.add_argument("--ops", nargs="+", default=["mamba2", "gdn"],
-                    choices=["mamba2", "gdn", "mamba2-scan", "gdn-scan", "quant"],
+                    choices=["mamba2", "gdn", "mamba2-scan", "gdn-scan", "quant", "flush"],
                     help="kernel families to compile (default: the decode kernels of both operators)")
     ap.add_argument("--m2-flush", nargs="*", default=[], metavar="KEY=VALUE",
                     help="extra mamba2_replay_step keywords for the flush launches, e.g. block_r=64 num_warps=8")
+    ap.add_argument("--policies", nargs="+", default=list(FLUSH_POLICIES), metavar="UPDATE/READ",
+                    help="split policies of --ops flush (default: %(default)s)")
+    ap.add_argument("--flush-kw", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="extra keywords of the --ops flush launches (both operators), e.g. num_warps=8")
     ap.add_argument("--fp4-decode", choices=["fp16", "ptx"], default="fp16",
                     help="NVFP4 element decode of the non-flush steps (the wrappers' fp4_decode; 'ptx' needs --hw)")
     args = ap.parse_args(argv)
     if args.hw:  # the wrappers choose the hardware decode path from x.is_cuda
         torch.Tensor.is_cuda = property(lambda self: True)
     if "mamba2" in args.ops:
-        kw = {}
-        for item in args.m2_flush:
-            k, v = item.split("=", 1)
-            kw[k] = int(v) if v.isdigit() else v
-        mamba2_configs(flush_kw=kw, fp4_decode=args.fp4_decode)
+        mamba2_configs(flush_kw=_keywords(args.m2_flush), fp4_decode=args.fp4_decode)
     if "gdn" in args.ops:
         gdn_configs(fp4_decode=args.fp4_decode)
     for op in ("mamba2", "gdn"):
@@ -272,6 +348,8 @@ def main(argv=None) -> int:
             scan_configs(op)
     if "quant" in args.ops:
         quant_configs()
+    if "flush" in args.ops:
+        flush_configs(args.policies, flush_kw=_keywords(args.flush_kw))
     return 0
 
 

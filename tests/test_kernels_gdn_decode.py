@@ -98,8 +98,8 @@ def test_conventional_step_random(device):
     assert rel(gather(pool, slots).dequantize(), S_ref) < 1e-6
 
 
-def _replay_setup(device, upd_fmt, read_fmt, W, T, exact, recompute=True, start=6):
-    K = k_for([upd_fmt, read_fmt])
+def _replay_setup(device, upd_fmt, read_fmt, W, T, exact, recompute=True, start=6, K=None):
+    K = K or k_for([upd_fmt, read_fmt])
     ring, Bsz = 16, 3
     slots = torch.tensor([1, 2, -1], device=device)
     seq_ids = torch.tensor([3, 2, 1])
@@ -172,7 +172,20 @@ def test_replay_nonflush_and_verify(read_fmt, T, fused, fp4, device):
     ("bf16-sr", "fp8e4m3", 3, False, True, False), ("fp8e4m3-sr", "nvfp4-sr", 2, False, False, False),
 ])
 def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fused, device):
-    s = _replay_setup(device, upd_fmt, read_fmt, W=5, T=T, exact=True)
+    _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fused, device)
+
+
+# 64 state columns: the flush stores its column quarters one by one (16 columns: whole SR groups and
+# NVFP4 blocks, store_state4), which the 32 columns above give NVFP4 only through the joined tile
+@pytest.mark.parametrize("upd_fmt,read_fmt,T,recompute", [
+    ("fp16-sr", "nvfp4", 1, True), ("fp8e4m3-sr", "nvfp4-sr", 1, False), ("nvfp4-sr", "bf16-sr", 1, True),
+    ("fp16-sr", "nvfp4", 2, True)])
+def test_replay_flush_exact_codes_column_quarters(upd_fmt, read_fmt, T, recompute, device):
+    _flush_exact_codes(upd_fmt, read_fmt, T, T == 1, recompute, False, device, K=64)
+
+
+def _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fused, device, K=None):
+    s = _replay_setup(device, upd_fmt, read_fmt, W=5, T=T, exact=True, K=K)
     n = s["new"]
     out = torch.full((3, T, HV, V), float("nan"), device=device)
     o = gdn_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),

@@ -118,8 +118,8 @@ def test_conventional_step_random(fmt, device):
 # ---------------------------------------------------------------------------------------------
 # ReplaySSM steps: non-flush (output-only), verify (T > 1), flush (autoregressive and speculative)
 # ---------------------------------------------------------------------------------------------
-def _replay_setup(device, upd_fmt, read_fmt, W, T, exact, start=5):
-    N = n_for([upd_fmt, read_fmt])
+def _replay_setup(device, upd_fmt, read_fmt, W, T, exact, start=5, N=None):
+    N = N or n_for([upd_fmt, read_fmt])
     ring = 16
     slots = torch.tensor([2, -1, 0], device=device)
     seq_ids = torch.tensor([1, 2, 3])
@@ -196,7 +196,19 @@ def test_replay_nonflush_and_verify(read_fmt, T, fused, fp4, device):
 def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, fused, device):
     """Flush: fold in fp32, store round_H and round_F of the same fp32 state (codes bit-exact with the
     exact-arithmetic inputs), outputs from the fp32 result (fold_new) or verified drafts."""
-    s = _replay_setup(device, upd_fmt, read_fmt, W=6, T=T, exact=True)
+    _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, fused, device)
+
+
+# 64 state columns: the flush stores each stored format as four column quarters of 16 (whole SR groups
+# and NVFP4 blocks: store_state4), which the 32 columns above give NVFP4 only through the whole tile
+@pytest.mark.parametrize("upd_fmt,read_fmt,T", [("fp16-sr", "nvfp4", 1), ("fp8e4m3-sr", "nvfp4-sr", 1),
+                                                ("nvfp4-sr", "bf16-sr", 1), ("fp16-sr", "nvfp4", 2)])
+def test_replay_flush_exact_codes_column_quarters(upd_fmt, read_fmt, T, device):
+    _flush_exact_codes(upd_fmt, read_fmt, T, T == 1, False, device, N=64)
+
+
+def _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, fused, device, N=None):
+    s = _replay_setup(device, upd_fmt, read_fmt, W=6, T=T, exact=True, N=N)
     n = s["new"]
     out = torch.full((3, T, H, P), float("nan"), device=device)
     y = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],

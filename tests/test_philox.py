@@ -6,7 +6,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from precision_lab.kernels.common.philox import flat_sr_bits, philox_lanes, sr_bits
+from precision_lab.kernels.common.philox import flat_sr_bits, philox_lanes, sr_bits, sr_bits_cols
 from precision_lab.quant import philox
 
 # Philox4x32-10 of seed 1234 at offsets 0 and 1: the four words of each call (tl.randint4x), of
@@ -141,6 +141,29 @@ def test_triton_sr_bits_equal_state_rbits(C, BC, copy, device):
     for row0 in range(0, R, BR):
         _sr_bits_kernel[(1,)](out, R, C, philox.layer_seed(seed, layer), seq, head, event, row0, COPY=copy, BR=BR,
                               BC=BC)
+    assert torch.equal(out.cpu(), philox.state_rbits(seed, layer, seq, head, event, (R, C), copy))
+
+
+@triton.jit
+def _sr_bits_cols_kernel(out_ptr, R, C, seed, seq, head, event, COPY: tl.constexpr, BR: tl.constexpr,
+                         BW: tl.constexpr):
+    # the tile's four column blocks of BW, each drawing its own values (what the decode flushes do)
+    rows = tl.arange(0, BR)
+    for q in tl.static_range(4):
+        cols = q * BW + tl.arange(0, BW)
+        r = sr_bits_cols(seed, seq.to(tl.int64), head, event.to(tl.int64), rows, C, q * BW, COPY, BW)
+        m = (rows < R)[:, None] & (cols < C)[None, :]
+        tl.store(out_ptr + rows[:, None] * C + cols[None, :], r.to(tl.int64), mask=m)
+
+
+@pytest.mark.parametrize("C,BW", [(32, 8), (20, 8), (64, 16), (56, 16)])
+@pytest.mark.parametrize("copy", [philox.COPY_UPDATE, philox.COPY_READ])
+def test_triton_sr_bits_cols_equal_state_rbits(C, BW, copy, device):
+    """Column blocks of whole groups draw the same values as the whole tile (docs/design.md §4.8)."""
+    R = 10
+    seed, layer, seq, head, event = 77, 5, 300, 9, 4000
+    out = torch.full((R, C), -1, dtype=torch.int64, device=device)
+    _sr_bits_cols_kernel[(1,)](out, R, C, philox.layer_seed(seed, layer), seq, head, event, COPY=copy, BR=16, BW=BW)
     assert torch.equal(out.cpu(), philox.state_rbits(seed, layer, seq, head, event, (R, C), copy))
 
 

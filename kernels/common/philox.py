@@ -9,7 +9,7 @@ words and their halves and flattening them yields.
 
 * ``philox_lanes(seed, counters)``   [M, G] group counters → [M, 8·G] SR values (the one Philox step)
 * ``sr_bits(...)``                   a state tile's values (state-write layout; quant/philox.py
-                                     ``state_rbits``)
+                                     ``state_rbits``); ``sr_bits_cols`` those of one column block
 * ``flat_sr_bits(seed, start, ...)`` a block of flat elements (ad-hoc layout of a quantizer's
                                      ``seed=``; quant/philox.py ``flat_rbits``)
 
@@ -47,11 +47,23 @@ def sr_bits(seed, seq, head, event, rows, C, COPY: tl.constexpr, BC: tl.constexp
     """SR values [BR, BC] of the state tile with rows ``rows`` [BR] and columns 0..BC-1 of a [R, C]
     matrix, at one write (``seed`` = layer_seed; counter fields as in quant/philox.py). Columns at
     or beyond C get values too, which the caller drops with its mask."""
+    return sr_bits_cols(seed, seq, head, event, rows, C, 0, COPY, BC)
+
+
+@triton.jit
+def sr_bits_cols(seed, seq, head, event, rows, C, COL0: tl.constexpr, COPY: tl.constexpr, BW: tl.constexpr):
+    """``sr_bits`` of the column block COL0..COL0+BW-1 (COL0 and BW multiples of 8): the same values
+    as columns COL0.. of the whole tile, one Philox call per group as there. A kernel that stores a
+    tile block by block draws each block's values just before it rounds that block, so the values of
+    the whole tile are never live at once."""
     # (written without %: the interpreter's constexpr has no reflected modulo for ``int % GROUP``)
-    tl.static_assert((BC // GROUP) * GROUP == BC, "a state tile spans whole groups of 8 columns")
+    tl.static_assert((BW // GROUP) * GROUP == BW, "a state tile spans whole groups of 8 columns")
+    tl.static_assert((COL0 // GROUP) * GROUP == COL0, "a column block starts a group of 8 columns")
     base = (event << EVENT_SHIFT) | (seq << SEQ_SHIFT) | (head.to(tl.int64) << HEAD_SHIFT)
-    # each row starts a new group: group (row, g) covers columns 8g .. 8g+7
-    group = rows.to(tl.int64)[:, None] * ((C + GROUP - 1) // GROUP) + tl.arange(0, BC // GROUP)[None, :]
+    # each row starts a new group: group (row, g) covers columns 8g .. 8g+7 (the tensor first: the
+    # interpreter cannot add a tensor to a constexpr on its left either)
+    g = tl.arange(0, BW // GROUP) + COL0 // GROUP
+    group = rows.to(tl.int64)[:, None] * ((C + GROUP - 1) // GROUP) + g[None, :]
     off = base | group
     if COPY:
         off = off.to(tl.uint64, bitcast=True) | 0x8000000000000000

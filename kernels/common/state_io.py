@@ -2,7 +2,10 @@
 
 ``load_state`` returns a head's [BR, BC] tile as fp32 (decoded in registers), ``store_state`` rounds
 an fp32 tile and stores its codes, ``read_state_dot`` multiplies the stored codes with one or two
-vectors without building the fp32 tile. Element codecs are the integer helpers of
+vectors without building the fp32 tile. ``load_state_cols`` / ``store_state_cols`` do the same for a
+column block of the tile and ``store_state4`` stores a tile held as four column quarters (the
+flushes: one quarter's SR values and rounding temporaries live at a time; NVFP4's global scale from
+the amax over all quarters, ``state_amax``). Element codecs are the integer helpers of
 ``kernels/quant/codecs.py``; SR values come from ``philox.sr_bits`` (the quant/philox.py state-write
 layout, one Philox call per 8 columns).
 ``program_slot`` is the prologue of every decode-step program.
@@ -14,7 +17,7 @@ import triton.language as tl
 from precision_lab.kernels.quant import codecs as qc
 
 from .formats import C_BF16, C_E4M3, C_E5M2, C_FP16, C_FP32, C_NVFP4
-from .philox import sr_bits
+from .philox import sr_bits_cols
 
 
 @triton.jit
@@ -36,22 +39,33 @@ def load_state(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, 
                FMT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
     """fp32 tile [BR, BC] of head h, rows ``rows`` [BR], columns 0..BC-1 of the pool slot ``slot``
     (int64). Rows outside ``rmask`` and columns >= C read as 0."""
+    return load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, 0, FMT, BR, BC)
+
+
+@triton.jit
+def load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, COL0: tl.constexpr,
+                    FMT: tl.constexpr, BR: tl.constexpr, BW: tl.constexpr):
+    """``load_state`` of the column block COL0..COL0+BW-1 (NVFP4: whole blocks of 16) as an fp32
+    [BR, BW] tile. A kernel that keeps its state as column blocks loads each block in the layout
+    its loads give, as an fp32 pool's plain loads would, instead of splitting a decoded [BR, BC]
+    tile (which moves the data through shared memory and leaves the blocks in another layout)."""
     row64 = (h * R + rows).to(tl.int64)
-    mask = rmask[:, None] & (tl.arange(0, BC) < C)[None, :]
+    cols = tl.arange(0, BW) + COL0
+    mask = rmask[:, None] & (cols < C)[None, :]
     if FMT == C_NVFP4:
-        cb = tl.arange(0, BC // 2)
-        cs = tl.arange(0, BC // 16)
+        tl.static_assert((BW // 16) * 16 == BW and (COL0 // 16) * 16 == COL0, "NVFP4 loads whole blocks of 16")
+        cb = tl.arange(0, BW // 2) + COL0 // 2
+        cs = tl.arange(0, BW // 16) + COL0 // 16
         mb = rmask[:, None] & (cb[None, :] < C // 2)
         packed = tl.load(d_ptr + slot * s_d + row64[:, None] * (C // 2) + cb[None, :], mask=mb, other=0)
         ms = rmask[:, None] & (cs[None, :] < C // 16)
         scb = tl.load(sc_ptr + slot * s_sc + row64[:, None] * (C // 16) + cs[None, :], mask=ms, other=0)
         s_dec = tl.load(gs_ptr + slot * s_gs + h)
-        nb: tl.constexpr = BR * (BC // 16)
+        nb: tl.constexpr = BR * (BW // 16)
         vals = qc.nvfp4_dequantize_blocks(tl.reshape(packed.to(tl.int32), (nb, 8)),
                                           tl.reshape(scb.to(tl.int32), (nb,)), s_dec)
-        return tl.where(mask, tl.reshape(vals, (BR, BC)), 0.0)
+        return tl.where(mask, tl.reshape(vals, (BR, BW)), 0.0)
     else:
-        cols = tl.arange(0, BC)
         v = tl.load(d_ptr + slot * s_d + row64[:, None] * C + cols[None, :], mask=mask, other=0)
         if FMT == C_FP32:
             return v
@@ -239,32 +253,104 @@ def store_state(x, d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask,
     """Round the fp32 tile x [BR, BC] to FMT (SR values from the counters of (seq, h, event, group))
     and store its codes. NVFP4 needs the whole head in the tile (BR >= R): its global scale is the
     amax of the matrix. Rows outside ``rmask`` and columns >= C are not stored."""
+    if FMT == C_NVFP4:
+        s_enc, s_dec = qc.nvfp4_global_scales(state_amax(x, rmask, C, 0, BC))
+        store_state_cols(x, d_ptr, sc_ptr, slot, s_d, s_sc, h, rows, rmask, R, C, seed, seq, event, s_enc, s_dec,
+                         0, COPY, FMT, SR, BR, BC)
+        store_global_scale(gs_ptr, slot, s_gs, h, s_dec, rmask)
+    else:
+        store_state_cols(x, d_ptr, sc_ptr, slot, s_d, s_sc, h, rows, rmask, R, C, seed, seq, event, 1.0, 1.0,
+                         0, COPY, FMT, SR, BR, BC)
+
+
+@triton.jit
+def column_quarters(x, BR: tl.constexpr, BC: tl.constexpr):
+    """[BR, BC] → its four column quarters [BR, BC/4] (quarter c: columns c·BC/4 ..)."""
+    y = tl.reshape(tl.permute(tl.reshape(x, (BR, 4, BC // 4)), (0, 2, 1)), (BR, BC // 4, 2, 2))
+    e, o = tl.split(y)
+    x0, x2 = tl.split(e)
+    x1, x3 = tl.split(o)
+    return x0, x1, x2, x3
+
+
+@triton.jit
+def store_state4(x0, x1, x2, x3, d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C,
+                 seed, seq, event, COPY: tl.constexpr, FMT: tl.constexpr, SR: tl.constexpr,
+                 BR: tl.constexpr, QW: tl.constexpr):
+    """``store_state`` of a tile held as four column quarters x_c [BR, QW] (columns c·QW ..; QW whole
+    SR groups of 8, for NVFP4 whole blocks of 16), quarter by quarter: each draws
+    its own SR values just before it is rounded, so only one quarter's SR values and rounding
+    temporaries are live at a time (rounding a whole [BR, BC] tile at once holds one SR word per
+    element beside the tile). Same values, groups and codes as ``store_state`` of the whole tile:
+    SR groups and NVFP4 blocks never straddle a quarter, and NVFP4's global scale comes from the
+    amax over all four quarters, taken first."""
+    if FMT == C_NVFP4:
+        amax = tl.maximum(tl.maximum(state_amax(x0, rmask, C, 0, QW), state_amax(x1, rmask, C, QW, QW)),
+                          tl.maximum(state_amax(x2, rmask, C, 2 * QW, QW), state_amax(x3, rmask, C, 3 * QW, QW)))
+        s_enc, s_dec = qc.nvfp4_global_scales(amax)
+        store_global_scale(gs_ptr, slot, s_gs, h, s_dec, rmask)
+    else:
+        s_enc, s_dec = 1.0, 1.0
+    store_state_cols(x0, d_ptr, sc_ptr, slot, s_d, s_sc, h, rows, rmask, R, C, seed, seq, event, s_enc, s_dec,
+                     0, COPY, FMT, SR, BR, QW)
+    store_state_cols(x1, d_ptr, sc_ptr, slot, s_d, s_sc, h, rows, rmask, R, C, seed, seq, event, s_enc, s_dec,
+                     QW, COPY, FMT, SR, BR, QW)
+    store_state_cols(x2, d_ptr, sc_ptr, slot, s_d, s_sc, h, rows, rmask, R, C, seed, seq, event, s_enc, s_dec,
+                     2 * QW, COPY, FMT, SR, BR, QW)
+    store_state_cols(x3, d_ptr, sc_ptr, slot, s_d, s_sc, h, rows, rmask, R, C, seed, seq, event, s_enc, s_dec,
+                     3 * QW, COPY, FMT, SR, BR, QW)
+
+
+@triton.jit
+def state_amax(x, rmask, C, COL0: tl.constexpr, BW: tl.constexpr):
+    """amax (as ``abs_bits``, int32) of the tile x [BR, BW] holding columns COL0..COL0+BW-1 of the
+    rows in ``rmask``; an integer max, so a NaN state stays visible. The amax of a matrix held in
+    column blocks is the maximum of its blocks' (an exact operation in any order)."""
+    cols = tl.arange(0, BW) + COL0
+    x = tl.where(rmask[:, None] & (cols < C)[None, :], x, 0.0)
+    return tl.max(tl.max(qc.abs_bits(x), 1), 0)
+
+
+@triton.jit
+def store_global_scale(gs_ptr, slot, s_gs, h, s_dec, rmask):
+    """NVFP4: the head's global scale s_dec, by a program that holds live rows."""
+    tl.store(gs_ptr + slot * s_gs + h, s_dec, mask=tl.max(rmask.to(tl.int32), 0) > 0)
+
+
+@triton.jit
+def store_state_cols(x, d_ptr, sc_ptr, slot, s_d, s_sc, h, rows, rmask, R, C, seed, seq, event, s_enc, s_dec,
+                     COL0: tl.constexpr, COPY: tl.constexpr, FMT: tl.constexpr, SR: tl.constexpr,
+                     BR: tl.constexpr, BW: tl.constexpr):
+    """``store_state`` of the column block COL0..COL0+BW-1 of the tile (x [BR, BW]; COL0 and BW whole
+    SR groups of 8, and for NVFP4 whole blocks of 16), with the SR values of exactly those columns.
+    NVFP4 rounds with the matrix's global scales (s_enc, s_dec) given: the caller takes the amax over
+    all blocks (``state_amax``) and stores s_dec (``store_global_scale``); other formats ignore them.
+    A kernel that holds its state in column blocks stores it block by block, which keeps the SR
+    values and rounding temporaries of one block live at a time instead of the whole tile's."""
     row64 = (h * R + rows).to(tl.int64)
-    cols = tl.arange(0, BC)
+    cols = tl.arange(0, BW) + COL0
     mask = rmask[:, None] & (cols < C)[None, :]
     if SR:
-        r = sr_bits(seed, seq, h, event, rows, C, COPY, BC)
+        r = sr_bits_cols(seed, seq, h, event, rows, C, COL0, COPY, BW)
     else:
         r = 0
     if FMT == C_NVFP4:
+        tl.static_assert((BW // 16) * 16 == BW and (COL0 // 16) * 16 == COL0, "NVFP4 stores whole blocks of 16")
         x = tl.where(mask, x, 0.0)
-        amax = tl.max(tl.max(qc.abs_bits(x), 1), 0)  # integer max: a NaN state stays visible
-        s_enc, s_dec = qc.nvfp4_global_scales(amax)
-        nb: tl.constexpr = BR * (BC // 16)
+        nb: tl.constexpr = BR * (BW // 16)
         if SR:
             rb = tl.reshape(r, (nb, 16))
         else:
             rb = 0
         codes, scale_codes = qc.nvfp4_quantize_blocks(tl.reshape(x, (nb, 16)), s_enc, s_dec, rb, SR)
-        packed = tl.reshape(qc.nvfp4_pack(codes), (BR, BC // 2))
-        cb = tl.arange(0, BC // 2)
-        cs = tl.arange(0, BC // 16)
+        packed = tl.reshape(qc.nvfp4_pack(codes), (BR, BW // 2))
+        cb = tl.arange(0, BW // 2) + COL0 // 2
+        cs = tl.arange(0, BW // 16) + COL0 // 16
         tl.store(d_ptr + slot * s_d + row64[:, None] * (C // 2) + cb[None, :], packed.to(tl.uint8),
                  mask=rmask[:, None] & (cb[None, :] < C // 2))
         tl.store(sc_ptr + slot * s_sc + row64[:, None] * (C // 16) + cs[None, :],
-                 tl.reshape(scale_codes, (BR, BC // 16)).to(tl.uint8),
+                 tl.reshape(scale_codes, (BR, BW // 16)).to(tl.uint8),
                  mask=rmask[:, None] & (cs[None, :] < C // 16))
-        tl.store(gs_ptr + slot * s_gs + h, s_dec, mask=tl.max(rmask.to(tl.int32), 0) > 0)
     else:
         p = d_ptr + slot * s_d + row64[:, None] * C + cols[None, :]
         if FMT == C_FP32:

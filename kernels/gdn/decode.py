@@ -52,7 +52,7 @@ from precision_lab.kernels.common.launch import (
     pow2,
     warps_for_tile,
 )
-from precision_lab.kernels.common.state_io import program_slot
+from precision_lab.kernels.common.state_io import load_state_cols, program_slot, store_state4
 from precision_lab.kernels.decode_state import (
     FMT_NVFP4,
     PackedState,
@@ -237,7 +237,18 @@ def _join4(x0, x1, x2, x3, BR: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr
 def _load4(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C,
            FMT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr):
     """``load_state``'s fp32 tile as column quarters."""
-    if FMT == C_FP32:
+    QW: tl.constexpr = BC // 4
+    if FMT != C_FP32 and (not ILV) and (FMT != C_NVFP4 or (QW // 16) * 16 == QW):
+        # chunk quarters of a decoded format loaded and decoded one by one, so they come in the
+        # layout of the fp32 pool's quarter loads below: splitting a decoded [BR, BC] tile instead
+        # went through shared memory and left the fold loop in another layout, 42% more
+        # instructions per record (sm_90 compile of the fp16-SR/NVFP4 flush at 4 warps: 819 vs 576)
+        return (load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C, 0, FMT, BR, QW),
+                load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C, QW, FMT, BR, QW),
+                load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C, 2 * QW, FMT, BR, QW),
+                load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C, 3 * QW, FMT, BR,
+                                QW))
+    elif FMT == C_FP32:
         p = d_ptr + slot * s_d + (h * R + rows).to(tl.int64)[:, None] * C
         c0, c1, c2, c3 = _cols4(0, BC, ILV), _cols4(1, BC, ILV), _cols4(2, BC, ILV), _cols4(3, BC, ILV)
         return (tl.load(p + c0[None, :], mask=m_r[:, None] & (c0 < C)[None, :], other=0),
@@ -253,7 +264,9 @@ def _load4(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C,
 def _store4(x0, x1, x2, x3, d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C,
             seed, seq, ev, COPY: tl.constexpr, FMT: tl.constexpr, SR: tl.constexpr,
             BR: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr):
-    """``store_state`` of a tile held as column quarters."""
+    """``store_state`` of a tile held as column quarters: quarter by quarter where they are whole SR
+    groups (and NVFP4 blocks), else through the joined tile."""
+    QW: tl.constexpr = BC // 4
     if FMT == C_FP32:
         p = d_ptr + slot * s_d + (h * R + rows).to(tl.int64)[:, None] * C
         c0, c1, c2, c3 = _cols4(0, BC, ILV), _cols4(1, BC, ILV), _cols4(2, BC, ILV), _cols4(3, BC, ILV)
@@ -261,6 +274,11 @@ def _store4(x0, x1, x2, x3, d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row
         tl.store(p + c1[None, :], x1, mask=m_r[:, None] & (c1 < C)[None, :])
         tl.store(p + c2[None, :], x2, mask=m_r[:, None] & (c2 < C)[None, :])
         tl.store(p + c3[None, :], x3, mask=m_r[:, None] & (c3 < C)[None, :])
+    elif (not ILV) and (QW // 8) * 8 == QW and (FMT != C_NVFP4 or (QW // 16) * 16 == QW):
+        # chunk quarters are the column blocks store_state4 rounds one at a time (fewer live registers
+        # than rounding the joined tile, and no layout conversions to join it; same codes)
+        store_state4(x0, x1, x2, x3, d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C,
+                     seed, seq, ev, COPY, FMT, SR, BR, QW)
     else:
         store_state(_join4(x0, x1, x2, x3, BR, BC, ILV), d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows,
                     m_r, R, C, seed, seq, ev, COPY, FMT, SR, BR, BC)
@@ -534,7 +552,7 @@ def _block_rows(R: int, stored: tuple[int, ...], block_r: int | None) -> int:
 
 
 def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None, serial: bool,
-                   read_fp32: bool, sr: bool = False) -> tuple[int, int]:
+                   read_fp32: bool) -> tuple[int, int]:
     """(rows, warps) of a replay program; the whole head when the launch stores NVFP4. ``serial``
     (a flush's fold, drafts): 64 rows and 128 state elements per thread — the work is a chain over
     records and tokens, and fewer threads with more independent work each ran it fastest (H200). The
@@ -543,12 +561,18 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
     128 against 158; reports/bench/tune_explore.jsonl)."""
     br = _block_rows(R, stored, min(pow2(R), 64) if block_r is None else block_r)
     per_thread = 128 if serial else (64 if read_fp32 else 128)
-    if FMT_NVFP4 in stored and sr:
-        # the whole head's [128, 128] tile rounded with SR words: at 128 elements per thread it spilled
-        # 6920 bytes of stack (sm_90 compile, scripts/kernel_resources.py), at 32 (16 warps) 216 bytes;
-        # H200, batch 256, fp16-SR update + NVFP4 read copy: 2408 µs against 9708. Without SR, 8 warps
-        # (no spill) measured slower than 4 (255 registers, 8 bytes of stack): 975 against 739 µs.
-        per_thread = 32
+    # A flush that stores NVFP4 owns the whole head: [128, 128] at 4 warps (H200, batch 256, fp32
+    # update copy + NVFP4 read copy: 739 µs, 255 registers and 8 bytes of stack; 8 warps without a
+    # spill measured 975). With an SR update copy it ran at 16 warps (32 elements per thread: 1981 µs
+    # against 731 with an fp32 checkpoint), because rounding the joined [128, 128] tile at once, with
+    # one SR word per element beside it, spilled 6920 bytes of stack at 4 warps (9708 µs). The state
+    # is now loaded, folded and stored as column quarters (``_load4``, ``_store4``: one quarter's SR
+    # values live at a time) and the SR flush takes the fp32 one's 4 warps: sm_90 compile
+    # (scripts/kernel_resources.py --hw --ops flush) of the fp16-SR/NVFP4 flush at 4 warps: 255
+    # registers, 48 bytes of stack outside the fold loop, 538 instructions per record (fp32
+    # checkpoint: 577) and ~74k warp instructions per program at L = 16, against ~137k at 16 warps
+    # before (128 registers, 88 bytes of stack) — the fold loop at 16 warps costs twice as many
+    # warp instructions per record. NOT YET TIMED on the H200.
     return br, max(1, min(16, br * C // (32 * per_thread)))
 
 
@@ -633,7 +657,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     bc = max(pow2(K), 16)
     br, nw = _replay_launch(V, bc, (update.code, read.code) if flush else (), block_r, flush or T > 1,
-                            read.code == FMT_FP32, sr=flush and (update.sr or read.sr))
+                            read.code == FMT_FP32)
     bj = max(records.ring, 16)
     slots32, start32, wlen32 = (t.to(torch.int32).contiguous() for t in (slots, start, wlen))
     q, k = q.contiguous(), k.contiguous()

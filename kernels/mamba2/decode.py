@@ -41,6 +41,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from precision_lab.kernels.common.formats import C_FP32, C_NVFP4
 from precision_lab.kernels.common.launch import (
     as_i64,
     check_fp4_decode,
@@ -49,7 +50,7 @@ from precision_lab.kernels.common.launch import (
     pow2,
     warps_for_tile,
 )
-from precision_lab.kernels.common.state_io import program_slot
+from precision_lab.kernels.common.state_io import column_quarters, program_slot, store_state4
 from precision_lab.kernels.decode_state import (
     FMT_NVFP4,
     PackedState,
@@ -268,11 +269,32 @@ def mamba2_replay_step_kernel(
         if FOLD_NEW:  # T = 1: n_u, n_a hold the new token's record (the T = 1 block above)
             n_b = tl.load(B_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
             b_s = tl.exp(n_a) * b_s + n_u[:, None] * n_b[None, :]
+        if T == 1:  # the output's S C, taken before the stores so that b_s is not needed after them
+            b_c = tl.load(C_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
+            s_c = tl.sum(b_s * b_c[None, :], 1)
         seq = tl.load(seq_ptr + i_b)
         ev = tl.load(ev_ptr + i_b)
-        store_state(b_s, u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C,
-                    seed, seq, ev, False, UFMT, USR, BR, BC)
-        if SPLIT:
+        # A stored format is rounded column quarter by column quarter where the quarters are whole SR
+        # groups (and NVFP4 blocks): one quarter's SR values and rounding temporaries live at a time
+        # instead of the whole tile's (store_state4; same codes). Rounding the [64, 128] tile at once
+        # held 255 registers at 4 warps with an fp16-SR checkpoint and an NVFP4 read copy (sm_90
+        # compile, scripts/kernel_resources.py --ops flush).
+        QW: tl.constexpr = BC // 4
+        Q_OK: tl.constexpr = (QW // 8) * 8 == QW
+        Q_UPD: tl.constexpr = UFMT != C_FP32 and Q_OK and (UFMT != C_NVFP4 or (QW // 16) * 16 == QW)
+        Q_READ: tl.constexpr = SPLIT and RFMT != C_FP32 and Q_OK and (RFMT != C_NVFP4 or (QW // 16) * 16 == QW)
+        if Q_UPD or Q_READ:
+            x0, x1, x2, x3 = column_quarters(b_s, BR, BC)
+        if Q_UPD:
+            store_state4(x0, x1, x2, x3, u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C,
+                         seed, seq, ev, False, UFMT, USR, BR, QW)
+        else:
+            store_state(b_s, u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C,
+                        seed, seq, ev, False, UFMT, USR, BR, BC)
+        if Q_READ:
+            store_state4(x0, x1, x2, x3, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
+                         seed, seq, ev, True, RFMT, RSR, BR, QW)
+        elif SPLIT:
             store_state(b_s, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
                         seed, seq, ev, True, RFMT, RSR, BR, BC)
         if FOLD_NEW:
@@ -334,9 +356,6 @@ def mamba2_replay_step_kernel(
 
     if T == 1:  # the output-only form over positions lo..W
         bg = i_b.to(tl.int64) * G + i_g
-        if FLUSH:
-            b_c = tl.load(C_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
-            s_c = tl.sum(b_s * b_c[None, :], 1)
         m_w = (jj >= lo) & (jj <= W)
         w_a = tl.where(m_w, t_a, 0.0)
         tot = tl.sum(w_a, 0)
