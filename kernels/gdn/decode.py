@@ -23,13 +23,16 @@ state before position p applied to a vector x is
   (autoregressive flush, T = 1) then runs the new token as a conventional step on the fp32 S and
   o = S q̃ comes from that result. round_H(S) → update checkpoint, round_F(S) → read copy (split),
   from the same fp32 S.
-* drafts (verify, T > 1, S_b = READ copy; speculative flush, S_b = the folded fp32 S): S_{W-1} is
-  formed in registers (non-flush: the buffered closed form of the window on S_b) and each draft is
-  a step on it, never stored: d_t = β (v − α S k), o_t = α S q̃ + (k·q̃) d_t, S ← α S + d_t kᵀ — the
+* verify (T > 1, non-flush, S_b = READ copy): all drafts in one blocked form, no state formed — the
+  drafts' d's solve a unit lower-triangular T×T system built from S_b k_t, the window's records and
+  the scores, and the outputs are the output-only form with those d's (matrix products on tensor
+  cores; the derivation is at the verify block). Writes o and the T records.
+* speculative flush drafts (T > 1, S_b = the folded fp32 S): each draft is a step on the fp32 S in
+  registers, never stored: d_t = β (v − α S k), o_t = α S q̃ + (k·q̃) d_t, S ← α S + d_t kᵀ — the
   same values as the output-only form (each draft sees the d's of the earlier ones), another fp32
   order. Writes o and the T records.
 
-Why no ``tl.dot`` and no window tiles: a fold is W rank-1 updates, each needing S k_j first, and a
+Why the folds use no ``tl.dot`` and no window tiles: a fold is W rank-1 updates, each needing S k_j first, and a
 fp32 dot over [W, rows] record tiles (plus picking rows out of tiles with where/sum) kept whole
 tiles live and spilled; here S stays in registers as four column quarters (each thread holds more
 columns of fewer rows, so S·x is an FMA chain plus three shuffle levels), records are read one at
@@ -565,12 +568,8 @@ def gdn_replay_step_kernel(
             # this argument is what rules it out on the GPU.)
             tl.store(rk + qp * Hk * C + cols, n_k, mask=m_own)
     elif not FOLD_NEW:
-        # drafts (verify, T > 1; speculative flush): S_{W-1} formed in registers — the history's closed
-        # form on the read copy (a flush has folded it already) — then each draft a step on it, never
-        # stored: d_t = β (v − α S k),  o_t = α S q̃ + (k·q̃) d_t,  S ← α S + d_t kᵀ
-        if not FLUSH:
-            s0, s1, s2, s3 = _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RING,
-                                            BC, BJ)
+        # drafts of a speculative flush (T > 1; verify took the blocked form above): each draft a step on
+        # the folded fp32 S, never stored: d_t = β (v − α S k),  o_t = α S q̃ + (k·q̃) d_t,  S ← α S + d_t kᵀ
         # (token t + 1's inputs are loaded before token t's stores, which they cannot pass)
         q0, q1, q2, q3, k0, k1, k2, k3, b_v, g, beta, kq = _token(qn_ptr, kn_ptr, kq_ptr, v_ptr, g_ptr, beta_ptr,
                                                                   i_b, 0, i_h, i_kh, rows, m_r, Hk, Hv, R, C,
