@@ -97,3 +97,14 @@ def fused_nonflush_warps(bj: int) -> int:
     already at ring 16 (8 bytes); at 4 warps neither spilled up to ring 32, and at ring 64 GDN
     from an fp32 read copy spilled 16 bytes at 4 warps and none at 8."""
     return 4 if bj <= 32 else 8
+
+
+def state_product_precision(verify_precision: str, br: int, rows: int, read_code: int) -> str:
+    """Precision of a verify block's product of the queries with the read copy's state tile
+    (Mamba-2: C_T S_bᵀ; GDN: Q̃ S_bᵀ and K S_bᵀ). Measured on the H200 (Triton 3.6): with an NVFP4 read
+    tile whose row block is padded (``rows`` < ``br``, e.g. 8 rows in a 16-row block) the compiled
+    3-pass TF32 product returns wrong outputs (relative error 0.07-0.40 over speculative streams),
+    while fp32 FMAs ("ieee") agree to 1e-7 and unpadded tiles agree with either; the interpreter
+    agrees with both (docs/pitfalls.md §12). Padded tiles are small, so fp32 FMAs cost nothing that
+    matters there."""
+    return "ieee" if (read_code == FMT_NVFP4 and br > rows) else verify_precision

@@ -48,6 +48,7 @@ from precision_lab.kernels.common.launch import (
     fused_nonflush_warps,
     fused_scores_launch,
     pow2,
+    state_product_precision,
     warps_for_tile,
 )
 from precision_lab.kernels.common.state_io import column_quarters, program_slot, store_state4
@@ -309,8 +310,56 @@ def mamba2_replay_step_kernel(
                                 RFMT, BR, BC, HW, False, FP4_PTX)
         lo = W * 0
 
-    if T > 1:
-        # Speculative verify (and the drafts of a speculative flush): the T outputs as one [TP, BR]
+    if T > 1 and not FLUSH:
+        # Speculative verify: the T outputs as one [BR, TP] tile from three small matrix products
+        # instead of T passes over the state tile:
+        #   Yᵀ = (S_b C_Tᵀ) ⊙ e^{c_p} + N_uᵀ Wnᵀ + U_histᵀ Whᵀ,
+        # c: cumulative log decay over the output window (from 0), N_u [TP, BR] the drafts' u rows,
+        # U_hist [BJ, BR] the history's, Wn/Wh = decay · score (score_tj = B_j·C_t from the
+        # pre-kernel; Wn is causal: a draft sees only the drafts before it and itself).
+        # Held transposed (state rows along axis 0, drafts along axis 1) so that the state's rows are
+        # every product's M dimension: [BR, BC]×[BC, TP] compiles for sm_90 to warp-group MMAs with
+        # the state tile as the register operand, where [TP, BC]×[BC, BR] (M = TP = 16) had each warp
+        # hold the whole [TP, BC] C tile, hi and lo parts of the 3-pass split (255 registers and
+        # 24 bytes of spill stack at 64 rows × 4 warps).
+        bt = i_b.to(tl.int64) * T + tt                                   # [TP]
+        m_rt = m_r[:, None] & m_t[None, :]
+        dtv = tl.load(dt_ptr + bt * H + i_h, mask=m_t, other=0).to(tl.float32)
+        if HAS_DTB:
+            dtv += tl.load(dtb_ptr + i_h).to(tl.float32)
+        dtv = softplus(dtv)
+        x_t = tl.load(x_ptr + (bt * H + i_h)[None, :] * R + rows[:, None], mask=m_rt, other=0).to(tl.float32)
+        n_u = tl.where(m_rt, dtv[None, :] * x_t, 0.0)                     # N_uᵀ [BR, TP]
+        n_a = tl.where(m_t, A * dtv, 0.0)
+        q = ((start + W + tt) & (RING - 1)).to(tl.int64)
+        tl.store(ru_ptr + slot * s_ru + (q * H + i_h)[None, :] * R + rows[:, None], n_u, mask=m_rt)
+        tl.store(ra_ptr + slot * s_ra + q * H + i_h, n_a, mask=m_t & ((tt * 0 + i_r) == 0))
+        c_tt = tl.load(C_ptr + (bt * G + i_g)[None, :] * C + cols[:, None], mask=m_c[:, None] & m_t[None, :],
+                       other=0).to(tl.float32)                           # C_Tᵀ [BC, TP]
+        s_ct = tl.dot(b_s, c_tt, input_precision=STATE_PREC)              # S_b C_Tᵀ [BR, TP]
+        c_new = tl.sum(h_a, 0) + tl.cumsum(n_a, 0)                         # [TP] c at p_t = W + t
+        sc_base = sc_ptr + (bt * G + i_g) * BJ                            # [TP] score rows
+        causal = m_t[:, None] & m_t[None, :] & (tt[:, None] <= tt[None, :])   # [source j, target t]
+        w_new = tl.load(sc_base[None, :] + (W + tt)[:, None], mask=causal, other=0)
+        w_new = tl.where(causal, w_new * tl.exp(c_new[None, :] - c_new[:, None]), 0.0)
+        m_h = m_win[:, None] & m_t[None, :]
+        w_hist = tl.load(sc_base[None, :] + jj[:, None], mask=m_h, other=0)
+        w_hist = tl.where(m_h, w_hist * tl.exp(c_new[None, :] - tl.cumsum(h_a, 0)[:, None]), 0.0)
+        b_y = tl.exp(c_new)[None, :] * s_ct + tl.dot(n_u, w_new, input_precision=VERIFY_PREC) + \
+            tl.dot(tl.trans(h_u), w_hist, input_precision=VERIFY_PREC)
+        if HAS_D:
+            b_y += tl.load(D_ptr + i_h).to(tl.float32) * x_t
+        if HAS_Z:
+            b_z = tl.load(z_ptr + (bt * H + i_h)[None, :] * R + rows[:, None], mask=m_rt, other=0).to(tl.float32)
+            b_y = b_y * (b_z / (1.0 + tl.exp(-b_z)))
+        tl.store(y_ptr + (bt * H + i_h)[None, :] * R + rows[:, None],
+                 tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=(rows < R)[:, None] & (tt < T)[None, :])
+
+    if T > 1 and FLUSH:
+        # The drafts of a speculative flush, in the drafts-by-rows orientation: the flush's 32-row tile
+        # is below the 64 rows a warp-group MMA needs as its M dimension, and the verify block's
+        # orientation (above) compiled there to 255 registers and 352 bytes of spill stack (sm_90)
+        # against 219 and none for this one. The T outputs as one [TP, BR]
         # tile from three small matrix products instead of T passes over the state tile:
         #   Y = e^{c_p} ⊙ (C_T S_bᵀ) + Wn N_u + Wh U_hist,
         # c: cumulative log decay over the output window (from lo), N_u [TP, BR] the drafts' u rows,
@@ -413,16 +462,6 @@ def _replay_warps(T: int, flush: bool, fused: bool = False, bj: int = 16) -> int
     if T == 1 and not flush:
         return fused_nonflush_warps(bj) if fused else NONFLUSH_NUM_WARPS
     return 4
-
-
-def _state_product_precision(verify_precision: str, br: int, P: int, read_code: int) -> str:
-    """Precision of the verify block's C_T S_bᵀ product. Measured on the H200 (Triton 3.6): with an
-    NVFP4 read tile whose row block is padded (P < BR, e.g. P = 8 in a 16-row block) the compiled
-    3-pass TF32 product returns wrong outputs (relative error 0.07-0.40 over speculative streams),
-    while fp32 FMAs ("ieee") agree to 1e-7 and unpadded tiles (P = 64) agree with either; the
-    interpreter agrees with both (docs/pitfalls.md §12). Padded tiles are small, so fp32 FMAs cost
-    nothing that matters there."""
-    return "ieee" if (read_code == FMT_NVFP4 and br > P) else verify_precision
 
 
 def _opt(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
@@ -546,7 +585,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
         BR=br, BC=bc, BJ=bj, TP=max(pow2(T), 16), HW=x.is_cuda, FP4_PTX=fp4_decode == "ptx",
         FOLD_PREC=fold_precision,
-        VERIFY_PREC=verify_precision, STATE_PREC=_state_product_precision(verify_precision, br, P, read.code),
+        VERIFY_PREC=verify_precision, STATE_PREC=state_product_precision(verify_precision, br, P, read.code),
         FUSED=fused, num_warps=num_warps or _replay_warps(T, flush, fused, bj),
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance
         # and the records are single products); a flush rounds state and must not
