@@ -653,12 +653,14 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
     # registers, 48 bytes of stack outside the fold loop, 538 instructions per record (fp32
     # checkpoint: 577) and ~74k warp instructions per program at L = 16, against ~137k at 16 warps
     # before (128 registers, 88 bytes of stack) — the fold loop at 16 warps costs twice as many
-    # warp instructions per record. NOT YET TIMED on the H200.
+    # warp instructions per record. H200, batch 256: 1504 µs (reports/bench/bench_kernels_round2b_quick.json).
     return br, max(1, min(16, br * C // (32 * per_thread)))
 
 
-# The verify step (T > 1, non-flush): rows per program and state elements per thread. From sm_90
-# compiles only (scripts/kernel_resources.py), not yet timed: see _replay_launch's callers.
+# The verify step (T > 1, non-flush): rows per program and state elements per thread, from sm_90
+# compiles (scripts/kernel_resources.py). H200, batch 256, T = 8: 692.9 µs, slower than the earlier
+# draft-by-draft form's 602 µs in an earlier run (reports/bench/README.md, "Round two, second run");
+# this shape was not tuned against others.
 VERIFY_BLOCK_R = 64
 VERIFY_PER_THREAD = 64
 
