@@ -70,6 +70,36 @@ def prefill_span(sr: bool, batch: int, preset: str) -> tuple[float, float]:
 NEMO_CARD = "precision_lab/assets/models/gutenberg-nemotron-h/card.json"
 
 
+TASK = {m: f"reports/trained-study-data/lmeval-{m}.json" for m in ("gutenberg-qwen3.5", "gutenberg-nemotron-h")}
+TASK_POLICIES = ("fp32", "shared:nvfp4-sr", "split:fp16-sr/nvfp4", "split:fp32/nvfp4", "conventional:bf16",
+                 "shared:fp8e4m3-sr", "split:fp8e4m3-sr/nvfp4", "conventional:fp8e4m3-sr")
+
+
+def _task(d):
+    return d["tasks"]["shakespeare_speaker_choice"]
+
+
+def task_row_text(model: str, pol: str) -> str:
+    """The README row of one policy of the play-task table (a format string)."""
+    if pol == "fp32":
+        return f"| {model} | `fp32` | {{:.1f}} | — | — | — |"
+    if pol not in _task(load(TASK[model]))["policies"]:
+        return f"| {model} | `{pol}` | not run{{}} | — | — | — |"
+    return f"| {model} | `{pol}` | {{:.1f}} | {{:+.1f}} [{{:+.1f}}, {{:+.1f}}] | {{}} / {{}} | {{:.2f}} |"
+
+
+def task_row_values(d, *, pol: str) -> tuple:
+    e = _task(d)
+    if pol == "fp32":
+        return (100 * e["fp32"]["accuracy"],)
+    pe = e["policies"].get(pol)
+    if pe is None:
+        return ("",)
+    dl, mc = pe["delta"], pe["mcnemar"]
+    return (100 * pe["accuracy"], 100 * dl["delta"], 100 * dl["ci_low"], 100 * dl["ci_high"], mc["b"], mc["c"],
+            mc["p_value"])
+
+
 def card_row(c):
     m = c["ssm_memory"]
     return (c["parameters"] / 1e6, c["training"]["best_step"], c["results"]["heldout_bpb"],
@@ -167,6 +197,9 @@ CLAIMS: list[tuple[str, str, object]] = [
                        for p in (QWEN, NEMO) for b in (8, 64)) for f in (min, max))),
     ("`fp32` prefill takes {:.2f}–{:.2f} s at batch 8", GENERATE,
      lambda d: tuple(f(gen_row(gen_all(), "fp32", 8, p)["prefill_s"] for p in (QWEN, NEMO)) for f in (min, max))),
+    # the play task through replayssm on the GPU (reports/trained-study-data/lmeval-*.json)
+    *[(task_row_text(m, pol), TASK[m], functools.partial(task_row_values, pol=pol))
+      for m in TASK for pol in TASK_POLICIES],
     # the shipped trained models (their cards)
     ("| `gutenberg-qwen3.5` | 6 Gated DeltaNet + 2 attention | {:.2f}M | {} | {:.3f} | {} / {} / {} of {} |",
      QWEN_CARD, card_row),
