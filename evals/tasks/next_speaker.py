@@ -142,6 +142,12 @@ def task_yaml(jsonl_path: str | Path, task: str = TASK_NAME, max_gen_toks: int =
 def write_task(out_dir: str | Path, items: list[dict], task: str = TASK_NAME, max_gen_toks: int = 24) -> Path:
     """Write ``<task>.jsonl`` and ``<task>.yaml`` into ``out_dir`` (pass it to lm-eval as
     ``--include_path``); returns the YAML's path."""
+    return write_items(out_dir, items, task, lambda jsonl: task_yaml(jsonl, task, max_gen_toks))
+
+
+def write_items(out_dir: str | Path, items: list[dict], task: str, yaml_for) -> Path:
+    """``<task>.jsonl`` (one item per line) and ``<task>.yaml`` (``yaml_for(jsonl_path)``, the task
+    config) into ``out_dir``, shared by the play tasks; returns the YAML's path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jsonl = out / f"{task}.jsonl"
@@ -149,7 +155,7 @@ def write_task(out_dir: str | Path, items: list[dict], task: str = TASK_NAME, ma
         for it in items:
             fh.write(json.dumps(it, ensure_ascii=False) + "\n")
     yaml = out / f"{task}.yaml"
-    yaml.write_text(task_yaml(jsonl, task, max_gen_toks), encoding="utf-8")
+    yaml.write_text(yaml_for(jsonl), encoding="utf-8")
     return yaml
 
 

@@ -81,6 +81,7 @@ from .next_speaker import (
     plays_from_source,
     report_items,
     speaker_turns,
+    write_items,
 )
 
 KINDS = ("speaker", "word")
@@ -304,15 +305,7 @@ def write_task(out_dir: str | Path, items: list[dict], task: str | None = None) 
         if len(kinds) != 1:
             raise ValueError(f"items of several kinds {sorted(kinds)}: name the task")
         task = TASK_NAMES[kinds.pop()]
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    jsonl = out / f"{task}.jsonl"
-    with jsonl.open("w", encoding="utf-8") as fh:
-        for it in items:
-            fh.write(json.dumps(it, ensure_ascii=False) + "\n")
-    yaml = out / f"{task}.yaml"
-    yaml.write_text(task_yaml(jsonl, task), encoding="utf-8")
-    return yaml
+    return write_items(out_dir, items, task, lambda jsonl: task_yaml(jsonl, task))
 
 
 def main(argv=None) -> int:

@@ -56,7 +56,7 @@ from precision_lab.kernels.common.launch import (
     state_product_precision,
     warps_for_tile,
 )
-from precision_lab.kernels.common.state_io import load_state_cols, program_slot, store_state4
+from precision_lab.kernels.common.state_io import column_quarters, load_state_cols, program_slot, store_state4
 from precision_lab.kernels.decode_state import (
     FMT_NVFP4,
     PackedState,
@@ -217,11 +217,9 @@ def _cols4(c: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr):
 @triton.jit
 def _split4(x, BR: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr):
     """[BR, BC] → its four column quarters [BR, BC/4]."""
-    if ILV:
-        y = tl.reshape(x, (BR, BC // 4, 2, 2))
-    else:
-        y = tl.reshape(tl.permute(tl.reshape(x, (BR, 4, BC // 4)), (0, 2, 1)), (BR, BC // 4, 2, 2))
-    e, o = tl.split(y)
+    if not ILV:
+        return column_quarters(x, BR, BC)
+    e, o = tl.split(tl.reshape(x, (BR, BC // 4, 2, 2)))
     x0, x2 = tl.split(e)
     x1, x3 = tl.split(o)
     return x0, x1, x2, x3
