@@ -302,9 +302,9 @@ def nvfp4_quantize(x: torch.Tensor, *, sr: bool = False, granularity: str = "mat
     Launch tuning (results are identical): ``tile`` = elements a program holds at once (a power of
     two >= 16; default: the whole group if it has <= 8192 elements, read once, else 4096 with two
     passes), ``num_warps`` (default 4), ``layout``: "block" (``nvfp4_quantize_rows_kernel``, one
-    thread per 16-element block; the default with SR) or "tile" (``nvfp4_quantize_kernel``, a block
-    over 4 threads; the default for RNE, measured at 81-83 % of the H200 copy ceiling). See
-    kernels/quant/README.md.
+    thread per 16-element block; the default: H200 76 % of the copy ceiling with SR, 97 % without)
+    or "tile" (``nvfp4_quantize_kernel``, a block over 4 threads; 55 % with SR, 81 % without, in the
+    same run). See kernels/quant/README.md.
     """
     name = "nvfp4" + ("-row" if granularity == "row" else "") + ("-sr" if sr else "")
     _check_input(x, name)
@@ -333,7 +333,7 @@ def nvfp4_quantize(x: torch.Tensor, *, sr: bool = False, granularity: str = "mat
             raise ValueError(f"{name}: tile must be a power of two >= 16, got {tile}")
         block = tile
     one_tile = block >= n
-    layout = layout or ("block" if sr else "tile")
+    layout = layout or "block"
     if layout == "block":
         # int64 words of 16 codes: C/2 bytes per row is a multiple of 8, and data is freshly allocated
         nvfp4_quantize_rows_kernel[(m,)](

@@ -128,13 +128,13 @@ def run(*, shape=(256, 128, 64, 128), out_dir="reports/bench", rep_ms: float = 2
 
     # launch variants of the NVFP4 quantize kernel (same results by construction; checked against the
     # default launch, itself checked against the reference above)
-    # (SR variants against the checked SR default; layout "block": one thread per 16-element block,
-    # "tile": a block over 4 threads, the RNE default and the SR kernel before the one-thread-per-block rewrite)
+    # (SR variants against the checked SR default; layout "block": one thread per 16-element block, the
+    # default; "tile": a block over 4 threads, the kernel before the one-thread-per-block rewrite)
     n_mat = shape[-2] * C
     variants = {f"nvfp4 quantize [tile {t}, {w} warps]": (False, t, w, None)
                 for t, w in ((n_mat, 8), (n_mat, 16), (max(16, n_mat // 2), 4))}
     variants.update({
-        "nvfp4 quantize [block layout, 4 warps]": (False, None, 4, "block"),
+        "nvfp4 quantize [tile layout, 4 warps]": (False, None, 4, "tile"),
         "nvfp4-sr quantize [block layout, 8 warps]": (True, None, 8, "block"),
         "nvfp4-sr quantize [tile layout, 8 warps]": (True, None, 8, "tile"),
     })
