@@ -64,7 +64,7 @@ FUSED_BATCHES = [1, 2, 4, 8, 16, 32]
 LS = [4, 8, 16, 32, 64]
 DRAFT_T = [1, 2, 4, 8]
 READ_FMTS = ["fp32", "bf16", "fp8e4m3", "nvfp4"]
-UPDATE_FMTS = ["fp32", "fp16-sr"]
+UPDATE_FMTS = ["fp32", "fp16-sr", "fp8e4m3-sr"]   # each with an NVFP4 read copy
 CONV_FMTS = ["fp32", "bf16", "fp16-sr", "bf16-sr"]
 
 # Launch-shape candidates per kernel kind (keywords of the wrappers; a wrapper that lacks a keyword
@@ -77,13 +77,13 @@ TUNE_SPACE = {
         "conventional": dict(block_r=[16, 32], num_warps=[8]),
         "flush": dict(block_r=[16, 32], num_warps=[4, 8], fold_precision=["tf32x3"]),
         "nonflush": dict(block_r=[None], num_warps=[2, 4], fp4_decode=["fp16", "ptx"]),
-        "verify": dict(block_r=[64], num_warps=[4]),
+        "verify": dict(block_r=[64], num_warps=[4, 8]),
     },
     "gdn": {
         "conventional": dict(block_r=[8, 16], num_warps=[2, 4]),
         "flush": dict(block_r=[None]),
         "nonflush": dict(block_r=[None], num_warps=[None, 2, 4], fp4_decode=["fp16", "ptx"]),
-        "verify": dict(block_r=[None], num_warps=[None, 4]),
+        "verify": dict(block_r=[None, 32], num_warps=[None, 8]),   # None: 64 rows x 4 warps
     },
 }
 
