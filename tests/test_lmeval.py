@@ -23,13 +23,6 @@ PROMPTS = ["Question: what is 2+2?\nAnswer:", "Hi", "The quick brown fox jumps o
 PAIRS = [("Hello", " world"), ("Hello", " there, friend"), ("The answer is", " (A)"), ("x", "yz" * 10)]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Two shared cores: OpenMP spinning makes tiny conv1d calls ~1000x slower with >1 thread.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _gen(prompts, max_gen_toks=20):

@@ -18,12 +18,6 @@ PLAYS = [("modern", MODERN * 3), ("folio", FOLIO * 6)]
 MODEL = "tiny-qwen3.5"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _check_common(items, plays):

@@ -107,15 +107,18 @@ def make_items(plays, *, buckets=DEFAULT_BUCKETS, per_bucket: int = 4, seed: int
     return items
 
 
+def task_yaml_head(jsonl_path: str | Path, task: str, output_type: str) -> list[str]:
+    """The lines every play task's lm-eval config starts with: its name, the jsonl it reads, and the
+    output type."""
+    data = json.dumps({"data_files": {"test": str(Path(jsonl_path).resolve())}})
+    return [f"task: {task}", "dataset_path: json", f"dataset_kwargs: {data}", "test_split: test",
+            f"output_type: {output_type}"]
+
+
 def task_yaml(jsonl_path: str | Path, task: str = TASK_NAME, max_gen_toks: int = 24) -> str:
     """The lm-eval task config for rows written by ``write_task``."""
-    data = json.dumps({"data_files": {"test": str(Path(jsonl_path).resolve())}})
     return "\n".join([
-        f"task: {task}",
-        "dataset_path: json",
-        f"dataset_kwargs: {data}",
-        "test_split: test",
-        "output_type: generate_until",
+        *task_yaml_head(jsonl_path, task, "generate_until"),
         "doc_to_text: \"{{context}}\"",
         "doc_to_target: \"{{name}}\"",
         "target_delimiter: \"\"",

@@ -68,7 +68,6 @@ distractor design for speakers, ``"same-length"`` for words).
 """
 from __future__ import annotations
 
-import json
 import random
 import re
 from pathlib import Path
@@ -81,6 +80,7 @@ from .next_speaker import (
     plays_from_source,
     report_items,
     speaker_turns,
+    task_yaml_head,
     write_items,
 )
 
@@ -276,13 +276,8 @@ def _speaker_items(title: str, text: str, plays, *, k: int, distractors: str, mi
 def task_yaml(jsonl_path: str | Path, task: str) -> str:
     """The lm-eval task config for rows written by ``write_task``. ``doc_to_text``, ``doc_to_choice``
     and ``doc_to_target`` name dataset fields, which lm-eval reads as they are (no template)."""
-    data = json.dumps({"data_files": {"test": str(Path(jsonl_path).resolve())}})
     return "\n".join([
-        f"task: {task}",
-        "dataset_path: json",
-        f"dataset_kwargs: {data}",
-        "test_split: test",
-        "output_type: multiple_choice",
+        *task_yaml_head(jsonl_path, task, "multiple_choice"),
         "doc_to_text: context",
         "doc_to_choice: choices",
         "doc_to_target: gold",
