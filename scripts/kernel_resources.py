@@ -66,10 +66,10 @@ def _signature(fn, args, kwargs):
     return sig, const, attrs
 
 
-def resources(fn, args, kwargs, num_warps: int) -> dict:
+def resources(fn, args, kwargs, num_warps: int, enable_fp_fusion: bool = False) -> dict:
     sig, const, attrs = _signature(fn, args, kwargs)
     k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs),
-                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, enable_fp_fusion=False))
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, enable_fp_fusion=enable_fp_fusion))
     with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
         f.write(k.asm["cubin"])
     usage = subprocess.run([os.path.join(_BIN, "cuobjdump"), "--dump-resource-usage", f.name],
@@ -99,8 +99,8 @@ class _Compile:
         self.fn, self.label = fn, label
 
     def __getitem__(self, grid):
-        def call(*args, num_warps=4, enable_fp_fusion=False, **kw):
-            r = resources(self.fn, args, kw, num_warps)
+        def call(*args, num_warps=4, enable_fp_fusion=True, **kw):  # Triton's default when not given
+            r = resources(self.fn, args, kw, num_warps, enable_fp_fusion)
             keys = ("T", "FLUSH", "FOLD_NEW", "FUSED", "UFMT", "USR", "RFMT", "RSR", "FMT", "BR", "BJ", "RECOMPUTE", "UPD_FMT", "UPD_SR",
                     "READ_FMT", "READ_SR", "SPLIT", "SR", "BLOCK", "ONE_TILE", "RB", "BLOCK_R")
             shape = " ".join(f"{k}={kw[k]}" for k in keys if k in kw)
