@@ -4,6 +4,7 @@
     python scripts/bench_kernels.py --ops mamba2 -o m2.json --log m2_rows.jsonl     # one operator
     python scripts/bench_kernels.py --resummarise m2.json gdn.json -o reports/bench/bench_kernels.json
     python scripts/bench_kernels.py --tune-only -o tune.json --log tune_rows.jsonl   # launch-shape exploration
+    python scripts/bench_kernels.py --tune-batches 1 4 16 -o small.json --log small_rows.jsonl  # the same at small batch
 
 What is measured and how: precision_lab/bench/decode_kernels.py.
 """
@@ -23,6 +24,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tune-only", action="store_true",
                     help="only the launch-shape tuning rows at batch 256, over the wider exploration space "
                     "(TUNE_SPACE_WIDE); no correctness checks, sweeps or summary")
+    ap.add_argument("--tune-batches", nargs="+", type=int, metavar="B",
+                    help="only the launch-shape exploration at these (small) batches, over TUNE_SPACE_SMALL: "
+                    "smaller row blocks and fewer warps than at batch 256 (a tune-only run)")
     ap.add_argument("--plots-from", metavar="JSON", help="only draw the PNGs from an existing JSON")
     ap.add_argument("--log", metavar="JSONL", help="append every measured row to this JSON-lines file as it is measured")
     ap.add_argument("--resummarise", nargs="+", metavar="JSON",
@@ -33,7 +37,8 @@ def main(argv=None) -> int:
     from precision_lab.bench import decode_kernels
 
     return decode_kernels.main(output=args.output, quick=args.quick, ops=args.ops, tune_only=args.tune_only,
-                               plots_from=args.plots_from, log=args.log, resummarise_from=args.resummarise)
+                               plots_from=args.plots_from, log=args.log, resummarise_from=args.resummarise,
+                               tune_batches=args.tune_batches)
 
 
 if __name__ == "__main__":

@@ -173,3 +173,32 @@ def test_run_records_every_row_and_writes_what_the_report_reads(tmp_path, monkey
     build_report([tmp_path / "final" / "bench_kernels.json"], tmp_path / "report")
     md = (tmp_path / "report" / "index.md").read_text()
     assert md.count("| 256 | 512 |") == 2 and f"| 263 | 1039 | {amortised:.4g} | 768 |" in md
+
+
+def test_small_batch_tuning_times_the_wrappers_defaults_and_the_small_space(tmp_path, monkeypatch):
+    """--tune-batches: a tune-only run at each given batch over TUNE_SPACE_SMALL, every candidate
+    beside the wrappers' defaults ({}), for the conventional step, the fp32 flush and the non-flush
+    step from fp32 and NVFP4 read copies; no checks and no summary."""
+    dk = bench_kernels
+    monkeypatch.setenv("PRECISION_LAB_GIT", "abc1234")
+    monkeypatch.setattr(dk, "check_correctness", lambda dev, ops: pytest.fail("a tune-only run checks nothing"))
+    monkeypatch.setattr(dk, "copy_ceiling", lambda dev: Ceiling(method="fixture", bytes=8, us=1.0, GBps=4000.0,
+                                                               timing="fixture"))
+    seen = []
+
+    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
+                nbytes):
+        seen.append((op, kind, B, read, tuple(sorted((cfg or {}).items()))))
+        return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
+                "cfg": dict(cfg or {}), "us": 1.0 + B, "bytes": 1.0, "GBps": 1.0, "timing": "fixture",
+                "buffer_sets": 1, "fused_scores": None}
+
+    monkeypatch.setattr(dk, "measure", measure)
+    res = dk.run(output=tmp_path / "small.json", ops=("gdn",), tune_batches=[1, 4])
+    assert res.summary is None and {r.tag for r in res.rows} == {"tune"} and res.provenance.settings["tune_batches"] == [1, 4]
+    for B in (1, 4):
+        nonflush = {c for op, k, b, rf, c in seen if k == "nonflush" and b == B and rf == "nvfp4"}
+        space = dk.TUNE_SPACE_SMALL["gdn"]["nonflush"][0]
+        assert len(nonflush) == 1 + len(space["block_r"]) * len(space["num_warps"]) and () in nonflush
+        assert {k for op, k, b, rf, c in seen if b == B} == {"conventional", "flush", "nonflush"}
+    assert {s[2] for s in seen} == {1, 4}

@@ -105,6 +105,23 @@ TUNE_SPACE_WIDE = {
 }
 
 
+# The space of ``--tune-batches`` (small-batch exploration): at batch 1-16 a step reads too little
+# state to fill 132 SMs with the batch-256 row blocks (GDN's 64-row non-flush programs: 64 at batch 1),
+# so smaller row blocks and fewer warps are tried. Flushes storing NVFP4 own whole heads (no row block).
+TUNE_SPACE_SMALL = {
+    "mamba2": {
+        "conventional": [dict(block_r=[4, 8, 16], num_warps=[1, 2, 4, 8])],
+        "flush": [dict(block_r=[8, 16, 32], num_warps=[1, 2, 4])],
+        "nonflush": [dict(block_r=[8, 16, 32, 64], num_warps=[1, 2, 4])],
+    },
+    "gdn": {
+        "conventional": [dict(block_r=[2, 4, 8, 16], num_warps=[1, 2, 4])],
+        "flush": [dict(block_r=[8, 16, 32, 64], num_warps=[1, 2, 4])],
+        "nonflush": [dict(block_r=[8, 16, 32, 64], num_warps=[1, 2, 4])],
+    },
+}
+
+
 def launch_form(op, kind, B, T=1, fold_new=None, fused=None) -> bool | None:
     """The launch form a replay row runs in (``fused_scores`` of the wrappers: True one launch,
     False a scores kernel then the step kernel; ``fused`` None = the wrappers' batch-size rule);
@@ -146,14 +163,14 @@ READ_FORMAT_KEYWORDS = {"fp4_decode": "nvfp4"}
 NVFP4_PTX_CHECK = "nonflush-nvfp4-ptx"  # the correctness check of fp4_decode="ptx" (absent in older files)
 
 
-def tune_candidates(op, kind, wide: bool = False, read: str | None = None) -> list[dict]:
+def tune_candidates(op, kind, wide: bool = False, read: str | None = None, small: bool = False) -> list[dict]:
     """The launch shapes ``tune`` tries for one kernel kind: the product of each candidate space,
     joined, without duplicates, keeping only keywords the wrapper has and that matter for the read
-    format ``read`` (``[{}]``: its defaults)."""
+    format ``read`` (``[{}]``: its defaults). ``small``: the small-batch space (``TUNE_SPACE_SMALL``)."""
     wrapper = {"mamba2": (mamba2_conventional_step, mamba2_replay_step),
                "gdn": (gdn_conventional_step, gdn_replay_step)}[op][0 if kind == "conventional" else 1]
     have = inspect.signature(wrapper).parameters
-    spaces = TUNE_SPACE_WIDE[op][kind] if wide else [TUNE_SPACE[op][kind]]
+    spaces = TUNE_SPACE_SMALL[op][kind] if small else TUNE_SPACE_WIDE[op][kind] if wide else [TUNE_SPACE[op][kind]]
     out = []
     for space in spaces:
         space = {k: v for k, v in space.items() if k in have and READ_FORMAT_KEYWORDS.get(k, read) == read}
@@ -164,16 +181,20 @@ def tune_candidates(op, kind, wide: bool = False, read: str | None = None) -> li
     return out or [{}]
 
 
-def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, nbytes, wide=False) -> dict:
-    """Fastest launch shape of one kernel kind at batch 256 (every candidate recorded, failures too)."""
+def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, nbytes, wide=False, B=256, small=False) -> dict:
+    """Fastest launch shape of one kernel kind at batch ``B`` (every candidate recorded, failures too;
+    ``small``: over ``TUNE_SPACE_SMALL``, each candidate also at the wrappers' defaults ``{}``)."""
     best = None
     mkind = "nonflush" if kind == "verify" else kind
-    for cfg in tune_candidates(op, kind, wide, read):
+    cands = tune_candidates(op, kind, wide, read, small)
+    if small:
+        cands = [{}] + cands
+    for cfg in cands:
         try:
-            r = measure(op, mkind, 256, dev, upd="fp32", read=read, W=W, T=T, ring=ring, cfg=cfg, nbytes=nbytes)
+            r = measure(op, mkind, B, dev, upd="fp32", read=read, W=W, T=T, ring=ring, cfg=cfg, nbytes=nbytes)
         except Exception as e:  # noqa: BLE001 - a shape may not compile (registers / shared memory)
             torch.cuda.empty_cache()
-            rec({"op": op, "kernel": mkind, "batch": 256, "read": read, "T": T, "cfg": cfg,
+            rec({"op": op, "kernel": mkind, "batch": B, "read": read, "T": T, "cfg": cfg,
                  "error": f"{type(e).__name__}: {str(e)[:200]}"}, "tune")
             continue
         rec(r, "tune")
@@ -284,12 +305,17 @@ def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
 # ---------------------------------------------------------------------------------------------
 # the run
 # ---------------------------------------------------------------------------------------------
-def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool = False, log=None) -> DecodeKernelsResult:
+def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool = False, log=None,
+        tune_batches=None) -> DecodeKernelsResult:
     """The whole benchmark on the current CUDA device; a per-operator checkpoint of the result is
-    written to ``output`` as each operator finishes. Returns the result."""
+    written to ``output`` as each operator finishes. Returns the result. ``tune_batches``: only the
+    small-batch launch-shape exploration (``TUNE_SPACE_SMALL``) at those batches (a tune-only run)."""
     dev = "cuda"
     t_start = time.time()
-    settings = {"quick": bool(quick), "ops": list(ops), "tune_only": bool(tune_only)}
+    tune_only = bool(tune_only or tune_batches)
+    settings = {"quick": bool(quick), "ops": list(ops), "tune_only": tune_only}
+    if tune_batches:
+        settings["tune_batches"] = list(tune_batches)
     run_provenance(smoke=False, settings=settings)  # no commit to record: stop before spending device time
     # (the checks also warm the GPU up before the ceiling is measured; a tune-only run reports no
     # speedups and skips them)
@@ -329,6 +355,15 @@ def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool =
     Ls = [16] if quick else LS
     for op in ops:
         Lmid = lambda L: (L - 2) // 2  # noqa: E731
+        if tune_batches:
+            for B in tune_batches:
+                tune(op, "conventional", dev, rec, nbytes=bytes_conventional(op, B, "fp32"), B=B, small=True)
+                tune(op, "flush", dev, rec, W=15, nbytes=bytes_flush(op, B, "fp32", "fp32", 15, split=False), B=B,
+                     small=True)
+                for rf in ("fp32", "nvfp4"):
+                    tune(op, "nonflush", dev, rec, read=rf, W=Lmid(16), nbytes=bytes_nonflush(op, B, rf, Lmid(16)),
+                         B=B, small=True)
+            continue
         # Hand tuning of the launch shapes at batch 256 (no autotune: the kernels update state in
         # place). Every candidate is recorded (tag "tune"); the sweeps below use the fastest.
         wide = tune_only
@@ -549,7 +584,7 @@ def resummarise(paths, output) -> DecodeKernelsResult:
 
 
 def main(*, output, quick=False, ops=("mamba2", "gdn"), tune_only=False, plots_from=None, log=None,
-         resummarise_from=None) -> int:
+         resummarise_from=None, tune_batches=None) -> int:
     """What ``scripts/bench_kernels.py`` runs (its options, one keyword each); returns the exit status."""
     from .plots import decode_kernel_plots
     from .tables import decode_kernel_tables
@@ -566,9 +601,9 @@ def main(*, output, quick=False, ops=("mamba2", "gdn"), tune_only=False, plots_f
     if not torch.cuda.is_available():
         print("bench_kernels needs a CUDA GPU", file=sys.stderr)
         return 2
-    res = run(output=out, quick=quick, ops=ops, tune_only=tune_only, log=log)
+    res = run(output=out, quick=quick, ops=ops, tune_only=tune_only, log=log, tune_batches=tune_batches)
     dump(res, out)
-    if tune_only:
+    if tune_only or tune_batches:
         return 0
     try:
         decode_kernel_plots(res, out.parent)
