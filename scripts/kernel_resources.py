@@ -22,6 +22,7 @@ numbers are indicative.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import re
@@ -152,6 +153,21 @@ def mamba2_configs(B=2, flush_kw=None, fp4_decode="fp16"):
     finally:
         for n, f in saved.items():
             setattr(m2, n, f)
+
+
+@contextlib.contextmanager
+def large_batch_shapes(*modules):
+    """The wrappers pick other launch shapes at small batch (``SMALL_BATCH_HEAD_MATRICES``, GDN's
+    ``SMALL_GRID_PROGRAMS``); the configs here compile at B = 2 the shapes of a large batch."""
+    names = ("SMALL_BATCH_HEAD_MATRICES", "SMALL_GRID_PROGRAMS")
+    keep = [(m, n, getattr(m, n)) for m in modules for n in names if hasattr(m, n)]
+    for m, n, _ in keep:
+        setattr(m, n, 0)
+    try:
+        yield
+    finally:
+        for m, n, v in keep:
+            setattr(m, n, v)
 
 
 def gdn_configs(B=2, fp4_decode="fp16"):
@@ -339,17 +355,21 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.hw:  # the wrappers choose the hardware decode path from x.is_cuda
         torch.Tensor.is_cuda = property(lambda self: True)
-    if "mamba2" in args.ops:
-        mamba2_configs(flush_kw=_keywords(args.m2_flush), fp4_decode=args.fp4_decode)
-    if "gdn" in args.ops:
-        gdn_configs(fp4_decode=args.fp4_decode)
-    for op in ("mamba2", "gdn"):
-        if f"{op}-scan" in args.ops:
-            scan_configs(op)
-    if "quant" in args.ops:
-        quant_configs()
-    if "flush" in args.ops:
-        flush_configs(args.policies, flush_kw=_keywords(args.flush_kw))
+    import precision_lab.kernels.gdn.decode as gd
+    import precision_lab.kernels.mamba2.decode as m2
+
+    with large_batch_shapes(m2, gd):
+        if "mamba2" in args.ops:
+            mamba2_configs(flush_kw=_keywords(args.m2_flush), fp4_decode=args.fp4_decode)
+        if "gdn" in args.ops:
+            gdn_configs(fp4_decode=args.fp4_decode)
+        for op in ("mamba2", "gdn"):
+            if f"{op}-scan" in args.ops:
+                scan_configs(op)
+        if "quant" in args.ops:
+            quant_configs()
+        if "flush" in args.ops:
+            flush_configs(args.policies, flush_kw=_keywords(args.flush_kw))
     return 0
 
 

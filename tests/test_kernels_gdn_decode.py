@@ -300,3 +300,33 @@ def test_trajectory(policy, device):
     assert rel(o.cpu(), o_dec) < tol
     assert rel(st.state.update.cpu(), ref.state.update) < tol
     assert rel(st.state.read.cpu(), ref.state.read) < tol
+
+
+def test_launch_shapes_follow_the_batch():
+    """The small-batch rules: the conventional step at 4 rows x 1 warp up to 512 head matrices, a
+    replay launch with fewer programs than about one per SM in 16-row blocks (not when it stores
+    NVFP4: that owns whole heads), 64 rows x 2 warps for the output-only step otherwise."""
+    from precision_lab.kernels.decode_state import FMT_NVFP4
+    from precision_lab.kernels.gdn import decode as gd
+
+    assert gd._replay_launch(128, 128, (), None, True, 1 * 32) == (16, 1)      # batch 1 of 32 heads: fp32 flush
+    assert gd._replay_launch(128, 128, (), None, False, 256 * 32) == (64, 2)   # batch 256: output-only step
+    assert gd._replay_launch(128, 128, (FMT_NVFP4,), None, True, 32)[0] == 128  # NVFP4 stored: the whole head
+    assert gd._replay_launch(128, 128, (), 32, True, 32)[0] == 32             # an explicit block_r wins
+    seen = []
+
+    class Grab:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append((grid, kw["BR"], kw["num_warps"]))
+
+    keep = gd.gdn_conventional_step_kernel
+    gd.gdn_conventional_step_kernel = Grab()
+    try:
+        for B in (1, 16, 17):
+            pool = PackedState.empty("fp32", B, 32, 128, 128)
+            q = torch.zeros(B, 16, 128)
+            gd.gdn_conventional_step(pool, torch.arange(B), q, q, torch.zeros(B, 32, 128), torch.zeros(B, 32),
+                                     torch.zeros(B, 32))
+    finally:
+        gd.gdn_conventional_step_kernel = keep
+    assert [(br, nw) for _, br, nw in seen] == [(4, 1), (4, 1), (8, 2)]

@@ -337,3 +337,13 @@ def test_trajectory(policy, device):
     assert rel(y.cpu(), y_dec) < tol
     assert rel(st.state.update.cpu(), ref.state.update) < tol
     assert rel(st.state.read.cpu(), ref.state.read) < tol
+
+
+def test_verify_refuses_more_warps_than_it_ran_at():
+    """At 8 warps the verify block's compiled kernel faulted on the H200 (docs/pitfalls.md §14): the
+    wrapper refuses it by name instead of launching; 4 warps and the flush's 8 stay allowed."""
+    s = _replay_setup("cpu", "fp32", "fp32", W=5, T=2, exact=False)
+    n = s["new"]
+    with pytest.raises(ValueError, match="verify block .* at most 4 warps"):
+        mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
+                           n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"], num_warps=8)

@@ -23,16 +23,16 @@ state before position p applied to a vector x is
   (autoregressive flush, T = 1) then runs the new token as a conventional step on the fp32 S and
   o = S q̃ comes from that result. round_H(S) → update checkpoint, round_F(S) → read copy (split),
   from the same fp32 S.
-* verify (T > 1, non-flush, S_b = READ copy): all drafts in one blocked form, no state formed — the
-  drafts' d's solve a unit lower-triangular T×T system built from S_b k_t, the window's records and
-  the scores, and the outputs are the output-only form with those d's (matrix products on tensor
-  cores; the derivation is at the verify block). Writes o and the T records.
-* speculative flush drafts (T > 1, S_b = the folded fp32 S): each draft is a step on the fp32 S in
-  registers, never stored: d_t = β (v − α S k), o_t = α S q̃ + (k·q̃) d_t, S ← α S + d_t kᵀ — the
+* drafts (verify, T > 1, S_b = READ copy; speculative flush, S_b = the folded fp32 S): S_{W-1} is
+  formed in registers (non-flush: the buffered closed form of the window on S_b) and each draft is
+  a step on it, never stored: d_t = β (v − α S k), o_t = α S q̃ + (k·q̃) d_t, S ← α S + d_t kᵀ — the
   same values as the output-only form (each draft sees the d's of the earlier ones), another fp32
-  order. Writes o and the T records.
+  order. Writes o and the T records. (A blocked form of verify — the drafts' d's from a unit
+  lower-triangular T×T system, the products on tensor cores — cut the SASS from ~7100 to ~2800
+  instructions but measured slower on the H200 at T = 8, batch 256: 693-695 µs against 602-604 µs
+  for this form in two runs; it was removed.)
 
-Why the folds use no ``tl.dot`` and no window tiles: a fold is W rank-1 updates, each needing S k_j first, and a
+Why no ``tl.dot`` and no window tiles: a fold is W rank-1 updates, each needing S k_j first, and a
 fp32 dot over [W, rows] record tiles (plus picking rows out of tiles with where/sum) kept whole
 tiles live and spilled; here S stays in registers as four column quarters (each thread holds more
 columns of fewer rows, so S·x is an FMA chain plus three shuffle levels), records are read one at
@@ -46,14 +46,13 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from precision_lab.kernels.common.formats import C_E4M3, C_FP32, C_NVFP4, FMT_FP32
+from precision_lab.kernels.common.formats import C_E4M3, C_FP32, C_NVFP4
 from precision_lab.kernels.common.launch import (
     as_i64,
     check_fp4_decode,
     fused_nonflush_warps,
     fused_scores_launch,
     pow2,
-    state_product_precision,
     warps_for_tile,
 )
 from precision_lab.kernels.common.state_io import column_quarters, load_state_cols, program_slot, store_state4
@@ -377,7 +376,6 @@ def gdn_replay_step_kernel(
     RECOMPUTE: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4_PTX: tl.constexpr,
-    TP: tl.constexpr, VERIFY_PREC: tl.constexpr, STATE_PREC: tl.constexpr,
 ):
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
     # normalises the new q, k from the inputs (q_ptr, k_ptr) and computes the scores it needs itself,
@@ -439,86 +437,10 @@ def gdn_replay_step_kernel(
         if SPLIT:
             _store4(s0, s1, s2, s3, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
                     seed, seq, ev, True, RFMT, RSR, BR, BC, ILV)
-    elif T > 1:  # verify: the read copy as one [BR, BC] tile, the operand of the block's matrix products
-        b_s = load_state(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC)
     elif not FROM_CODES:
         s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV)
 
-    if (not FLUSH) and T > 1:
-        # Verify: all T drafts at once, in blocked form, from S_b = the read copy (never formed as a
-        # state: each draft's S_{W+t-1} applied to x is the output-only form over the window and the
-        # drafts before it). With c_t the cumulative log decay at position W + t (from 0), e_t = e^{c_t}:
-        #   α_t S_{t-1} x = e_t (S_b x) + Σ_{j<W} e^{c_t − c_j} (k_j·x) d_j + Σ_{j<t} e^{c_t − c_j} (k_j·x) d_j
-        # so the drafts' d's solve a unit lower-triangular system, (I + A) D = Rhs with
-        #   Rhs_t = β_t (v_t − e_t (S_b k_t) − Σ_{j<W} e^{c_t − c_j} (k_j·k_t) d_j),  A_tj = β_t e^{c_t − c_j} (k_j·k_t)
-        # (j < t), and the outputs are O_t = e_t (S_b q̃_t) + Σ_{j<W} e^{c_t − c_j} (k_j·q̃_t) d_j
-        # + Σ_{j≤t} e^{c_t − c_j} (k_j·q̃_t) d_j. The state tile is used by two [BR, BC]×[BC, TP] products
-        # (tensor cores; T padded to TP = 16), the window by two [BR, BJ]×[BJ, TP] ones, the drafts by
-        # (I + A)⁻ᵀ (T column steps on a 16×16 tile) and two [BR, TP]×[TP, TP] products — instead of
-        # folding the window into S (W rank-1 updates) and then T dependent steps of two mat-vecs and a
-        # rank-1 update each over the whole [BR, BC] tile. The same values as the reference up to fp32
-        # rounding (another order). Scores k_j·q̃_t, k_j·k_t of window positions j ≤ W + t come from the
-        # scores kernel. Everything is held transposed (state rows along axis 0, drafts along axis 1) so
-        # that the state's rows are every product's M dimension: as [TP, BC]×[BC, BR] each warp held the
-        # whole [TP, BC] query tile, hi and lo parts of the 3-pass split, in registers (255 registers
-        # and spill stack in an sm_90 compile at every row block and warp count tried).
-        tt = tl.arange(0, TP)
-        jj = tl.arange(0, BJ)
-        m_t = (tt < T) & ((tt * 0 + valid.to(tl.int32)) > 0)  # (a scalar mask broadcast explicitly)
-        m_win = jj < n_w
-        pos = ((start + jj) & (RING - 1)).to(tl.int64)
-        h_a = tl.load(ra + pos * Hv, mask=m_win, other=0)
-        h_dt = tl.load(rd[:, None] + (pos * Hv * R)[None, :], mask=m_r[:, None] & m_win[None, :], other=0)  # [BR, BJ]
-        bt = i_b.to(tl.int64) * T + tt
-        bh = bt * Hv + i_h                                                  # [TP] (token, value head) rows
-        bk = bt * Hk + i_kh                                                 # [TP] (token, key head) rows
-        m_ct = m_c[:, None] & m_t[None, :]
-        m_rt = m_r[:, None] & m_t[None, :]
-        t_qt = tl.load(qn_ptr + bk[None, :] * C + cols[:, None], mask=m_ct, other=0)            # [BC, TP]
-        t_kt = tl.load(kn_ptr + bk[None, :] * C + cols[:, None], mask=m_ct, other=0)
-        t_vt = tl.load(v_ptr + bh[None, :] * R + rows[:, None], mask=m_rt, other=0).to(tl.float32)  # [BR, TP]
-        g = tl.load(g_ptr + bh, mask=m_t, other=0).to(tl.float32)
-        beta = tl.load(beta_ptr + bh, mask=m_t, other=0).to(tl.float32)
-        # the two products with the state first, next to each other: the tile's hi/lo parts (the 3-pass
-        # split's operands, in registers) are then dead before the rest of the block is live
-        sb_q = tl.dot(b_s, t_qt, input_precision=STATE_PREC)                 # (S_b Q̃ᵀ) [BR, TP]
-        sb_k = tl.dot(b_s, t_kt, input_precision=STATE_PREC)
-        c_new = tl.sum(h_a, 0) + tl.cumsum(g, 0)                            # c_t
-        e_new = tl.exp(c_new)
-        # window part: decay-weighted scores [BJ, TP] (positions j < W only)
-        m_h = m_win[:, None] & m_t[None, :]
-        dec_h = tl.exp(c_new[None, :] - tl.cumsum(h_a, 0)[:, None])
-        sc = (bk * BJ)[None, :] + jj[:, None]
-        w_hq = tl.where(m_h, dec_h * tl.load(kq_ptr + sc, mask=m_h, other=0), 0.0)
-        w_hk = tl.where(m_h, dec_h * tl.load(kk_ptr + sc, mask=m_h, other=0), 0.0)
-        # drafts part: decay-weighted scores among the drafts, [source j, target t], position W + j
-        causal = m_t[:, None] & m_t[None, :] & (tt[:, None] <= tt[None, :])
-        dec_n = tl.exp(c_new[None, :] - c_new[:, None])
-        sn = (bk * BJ)[None, :] + (n_w + tt)[:, None]
-        w_nq = tl.where(causal, dec_n * tl.load(kq_ptr + sn, mask=causal, other=0), 0.0)
-        strict = causal & (tt[:, None] < tt[None, :])
-        a_up = tl.where(strict, beta[None, :] * (dec_n * tl.load(kk_ptr + sn, mask=strict, other=0)), 0.0)  # Aᵀ
-        rhs = beta[None, :] * (t_vt - (e_new[None, :] * sb_k +
-                                       tl.dot(h_dt, w_hk, input_precision=VERIFY_PREC)))      # Rhsᵀ [BR, TP]
-        # (I + A)⁻ᵀ by forward substitution, one column per draft (columns before t are final at step t):
-        # column t of (I + A)⁻ᵀ is e_t − Σ_{j<t} A[t, j] · column j
-        inv = tl.where(tt[:, None] == tt[None, :], 1.0, 0.0)
-        for t in tl.static_range(1, T):
-            a_t = tl.sum(tl.where(tt[None, :] == t, a_up, 0.0), 1)                  # A[t, :] along axis 0
-            col = tl.sum(inv * a_t[None, :], 1)                                      # Σ_j A[t, j] inv[:, j]
-            inv = tl.where(tt[None, :] == t, inv - col[:, None], inv)
-        b_d = tl.dot(rhs, inv, input_precision=VERIFY_PREC)                           # Dᵀ [BR, TP]
-        b_o = e_new[None, :] * sb_q + \
-            tl.dot(h_dt, w_hq, input_precision=VERIFY_PREC) + tl.dot(b_d, w_nq, input_precision=VERIFY_PREC)
-        tl.store(o_ptr + bh[None, :] * R + rows[:, None], tl.where(valid, b_o, 0.0).to(o_ptr.dtype.element_ty),
-                 mask=(rows < R)[:, None] & (tt < T)[None, :])
-        qp = ((start + n_w + tt) & (RING - 1)).to(tl.int64)
-        tl.store(rd[:, None] + (qp * Hv * R)[None, :], b_d, mask=m_rt)
-        tl.store(ra + qp * Hv, g, mask=m_t & ((tt * 0 + i_r) == 0))
-        if RECOMPUTE:
-            tl.store(rv[:, None] + (qp * Hv * R)[None, :], t_vt, mask=m_rt)
-            tl.store(rbeta + qp * Hv, beta, mask=m_t & ((tt * 0 + i_r) == 0))
-    elif (not FLUSH) and T == 1:
+    if (not FLUSH) and T == 1:
         # output-only step: S_{W-1} x = e^{c_W} (S_b x) + Σ_j e^{c_W − c_j} (k_j·x) d_j with S_b the read
         # copy; scores k_j·q̃, k_j·k from the pre-kernel (position W: the new token's k·q̃), or, in the
         # one-launch form, computed here with the pre-kernel's helpers.
@@ -584,8 +506,12 @@ def gdn_replay_step_kernel(
             # this argument is what rules it out on the GPU.)
             tl.store(rk + qp * Hk * C + cols, n_k, mask=m_own)
     elif not FOLD_NEW:
-        # drafts of a speculative flush (T > 1; verify took the blocked form above): each draft a step on
-        # the folded fp32 S, never stored: d_t = β (v − α S k),  o_t = α S q̃ + (k·q̃) d_t,  S ← α S + d_t kᵀ
+        # drafts (verify, T > 1; speculative flush): S_{W-1} formed in registers — the history's closed
+        # form on the read copy (a flush has folded it already) — then each draft a step on it, never
+        # stored: d_t = β (v − α S k),  o_t = α S q̃ + (k·q̃) d_t,  S ← α S + d_t kᵀ
+        if not FLUSH:
+            s0, s1, s2, s3 = _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RING,
+                                            BC, BJ)
         # (token t + 1's inputs are loaded before token t's stores, which they cannot pass)
         q0, q1, q2, q3, k0, k1, k2, k3, b_v, g, beta, kq = _token(qn_ptr, kn_ptr, kq_ptr, v_ptr, g_ptr, beta_ptr,
                                                                   i_b, 0, i_h, i_kh, rows, m_r, Hk, Hv, R, C,
@@ -617,6 +543,15 @@ def gdn_replay_step_kernel(
 # 16 × 4 288.3, 8 × 4 304.3 (differences of ~1% are within run-to-run noise).
 CONVENTIONAL_BLOCK_R = 8
 CONVENTIONAL_NUM_WARPS = 2
+# At small batch (batch × value heads ≤ SMALL_BATCH_HEAD_MATRICES) the conventional step runs 4 rows ×
+# 1 warp: H200, Qwen3.5-4B shape, 3.94 / 6.70 / 19.56 µs at batch 1 / 4 / 16 against 5.57 / 8.35 /
+# 21.99 at 8 rows × 2 warps (reports/bench/tune_small_batch.json).
+SMALL_BATCH_BLOCK_R = 4
+SMALL_BATCH_NUM_WARPS = 1
+SMALL_BATCH_HEAD_MATRICES = 512
+# A replay launch with fewer programs than this (about one per SM of an H200) takes smaller row blocks.
+SMALL_GRID_PROGRAMS = 128
+SMALL_GRID_ROWS = 16
 
 
 def _block_rows(R: int, stored: tuple[int, ...], block_r: int | None) -> int:
@@ -627,19 +562,21 @@ def _block_rows(R: int, stored: tuple[int, ...], block_r: int | None) -> int:
 
 
 def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None, serial: bool,
-                   read_fp32: bool, verify: bool = False) -> tuple[int, int]:
+                   head_matrices: int) -> tuple[int, int]:
     """(rows, warps) of a replay program; the whole head when the launch stores NVFP4. ``serial``
     (a flush's fold, drafts): 64 rows and 128 state elements per thread — the work is a chain over
     records and tokens, and fewer threads with more independent work each ran it fastest (H200). The
-    T = 1 output-only step: 64 rows, 64 elements per thread from an fp32 read copy, 128 from a stored
-    format (H200, batch 256: fp32 183 µs against 230 at the earlier 32 rows × 32 per thread; NVFP4
-    128 against 158; reports/bench/tune_explore.jsonl)."""
-    br = _block_rows(R, stored, (VERIFY_BLOCK_R if verify else min(pow2(R), 64)) if block_r is None else block_r)
-    if verify:
-        br = max(br, 16)  # the verify block's matrix products need 16 rows
-    per_thread = 128 if serial else (64 if read_fp32 else 128)
-    if verify:
-        per_thread = VERIFY_PER_THREAD
+    T = 1 output-only step: 64 rows, 128 elements per thread, i.e. 2 warps (H200: from an fp32 read
+    copy 188.4 µs against 218.0 at 4 warps at batch 256 in one run, bench_kernels_round2b_quick.json;
+    17.5 against 20.8 µs at batch 16, reports/bench/tune_small_batch.json). ``head_matrices``: batch ×
+    value heads; a launch that would have fewer programs than SMALL_GRID_PROGRAMS (batch 1 of
+    Qwen3.5-4B's 32 heads: 64 programs of 64 rows) and stores no NVFP4 takes SMALL_GRID_ROWS-row
+    programs (the fp32 flush at batch 1: 9.97 µs against 13.48 at 64 rows, tune_small_batch.json)."""
+    rows = min(pow2(R), 64)
+    if block_r is None and triton.cdiv(R, rows) * head_matrices < SMALL_GRID_PROGRAMS:
+        rows = min(rows, SMALL_GRID_ROWS)
+    br = _block_rows(R, stored, rows if block_r is None else block_r)
+    per_thread = 128
     # A flush that stores NVFP4 owns the whole head: [128, 128] at 4 warps (H200, batch 256, fp32
     # update copy + NVFP4 read copy: 739 µs, 255 registers and 8 bytes of stack; 8 warps without a
     # spill measured 975). With an SR update copy it ran at 16 warps (32 elements per thread: 1981 µs
@@ -653,14 +590,6 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
     # before (128 registers, 88 bytes of stack) — the fold loop at 16 warps costs twice as many
     # warp instructions per record. H200, batch 256: 1504 µs (reports/bench/bench_kernels_round2b_quick.json).
     return br, max(1, min(16, br * C // (32 * per_thread)))
-
-
-# The verify step (T > 1, non-flush): rows per program and state elements per thread, from sm_90
-# compiles (scripts/kernel_resources.py). H200, batch 256, T = 8: 692.9 µs, slower than the earlier
-# draft-by-draft form's 602 µs in an earlier run (reports/bench/README.md, "Round two, second run");
-# this shape was not tuned against others.
-VERIFY_BLOCK_R = 64
-VERIFY_PER_THREAD = 64
 
 
 def _check(state: PackedState, V: int, K: int) -> None:
@@ -688,9 +617,12 @@ def gdn_conventional_step(state: PackedState, slots: torch.Tensor, q: torch.Tens
     v = v.contiguous()
     o = torch.empty_like(v) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
-    br = _block_rows(V, (state.code,), CONVENTIONAL_BLOCK_R if block_r is None else block_r)
+    small = Bsz * Hv <= SMALL_BATCH_HEAD_MATRICES
+    default_br, default_nw = ((SMALL_BATCH_BLOCK_R, SMALL_BATCH_NUM_WARPS) if small
+                              else (CONVENTIONAL_BLOCK_R, CONVENTIONAL_NUM_WARPS))
+    br = _block_rows(V, (state.code,), default_br if block_r is None else block_r)
     if num_warps is None:
-        num_warps = CONVENTIONAL_NUM_WARPS if block_r is None else warps_for_tile(br, max(pow2(K), 16))
+        num_warps = default_nw if block_r is None else warps_for_tile(br, max(pow2(K), 16))
     bc = max(pow2(K), 16)
     gdn_conventional_step_kernel[(triton.cdiv(V, br), Hv, Bsz)](
         *state.kernel_args(), slots.to(torch.int32).contiguous(), as_i64(seq_ids, Bsz, dev),
@@ -710,7 +642,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
                     events: torch.Tensor | int = 1, seed: int = 0, layer: int = 0,
                     block_r: int | None = None, num_warps: int | None = None,
                     fused_scores: bool | None = None, fp4_decode: str = "fp16",
-                    verify_precision: str = "tf32x3", out: torch.Tensor | None = None) -> torch.Tensor:
+                    out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM GDN step for T = v.shape[1] tokens (see the module docstring).
 
     update / read: PackedState pools [S, Hv, V, K] (read=None: shared mode); records: ring buffers;
@@ -726,14 +658,8 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     outputs and d records agree up to fp32 rounding (so does a later buffered fold of those d's).
     fp4_decode: "fp16" or "ptx", how a compiled T = 1 non-flush step decodes an NVFP4 read copy
     (``mamba2_replay_step``).
-    verify_precision: the matrix products of the verify block (T > 1, non-flush): "tf32x3" (tensor
-    cores, 3-pass TF32 split, each product's relative error ≤ ~2^-21) or "ieee" (fp32 FMAs), as
-    ``mamba2_replay_step``'s; an NVFP4 read copy in a padded row block always takes "ieee" for the
-    state product (``state_product_precision``).
     """
     check_fp4_decode(fp4_decode)
-    if verify_precision not in ("tf32x3", "ieee"):
-        raise ValueError(f"verify_precision must be 'tf32x3' or 'ieee', got {verify_precision!r}")
     Bsz, T, Hk, K = q.shape
     Hv, V = v.shape[2:]
     if fold_new and (T != 1 or not flush):
@@ -749,9 +675,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     o = torch.empty_like(v) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     bc = max(pow2(K), 16)
-    verify = T > 1 and not flush
-    br, nw = _replay_launch(V, bc, (update.code, read.code) if flush else (), block_r, flush or T > 1,
-                            read.code == FMT_FP32, verify=verify)
+    br, nw = _replay_launch(V, bc, (update.code, read.code) if flush else (), block_r, flush or T > 1, Bsz * Hv)
     bj = max(records.ring, 16)
     slots32, start32, wlen32 = (t.to(torch.int32).contiguous() for t in (slots, start, wlen))
     q, k = q.contiguous(), k.contiguous()
@@ -764,7 +688,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     else:
         qn = torch.empty(Bsz, T, Hk, K, dtype=torch.float32, device=dev)
         kn = torch.empty_like(qn)
-        scores = not flush  # the output-only step and the verify block read them
+        scores = not flush and T == 1  # only the output-only step reads them
         kq = torch.empty((Bsz, T, Hk) + ((bj,) if scores else ()), dtype=torch.float32, device=dev)
         kk = torch.empty_like(kq) if scores else kq
         gdn_replay_scores_kernel[(Hk, Bsz)](
@@ -779,7 +703,5 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, NORM=qk_l2norm, FUSED=fused,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4_PTX=fp4_decode == "ptx",
-        TP=max(pow2(T), 16), VERIFY_PREC=verify_precision,
-        STATE_PREC=state_product_precision(verify_precision, br, V, read.code),
         num_warps=num_warps or nw, enable_fp_fusion=False)
     return o

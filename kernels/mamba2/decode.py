@@ -450,9 +450,23 @@ def _block_rows(R: int, C: int, stored: tuple[int, ...], block_r: int | None) ->
 CONVENTIONAL_BLOCK_R = 16
 CONVENTIONAL_NUM_WARPS = 8
 FLUSH_BLOCK_R = 32
+# At small batch (batch × heads ≤ SMALL_BATCH_HEAD_MATRICES, batch 16 of Nemotron-3-Super's 128 heads)
+# the conventional step runs 4 rows × 1 warp and a flush that stores no NVFP4 16 rows × 1 warp
+# (H200, reports/bench/tune_small_batch.json, batch 1 / 4 / 16: conventional 4.96 / 11.22 / 36.07 µs
+# against 5.37 / 11.36 / 37.31 at 16 × 8; fp32 flush 8.23 / 21.34 / 64.83 against 8.40 / 24.04 /
+# 71.13 at 32 × 4).
+SMALL_BATCH_HEAD_MATRICES = 2048
+SMALL_BATCH_CONVENTIONAL = (4, 1)
+SMALL_BATCH_FLUSH = (16, 1)
 # The T = 1 output-only step at 2 warps (whole head, 64 rows): fp32 read 273.4 µs vs 277.1 at 4
 # warps, FP8 96.8 vs 128.3, NVFP4 142.3 vs 164.3.
 NONFLUSH_NUM_WARPS = 2
+
+
+# The verify block (T > 1, non-flush) held transposed (state rows as the products' M): at 64 rows ×
+# 8 warps the compiled kernel made illegal memory accesses on the H200 (Triton 3.6, batch 256, T = 2;
+# 4 warps ran and passed the checks), so the wrapper refuses more than 4 warps for it.
+VERIFY_MAX_WARPS = 4
 
 
 def _replay_warps(T: int, flush: bool, fused: bool = False, bj: int = 16) -> int:
@@ -490,7 +504,9 @@ def mamba2_conventional_step(state: PackedState, slots: torch.Tensor, x: torch.T
     x = x.contiguous()
     y = torch.empty_like(x) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
-    br = _block_rows(P, N, (state.code,), CONVENTIONAL_BLOCK_R if block_r is None else block_r)
+    small = Bsz * H <= SMALL_BATCH_HEAD_MATRICES
+    default_br, default_nw = SMALL_BATCH_CONVENTIONAL if small else (CONVENTIONAL_BLOCK_R, CONVENTIONAL_NUM_WARPS)
+    br = _block_rows(P, N, (state.code,), default_br if block_r is None else block_r)
     bc = max(pow2(N), 16)
     grid = (triton.cdiv(P, br), H, Bsz)
     mamba2_conventional_step_kernel[grid](
@@ -499,7 +515,7 @@ def mamba2_conventional_step(state: PackedState, slots: torch.Tensor, x: torch.T
         x, dt.contiguous(), A.contiguous(), B.contiguous(), C.contiguous(), _opt(D, A), _opt(dt_bias, A),
         _opt(z, x), y, H, G, P, N,
         FMT=state.code, SR=state.sr, HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
-        BR=br, BC=bc, num_warps=num_warps or (CONVENTIONAL_NUM_WARPS if block_r is None else warps_for_tile(br, bc)),
+        BR=br, BC=bc, num_warps=num_warps or (default_nw if block_r is None else warps_for_tile(br, bc)),
         enable_fp_fusion=False)
     return y
 
@@ -557,12 +573,20 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     y = torch.empty_like(x) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     fmts = (update.code, read.code) if flush else ()
-    br = _block_rows(P, N, fmts, FLUSH_BLOCK_R if flush and block_r is None else block_r)
+    small_flush = flush and Bsz * H <= SMALL_BATCH_HEAD_MATRICES and block_r is None and FMT_NVFP4 not in fmts
+    br = _block_rows(P, N, fmts, (SMALL_BATCH_FLUSH[0] if small_flush else FLUSH_BLOCK_R) if flush and block_r is None
+                     else block_r)
+    if small_flush and num_warps is None:
+        num_warps = SMALL_BATCH_FLUSH[1]
     if T > 1:
         br = max(br, 16)  # the verify block's matrix products need 16 rows
     bc = max(pow2(N), 16)
     bj = max(records.ring, 16)
     fused = fused_scores_launch(Bsz, H, T, flush, fold_new, fused_scores)
+    if T > 1 and not flush and num_warps is not None and num_warps > VERIFY_MAX_WARPS:
+        raise ValueError(f"the verify block (T > 1, non-flush) runs at most {VERIFY_MAX_WARPS} warps: at 8 "
+                         "warps its compiled kernel made illegal memory accesses on the H200 (Triton 3.6; "
+                         f"docs/pitfalls.md); got num_warps={num_warps}")
     slots32, start32, wlen32 = (t.to(torch.int32).contiguous() for t in (slots, start, wlen))
     B = B.contiguous()
     C = C.contiguous()
