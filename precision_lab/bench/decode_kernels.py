@@ -399,7 +399,7 @@ def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool =
         # the one-token replay steps in both launch forms at small batch, beside the conventional step,
         # at the wrappers' default launch shapes (what the triton-decode engine launches; the batch-size
         # rule that picks the form is provisional until these rows are measured)
-        for B in ([1] if quick else FUSED_BATCHES):
+        for B in ([1, 4, 16] if quick else FUSED_BATCHES):
             rec(measure(op, "conventional", B, dev, nbytes=bytes_conventional(op, B, "fp32")), "fused")
             for fused in (True, False):
                 rec(measure(op, "nonflush", B, dev, W=Lmid(16), fused=fused,
@@ -549,10 +549,27 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
             "nvfp4_vs_fp32_read_nonflush": (nvfp4_ratio, 5.0),
             "verify_T8_vs_conventional": (t8 and t8.ratio_to_one_conventional_step, 1.2),
         }
+        # the split policies with an SR checkpoint and an NVFP4 read copy, per token amortised over
+        # L = 16 (15 non-flush steps from the NVFP4 read copy + 1 flush), against the fp32 conventional step
+        nf4 = _find(rows, op=op, tag="read", kernel="nonflush", read="nvfp4")
+        for uf in ("fp16-sr", "fp8e4m3-sr"):
+            fl = update.get(uf)
+            per_token = (15 * nf4.us + fl.flush_us) / 16 if nf4 and fl else None
+            targets[f"split_{uf}_nvfp4_vs_conventional"] = (
+                c256.us / per_token if per_token and c256 and ok_conv and ok_nvfp4 and ok(f"{op}:split:{uf}/nvfp4")
+                else None, 3.0)
+        targets["nvfp4_nonflush_pct_byte_bound"] = (100 * nf4.GBps / ceil if nf4 and ok_nvfp4 else None, 80.0)
+        fl16, c16 = update.get("fp16-sr"), conv.get("fp16-sr")
+        targets["fp16sr_flush_vs_fp16sr_conventional"] = (
+            fl16.flush_us / c16.us if fl16 and c16 and ok(f"{op}:split:fp16-sr/nvfp4") and ok(f"{op}:conventional:fp16-sr")
+            else None, 1.3)
+        b1 = batch.get(1)
+        targets["batch1_replay_vs_conventional"] = (b1 and b1.speedup_vs_conventional, 1.0)
+        at_most = ("verify_T8_vs_conventional", "fp16sr_flush_vs_fp16sr_conventional")
         out[op] = OperatorSummary(
             batch=batch, L=windows, drafts=drafts, read=read, update=update, conventional_formats=conv,
             nvfp4_vs_fp32_read_nonflush=nvfp4_ratio, ceiling_for_targets_GBps=ceil, launch_forms=forms,
-            targets={k: Target(value=v, target=t, met=None if v is None else (v <= t if k.startswith("verify") else v >= t))
+            targets={k: Target(value=v, target=t, met=None if v is None else (v <= t if k in at_most else v >= t))
                      for k, (v, t) in targets.items()})
     return out
 

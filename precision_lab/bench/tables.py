@@ -16,7 +16,7 @@ def decode_kernel_tables(result: DecodeKernelsResult) -> str:
              f"targets judged against max(in-run, reference copy ceiling {REFERENCE_COPY_GBPS:.0f} GB/s). "
              f"Correctness: {sum(c.ok for c in checks)}/{len(checks)} checks passed.", ""]
     summary = result.summary or {}
-    lines += ["### Targets (batch 256, L = 16, fp32 state)", "",
+    lines += ["### Targets (batch 256, L = 16; fp32 state unless the name says otherwise; batch1: batch 1)", "",
               "| op | metric | measured | target | met |", "|---|---|---|---|---|"]
     for op, s in summary.items():
         for k, t in s.targets.items():
