@@ -230,7 +230,8 @@ def encode_fp16(x, r, SR: tl.constexpr):
     # * RNE: normals add half an ulp minus 1 plus the kept lsb to the clamped pattern and shift;
     #   subnormals add 0.5 in the fp32 adder, whose ulp there is 2^-24, so it rounds |x| to a multiple
     #   k of the fp16 step with ties to even k, and k = bits(|x| + 0.5) - bits(0.5) (1024 = the
-    #   smallest normal, also right; nothing multiplies into the add, so no FMA can absorb it).
+    #   smallest normal, also right; nothing multiplies into the add, so no FMA can absorb it). The
+    #   add reads the clamped pattern (the same |x| where it is selected), so NaN never enters it.
     #   NaN → 0x7E00, then the sign is ORed in.
     bits = x.to(tl.int32, bitcast=True)
     a = bits & 0x7FFFFFFF
@@ -242,7 +243,7 @@ def encode_fp16(x, r, SR: tl.constexpr):
     else:
         ac = tl.minimum(a, 0x47800000)
         normal = (ac + (0xFFF - 0x38000000) + ((ac >> 13) & 1)) >> 13
-        small = (a.to(tl.float32, bitcast=True) + 0.5).to(tl.int32, bitcast=True) - 0x3F000000
+        small = (ac.to(tl.float32, bitcast=True) + 0.5).to(tl.int32, bitcast=True) - 0x3F000000
         mag = tl.where(a < 0x38800000, small, normal)
         mag = tl.where(a > 0x7F800000, 0x7E00, mag)
         return ((bits >> 16) & 0x8000) | mag
