@@ -299,7 +299,8 @@ def scan_configs(op: str, B=1, T=64):
 
 def quant_configs():
     """The quantizer kernels on a [4, 64, 128] fp32 state: NVFP4 (one tile, RNE and SR, both layouts)
-    quantize and dequantize, and the element casts (bf16, fp16-SR, fp8 e4m3/e5m2) both ways."""
+    quantize and dequantize, and the element casts (bf16 and fp16 in both rounding modes, fp8 e4m3/e5m2)
+    both ways."""
     import precision_lab.kernels.quant.triton_quant as tq
 
     names = [("nvfp4_quantize_kernel", "nvfp4 quant"), ("nvfp4_quantize_rows_kernel", "nvfp4 quant blk"),
@@ -320,7 +321,8 @@ def quant_configs():
         tq.nvfp4_dequantize(tq.QTensor(torch.zeros(4, 64, 64, dtype=torch.uint8),
                                        torch.zeros(4, 64, 8, dtype=torch.float8_e4m3fn), torch.ones(4), (4, 64, 128),
                                        "nvfp4"))
-        for fmt, sr in (("bf16", False), ("fp16", True), ("e4m3", False), ("e5m2", True)):
+        for fmt, sr in (("bf16", False), ("bf16", True), ("fp16", False), ("fp16", True), ("e4m3", False),
+                        ("e5m2", True)):
             tq.cast_quantize(x, fmt, sr=sr, seed=1 if sr else None)
         for dtype in (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2):
             tq.cast_dequantize(torch.zeros(4, 64, 128, dtype=dtype))
