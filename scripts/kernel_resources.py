@@ -4,6 +4,7 @@ costs in registers, spills and shared memory — no GPU and no device time neede
     python scripts/kernel_resources.py            # Mamba-2 and GDN decode kernels at their real shapes
     python scripts/kernel_resources.py --hw       # the GPU code path (hardware E4M3 decode)
     python scripts/kernel_resources.py --hw --fp4-decode ptx   # NVFP4 reads through the inline-PTX decode
+    python scripts/kernel_resources.py --hw --fp4-decode mma   # NVFP4 reads as tensor-core products
     python scripts/kernel_resources.py --ops mamba2-scan gdn-scan quant   # scans, quantizer kernels
     python scripts/kernel_resources.py --hw --ops flush   # autoregressive flushes per split policy
     python scripts/kernel_resources.py --hw --ops flush --policies fp16-sr/nvfp4 fp32/fp32
@@ -341,6 +342,8 @@ def _keywords(items) -> dict:
 
 
 def main(argv=None) -> int:
+    from precision_lab.kernels.common.launch import FP4_DECODES
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hw", action="store_true", help="compile the GPU code path (the wrappers pick it for CUDA tensors)")
     ap.add_argument("--ops", nargs="+", default=["mamba2", "gdn"],
@@ -352,7 +355,7 @@ def main(argv=None) -> int:
                     help="split policies of --ops flush (default: %(default)s)")
     ap.add_argument("--flush-kw", nargs="*", default=[], metavar="KEY=VALUE",
                     help="extra keywords of the --ops flush launches (both operators), e.g. num_warps=8")
-    ap.add_argument("--fp4-decode", choices=["fp16", "ptx"], default="fp16",
+    ap.add_argument("--fp4-decode", choices=list(FP4_DECODES), default="fp16",
                     help="NVFP4 element decode of the non-flush steps (the wrappers' fp4_decode; 'ptx' needs --hw)")
     args = ap.parse_args(argv)
     if args.hw:  # the wrappers choose the hardware decode path from x.is_cuda

@@ -9,6 +9,7 @@ import types
 import pytest
 import triton
 import triton.language as tl
+from precision_lab.kernels.common.launch import FP4_DECODES
 
 from precision_lab.bench import decode_kernels as bench_kernels
 from precision_lab.bench import peers, problems
@@ -35,15 +36,16 @@ def test_tune_candidates_join_spaces_and_drop_keywords_a_wrapper_lacks(monkeypat
 
 
 def test_tune_candidates_try_the_nvfp4_decodes_only_where_nvfp4_is_read():
-    """The non-flush tuning times both NVFP4 element decodes (fp16 patterns, inline PTX) when the read
-    copy is NVFP4; other read formats do not multiply their candidates by a keyword they ignore."""
+    """The non-flush tuning times every NVFP4 element decode (fp16 patterns, inline PTX, tensor-core
+    products) when the read copy is NVFP4; other read formats do not multiply their candidates by a
+    keyword they ignore."""
     for op in ("mamba2", "gdn"):
         for wide in (False, True):
             nv = bench_kernels.tune_candidates(op, "nonflush", wide, read="nvfp4")
             other = bench_kernels.tune_candidates(op, "nonflush", wide, read="fp32")
-            assert {c["fp4_decode"] for c in nv} == {"fp16", "ptx"}
+            assert {c["fp4_decode"] for c in nv} == set(FP4_DECODES) == {"fp16", "ptx", "mma"}
             assert all("fp4_decode" not in c for c in other)
-            assert len(nv) == 2 * len(other)
+            assert len(nv) == 3 * len(other)
 
 
 @triton.jit

@@ -166,6 +166,32 @@ def test_replay_nonflush_and_verify(read_fmt, T, fused, fp4, device):
             assert torch.equal(s["rec"].v[sl, q].cpu(), new["v"][b, t])
 
 
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("qk_dtype", [torch.float32, torch.bfloat16])
+def test_replay_nonflush_nvfp4_mma(fused, qk_dtype, device):
+    """``fp4_decode="mma"`` (the NVFP4 products on tensor cores) in the T = 1 non-flush step, both launch
+    forms, with the launch's own row block (16 rows for V = 12: 4 of them padding), against the
+    reference and against ``fp4_decode="fp16"`` on the same inputs. S q̃ and S k come from one
+    product: the two-launch form reads the normalised fp32 copies (two fp16 parts each), the
+    one-launch form the raw q, k (bf16: one part)."""
+    s = _replay_setup(device, "fp32", "nvfp4", W=5, T=1, exact=False)
+    n = dict(s["new"], q=s["new"]["q"].to(qk_dtype), k=s["new"]["k"].to(qk_dtype))
+    before = [t.clone() for t in (s["upd"].data, s["rd"].data)]
+    outs = {}
+    for fp4 in ("fp16", "mma"):  # (both write the same record: the window is not advanced)
+        out = torch.full((3, 1, HV, V), float("nan"), device=device)
+        outs[fp4] = gdn_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"],
+                                    *(n[k] for k in NEW), seq_ids=s["seq_ids"].to(device), out=out,
+                                    fused_scores=fused, fp4_decode=fp4).cpu()
+    o_ref, _, _ = gdn_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() for k in NEW))
+    live = (s["slots"] >= 0).cpu()
+    assert not torch.isnan(outs["mma"]).any()
+    assert rel(outs["mma"][live], o_ref[live]) < 1e-5
+    assert rel(outs["mma"][live], outs["fp16"][live]) < 1e-5
+    assert torch.equal(outs["mma"][2], torch.zeros(1, HV, V))
+    assert torch.equal(s["upd"].data, before[0]) and torch.equal(s["rd"].data, before[1])
+
+
 @pytest.mark.parametrize("upd_fmt,read_fmt,T,fold_new,recompute,fused", [
     ("fp32", "fp32", 1, True, True, False), ("fp32", "fp32", 1, True, True, True),
     ("fp16-sr", "nvfp4", 1, True, False, False), ("fp16-sr", "nvfp4", 1, True, False, True),

@@ -188,6 +188,32 @@ def test_replay_nonflush_and_verify(read_fmt, T, fused, fp4, device):
             assert torch.equal(s["rec"].b[sl, q].cpu(), new["b"][b, t])
 
 
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("c_dtype", [torch.float32, torch.bfloat16])
+def test_replay_nonflush_nvfp4_mma(fused, c_dtype, device):
+    """``fp4_decode="mma"`` (the NVFP4 products on tensor cores) in the T = 1 non-flush step, both launch
+    forms, with the launch's own row block (16 rows for P = 12: 4 of them padding), against the
+    reference and against ``fp4_decode="fp16"`` on the same inputs; C as fp32 (two fp16 parts) and
+    as bf16 (one)."""
+    s = _replay_setup(device, "fp32", "nvfp4", W=5, T=1, exact=False)
+    n = dict(s["new"], C=s["new"]["C"].to(c_dtype))
+    args = [n[k] for k in ("x", "dt", "A", "B", "C", "D", "dt_bias", "z")]
+    before = [t.clone() for t in (s["upd"].data, s["rd"].data)]
+    ys = {}
+    for fp4 in ("fp16", "mma"):  # (both write the same record: the window is not advanced)
+        out = torch.full((3, 1, H, P), float("nan"), device=device)
+        ys[fp4] = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], *args,
+                                     seq_ids=s["seq_ids"].to(device), out=out, fused_scores=fused,
+                                     fp4_decode=fp4).cpu()
+    y_ref, _, _ = mamba2_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(a.cpu() for a in args))
+    live = (s["slots"] >= 0).cpu()
+    assert not torch.isnan(ys["mma"]).any()
+    assert rel(ys["mma"][live], y_ref[live]) < 1e-5
+    assert rel(ys["mma"][live], ys["fp16"][live]) < 1e-5
+    assert torch.equal(ys["mma"][1], torch.zeros(1, H, P))
+    assert torch.equal(s["upd"].data, before[0]) and torch.equal(s["rd"].data, before[1])  # no state write
+
+
 @pytest.mark.parametrize("upd_fmt,read_fmt,T,fold_new,fused", [
     ("fp32", "fp32", 1, True, False), ("fp32", "fp32", 1, True, True), ("fp16-sr", "nvfp4", 1, True, False),
     ("fp16-sr", "nvfp4", 1, True, True), ("bf16-sr", "fp8e4m3", 3, False, False),

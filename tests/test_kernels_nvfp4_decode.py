@@ -208,12 +208,12 @@ def _load_state_probe_kernel(d_ptr, sc_ptr, gs_ptr, s_d, s_sc, s_gs, out_ptr, R,
 
 @triton.jit
 def _read_dot_probe_kernel(d_ptr, sc_ptr, gs_ptr, s_d, s_sc, s_gs, v_ptr, w_ptr, sv_ptr, sw_ptr, R, C,
-                           BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, FP4_PTX: tl.constexpr):
+                           BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr):
     i_r, slot = tl.program_id(0), tl.program_id(1)
     rows = i_r * BR + tl.arange(0, BR)
     m_r = rows < R
     sv, sw = read_state_dot(d_ptr, sc_ptr, gs_ptr, slot.to(tl.int64), s_d, s_sc, s_gs, 0, rows, m_r, R, C,
-                            v_ptr, w_ptr, C_NVFP4, BR, BC, HW, True, FP4_PTX)
+                            v_ptr, w_ptr, C_NVFP4, BR, BC, HW, True, FP4)
     tl.store(sv_ptr + slot * R + rows, sv, mask=m_r)
     tl.store(sw_ptr + slot * R + rows, sw, mask=m_r)
 
@@ -234,7 +234,8 @@ def test_read_state_dot_nvfp4_every_code(fp4, device):
     """``read_state_dot`` (the non-flush step's S v and S w straight from the codes) against float64
     dot products of the reference values, over every code pair and scale byte. The fp16-pattern
     decode reads the codes as words in another element order; its sums differ from the reference only
-    by fp32 rounding. ``fp4="ptx"`` is compiled on a GPU (the interpreter runs the fp16 path)."""
+    by fp32 rounding. ``fp4="ptx"`` is compiled on a GPU (the interpreter runs the fp16 path); ``"mma"``
+    (tensor-core products, fp32 v split into two fp16 parts, bf16 w in one) runs everywhere."""
     scales = [1.0, 1 / 3, 0.0, 2.0**-60, 2.0**60]
     pool, _ = exhaustive_pool(device, scales)
     S, R, C = len(scales), 256, 512
@@ -244,7 +245,7 @@ def test_read_state_dot_nvfp4_every_code(fp4, device):
     hw = device == "cuda"
     d, sc, gs, s_d, s_sc, s_gs = pool.kernel_args()
     _read_dot_probe_kernel[(R // 16, S)](d, sc, gs, s_d, s_sc, s_gs, v.to(device), w.to(device), sv, sw, R, C,
-                                         BR=16, BC=C, HW=hw, FP4_PTX=fp4 == "ptx")
+                                         BR=16, BC=C, HW=hw, FP4=fp4)
     vals = pool.dequantize()[:, 0].double().cpu()  # [S, R, C]
     for got, vec, name in ((sv, v, "S v"), (sw, w, "S w")):
         want = vals @ vec.double()
@@ -256,6 +257,126 @@ def test_read_state_dot_nvfp4_every_code(fp4, device):
         assert bool((err <= 2.0**-18 * bound[~nan]).all()), f"{name}: max error {err.max().item():.3g}"
         zero = torch.tensor(scales) == 0  # on the CPU, like got
         assert torch.equal(got[zero][~nan[zero]], torch.zeros_like(got[zero][~nan[zero]]))
+
+
+def _read_dot(pool: PackedState, v: torch.Tensor, w: torch.Tensor, fp4: str, device, BR: int = 16):
+    """(S v, S w) [S, R] of head 0 of every slot of ``pool`` through ``read_state_dot``."""
+    S, R, C = pool.data.shape[0], pool.R, pool.C
+    sv, sw = (torch.full((S, R), float("nan"), device=device) for _ in range(2))
+    d, sc, gs, s_d, s_sc, s_gs = pool.kernel_args()
+    _read_dot_probe_kernel[(triton.cdiv(R, BR), S)](d, sc, gs, s_d, s_sc, s_gs, v.to(device), w.to(device), sv, sw,
+                                                    R, C, BR=BR, BC=triton.next_power_of_2(C),
+                                                    HW=device == "cuda", FP4=fp4)
+    return sv.cpu(), sw.cpu()
+
+
+def _nvfp4_pool(data, scale, gscale, R, C, device):
+    """A PackedState nvfp4 pool [S, 1, R, C] from its code tensors ([S, R, C/2], [S, R, C/16], [S])."""
+    S = data.shape[0]
+    return PackedState("nvfp4", data.reshape(S, 1, R, C // 2).contiguous().to(device),
+                       scale.reshape(S, 1, R, C // 16).contiguous().to(device),
+                       gscale.reshape(S, 1).to(torch.float32).contiguous().to(device), R, C)
+
+
+@pytest.mark.parametrize("BR", [16, 128])
+@pytest.mark.parametrize("fp4", FP4_DECODES)
+def test_read_state_dot_nvfp4_column_order(fp4, BR, device):
+    """Each element reaches the product with its own vector entry: row r of slot s holds one nonzero
+    element, at column (r + 37 s) mod C, so S v is one product, exact in every decode. A bf16 v
+    (magnitudes 2^-14 .. 2^15, within the 2^31 the tensor-core decode's fp16 operand holds exactly;
+    some entries 0) gives it bit for bit; an fp32 w to 2^-21 (the tensor-core decode keeps 22 of its
+    bits, or 2^-39 of the largest entry for entries far below it). A wrong element order in any decode (the word pairs of the fp16 patterns, the tensor-core
+    operand's columns) breaks the equality. Row blocks of 16 and of 128 (the whole matrix)."""
+    S, R, C = 2, 128, 128
+    g = torch.Generator().manual_seed(3)
+    col = (torch.arange(R)[None, :] + 37 * torch.arange(S)[:, None]) % C                     # [S, R]
+    nib = torch.tensor([1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15])[torch.randint(0, 14, (S, R), generator=g)]
+    codes = torch.zeros(S, R, C, dtype=torch.int64)
+    codes.scatter_(2, col[..., None], nib[..., None])
+    data = (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8)
+    scale = torch.randint(0x08, 0x78, (S, R, C // 16), generator=g).to(torch.uint8)          # normal E4M3 scales
+    pool = _nvfp4_pool(data, scale, torch.tensor([1.0, 2.0**-20]), R, C, device)
+    mag = lambda: (1 + torch.rand(C, generator=g)) * 2.0 ** torch.randint(-14, 15, (C,), generator=g)  # noqa: E731
+    sign = lambda: torch.where(torch.rand(C, generator=g) < 0.5, -1.0, 1.0)  # noqa: E731
+    v = (sign() * mag()).to(torch.bfloat16)
+    v[::11] = 0
+    w = sign() * mag()
+    sv, sw = _read_dot(pool, v, w, fp4, device, BR=BR)
+    vals = pool.dequantize()[:, 0].double().cpu()                                           # [S, R, C]
+    assert torch.count_nonzero(vals) == S * R
+    want_v = (vals @ v.double()).float()
+    assert torch.equal(sv, want_v), f"S v: {int((sv != want_v).sum())} rows differ"
+    # fp32 w: 22 bits of every entry within 2^17 of the largest, below that 2^-39 of it (_mma_vector)
+    want_w = vals @ w.double()
+    slack = 2.0**-21 * want_w.abs() + 2.0**-38 * w.abs().max() * vals.abs().sum(-1)
+    assert bool(((sw.double() - want_w).abs() <= slack).all())
+
+
+def _special_pool(device, R=32, C=128):
+    """NVFP4 pool of 4 slots [4, 1, R, C] with random codes and the corner cases of the read: slot 0
+    plain, slot 1 with whole zero blocks and one NaN block scale (row 5, block 2), slot 2 a tiny and
+    slot 3 a huge global scale."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(4, 1, R, C, generator=g) * 2.0 ** torch.randint(-6, 7, (4, 1, R, 1), generator=g)
+    x[1, 0, :, 16:48] = 0
+    x[1, 0, ::3, 96:112] = 0
+    pool = PackedState.quantize(x, "nvfp4")
+    pool.scale[1, 0, 5, 2] = 0x7F
+    pool.gscale[2] = 2.0**-120
+    pool.gscale[3] = 2.0**100
+    return PackedState("nvfp4", pool.data.to(device), pool.scale.to(device), pool.gscale.to(device), R, C)
+
+
+def _vector_cases(C=128):
+    """(name, v, w): wide dynamic ranges, zeros, NaN and infinities."""
+    g = torch.Generator().manual_seed(5)
+    wide = lambda lo, hi: torch.randn(C, generator=g) * 2.0 ** torch.randint(lo, hi, (C,), generator=g)  # noqa: E731
+    v_nan, w_inf = wide(-8, 8), wide(-8, 8)
+    v_nan[[0, 40]] = 0
+    v_nan[77] = float("nan")
+    w_inf[3] = float("inf")
+    v_infs = torch.zeros(C)
+    v_infs[9], v_infs[100] = float("inf"), float("-inf")
+    return [("bf16 2^-30..2^30", wide(-30, 31).to(torch.bfloat16), wide(-12, 13).to(torch.bfloat16)),
+            ("fp32 2^-60..2^60", wide(-60, 61), wide(-3, 4)),
+            ("tiny and huge", wide(-130, -100), wide(90, 110)),
+            ("zero", torch.zeros(C), torch.zeros(C).to(torch.bfloat16)),
+            ("NaN / inf entries", v_nan, w_inf.to(torch.bfloat16)),
+            ("inf of both signs", v_infs, torch.zeros(C))]
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_read_state_dot_mma_special_values(case, device):
+    """The tensor-core decode (``fp4_decode="mma"``) against float64 products of the stored values and
+    against the fp16-pattern decode on the same inputs: zero blocks, a NaN block scale (its row is
+    NaN), tiny and huge global scales, vectors spanning 2^±30 (bf16) and 2^±60 (fp32), tiny and huge
+    vectors, a zero vector, NaN and ±inf entries. Rows are NaN and ±inf exactly where the fp16 decode
+    has them; finite rows agree with float64 to 2^-18 of Σ|e·v| plus the fp16 subnormal rounding of
+    entries far below the vector's largest (≤ 2^-38 · amax(v) · Σ|e| per row) plus 2^-120 (results
+    that fp32 flushes or holds as subnormals: the tiny global scale times tiny vectors)."""
+    name, v, w = _vector_cases()[case]
+    pool = _special_pool(device)
+    vals = pool.dequantize()[:, 0].double().cpu()                                           # [S, R, C]
+    got = _read_dot(pool, v, w, "mma", device)
+    ref = _read_dot(pool, v, w, "fp16", device)
+    for k, (vec, what) in enumerate(((v, "S v"), (w, "S w"))):
+        g, r = got[k].double(), ref[k].double()
+        label = f"{name}: {what}"
+        assert torch.equal(torch.isnan(g), torch.isnan(r)), f"{label}: NaN rows differ from the fp16 decode"
+        assert torch.equal(torch.isinf(g), torch.isinf(r)), f"{label}: inf rows differ from the fp16 decode"
+        assert torch.equal(g[torch.isinf(g)], r[torch.isinf(r)]), f"{label}: signs of the infinities differ"
+        fin = torch.isfinite(g)
+        if not bool(fin.any()):
+            continue
+        vd = vec.double()
+        want = vals @ vd
+        bound = vals.abs() @ vd.abs()
+        amax = vd.abs().max()
+        slack = 2.0**-18 * bound + 2.0**-38 * amax * vals.abs().sum(-1) + 2.0**-120
+        err = (g - want).abs()
+        assert bool((err[fin] <= slack[fin]).all()), f"{label}: error {(err[fin] / slack[fin]).max().item():.3g} × bound"
+    if bool(torch.isfinite(v).all()):
+        assert torch.equal(torch.nonzero(torch.isnan(got[0][1])).flatten(), torch.tensor([5]))  # the NaN block scale
 
 
 def test_nvfp4_pool_must_allow_word_loads():

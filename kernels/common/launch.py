@@ -29,9 +29,10 @@ def check_nvfp4_cols(C: int, *fmts: int) -> None:
                          "(not a multiple of 16)")
 
 
-#: how a compiled non-flush step may decode the E2M1 elements of an NVFP4 read copy
-#: (``read_state_dot`` in ``state_io.py``): fp16 bit patterns, or the inline-PTX E4M3 conversion
-FP4_DECODES = ("fp16", "ptx")
+#: how the non-flush step may multiply an NVFP4 read copy with its vectors (``read_state_dot`` in
+#: ``state_io.py``): fp16 bit patterns and fp32 products, the inline-PTX E4M3 conversion (compiled
+#: kernels only), or one tensor-core product with fp16 operands
+FP4_DECODES = ("fp16", "ptx", "mma")
 
 
 def check_fp4_decode(name: str) -> None:

@@ -206,9 +206,143 @@ def _nvfp4_dot_ptx(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row64, rmask
 
 
 @triton.jit
+def _e2m1_pair_bits(words, K: tl.constexpr):
+    """uint32 NVFP4 words → uint32 words holding the fp16 patterns of elements 8c+K (low half) and
+    8c+K+4 (high half), values · 2^-14: the word that ``codecs.nvfp4_word_pairs_scaled`` converts."""
+    s = words >> (4 * K)
+    return ((s << 9) & 0x0E000E00) | ((s << 12) & 0x80008000)
+
+
+@triton.jit
+def _scaled_f16_pair(words, K: tl.constexpr, scale16):
+    """Elements 8c+K and 8c+K+4 of the words as fp16 E2M1 value · 2^-14 · block scale (exact)."""
+    pair = _e2m1_pair_bits(words, K)
+    lo = (pair & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True)
+    hi = (pair >> 16).to(tl.uint16).to(tl.float16, bitcast=True)
+    return lo * scale16, hi * scale16
+
+
+@triton.jit
+def _mma_order(j):
+    """The element (column of the state row) that column j of the tensor-core operand holds: word
+    c's elements in the order 8c+K, 8c+K+4 for K = 0..3 (``_nvfp4_dot_mma``)."""
+    return (j & ~7) + ((j >> 1) & 3) + ((j & 1) << 2)
+
+
+@triton.jit
+def _pow2(e):
+    """2^e as fp32 for integer e in [-126, 127] (its exponent bits)."""
+    return ((e + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _mma_vector(v_ptr, elem, m_e, SPLIT: tl.constexpr):
+    """The vector entries ``elem`` (masked by ``m_e``) as fp16 operands: (hi, lo, back) with
+    hi + lo ≈ v · 2^(14-E) and back = 2^E, E = floor(log2 amax) of the finite entries (clamped to
+    [-100, 127]; 0 for a zero vector), so the largest finite entry lies in [2^14, 2^15).
+    Without SPLIT (bf16 and fp16 vectors) hi holds every entry exactly down to 2^-17 after scaling
+    (entries within 2^31 of the amax) and lo is 0; smaller entries round on fp16's subnormal grid,
+    an error of at most 2^-25 · 2^(E-14) = 2^-39 · 2^E each. With SPLIT (fp32 vectors) hi = fp16(v'),
+    lo = fp16(v' - hi) keep 22 bits: error at most 2^-22 |v_j| + 2^-39 · 2^E each. NaN and ±inf
+    entries pass through hi unchanged (lo 0)."""
+    v = tl.load(v_ptr + elem, mask=m_e, other=0).to(tl.float32)
+    bits = qc.abs_bits(v)
+    amax = tl.max(tl.where(bits < 0x7F800000, bits, 0), 0)
+    e = tl.minimum(tl.maximum((amax >> 23) - 127, -100), 127)
+    e = tl.where(amax == 0, 0, e)
+    vs = v * _pow2(14 - e)
+    hi = vs.to(tl.float16)
+    if SPLIT:
+        lo = tl.where(bits < 0x7F800000, vs - hi.to(tl.float32), 0.0).to(tl.float16)
+    else:
+        lo = tl.zeros_like(hi)
+    return hi, lo, _pow2(e)
+
+
+@triton.jit
+def _pad_cols(x, BC: tl.constexpr, N: tl.constexpr):
+    """[BC, N] → [BC, 2N]: x in columns 0..N-1, zeros after."""
+    y = tl.permute(tl.join(x, tl.zeros_like(x)), (0, 2, 1))
+    return tl.reshape(y, (BC, 2 * N))
+
+
+@triton.jit
+def _nvfp4_dot_mma(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row64, rmask, C, v_ptr, w_ptr,
+                   BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, TWO: tl.constexpr):
+    """``read_state_dot`` of an NVFP4 tile as one tensor-core product D = A · B (fp16 operands, fp32
+    accumulation): no per-element fp16 → fp32 conversion and no per-element FMA.
+
+    A [BR, BC]: the elements as fp16 E2M1 value · 2^-14 · E4M3 block scale, which is exact. The E2M1
+    value · 2^-14 is an fp16 pattern built from the 32-bit code words with the integer operations
+    of the fp16-pattern decode (``_e2m1_pair_bits``: one word's elements 8c+K and 8c+K+4 land in
+    the two fp16 halves of one register); times the block scale (as fp16: one multiply per element,
+    f16x2 pairs on the GPU) it is an integer multiple of 2^-24 with at most 6 significant bits and
+    below 2688 · 2^-14, which fp16 holds exactly (subnormals included). The codes are loaded as
+    [BR, BC/16, 2] words (block, word of the block) beside the [BR, BC/16] block scales, and A's
+    columns hold the row's elements in the order ``_mma_order`` (word c: 8c+K, 8c+K+4 for K = 0..3).
+    B [BC, 16]: the vectors in the same order as fp16 parts (``_mma_vector``: each vector scaled by
+    the power of two 2^(14-E) that puts its largest finite entry in [2^14, 2^15); a bf16 or fp16
+    vector fits one part exactly for every entry within 2^31 of the largest, an fp32 vector takes
+    two, hi and lo, 22 bits): column 0 v hi, 1 v lo, 2 w hi, 3 w lo, the rest 0 (padding to the 16
+    columns a tensor-core product takes). Then S v = (D[:, 0] + D[:, 1]) · 2^E_v · s_dec, and S w likewise from columns 2, 3.
+
+    Error against the exact sum of the stored values' products: every product e·s·v' is exact on
+    the tensor cores; what remains is the vector parts (per entry at most 2^-39 · 2^E for a 16-bit
+    vector, 2^-22 |v_j| + 2^-39 · 2^E for an fp32 one), the tensor cores' fp32 accumulation (not
+    IEEE-rounded: the tests hold it to 2^-18 of Σ|e·v| on the GPU) and two fp32 roundings (hi + lo
+    parts, the scalings). A NaN block scale makes its row NaN; a NaN or ±inf vector entry reaches
+    every row through its product, as in fp32 arithmetic (±inf where the element is nonzero, NaN
+    where it is 0 or where infinities of both signs meet)."""
+    SPLIT_V: tl.constexpr = v_ptr.dtype.element_ty != tl.bfloat16 and v_ptr.dtype.element_ty != tl.float16
+    SPLIT_W: tl.constexpr = TWO and w_ptr.dtype.element_ty != tl.bfloat16 and w_ptr.dtype.element_ty != tl.float16
+    # the codes as [BR, BC/16, 2] words (block, word of the block), the scales as [BR, BC/16]
+    cb = tl.arange(0, BC // 16)
+    m_b = rmask[:, None] & (cb < C // 16)[None, :]
+    row_ptr = (d_ptr + slot * s_d + row64[:, None, None] * (C // 2)).to(tl.pointer_type(tl.uint32))
+    words = tl.load(row_ptr + (2 * cb[None, :, None] + tl.arange(0, 2)[None, None, :]), mask=m_b[:, :, None],
+                    other=0)
+    scb = tl.load(sc_ptr + slot * s_sc + row64[:, None] * (C // 16) + cb[None, :], mask=m_b, other=0)
+    if HW:
+        sc16 = scb.to(tl.float8e4nv, bitcast=True).to(tl.float16)[:, :, None]
+    else:
+        sc16 = qc.decode_e4m3(scb.to(tl.int32)).to(tl.float16)[:, :, None]
+    l0, h0 = _scaled_f16_pair(words, 0, sc16)
+    l1, h1 = _scaled_f16_pair(words, 1, sc16)
+    l2, h2 = _scaled_f16_pair(words, 2, sc16)
+    l3, h3 = _scaled_f16_pair(words, 3, sc16)
+    # [BR, BC/16, 2, h, K1, K0] (K = K0 + 2 K1), then h innermost: column 8c + 2K + h of word c
+    y = tl.join(tl.join(tl.join(l0, h0), tl.join(l2, h2)), tl.join(tl.join(l1, h1), tl.join(l3, h3)))
+    a = tl.reshape(tl.permute(y, (0, 1, 2, 4, 5, 3)), (BR, BC))
+
+    jj = tl.arange(0, BC)
+    elem = _mma_order(jj)
+    m_e = elem < C
+    v_hi, v_lo, v_back = _mma_vector(v_ptr, elem, m_e, SPLIT_V)
+    if TWO:
+        w_hi, w_lo, w_back = _mma_vector(w_ptr, elem, m_e, SPLIT_W)
+    else:
+        w_hi = tl.zeros_like(v_hi)
+        w_lo = w_hi
+        w_back = 0.0
+    # [BC, 4]: columns v hi, v lo, w hi, w lo; then zeros up to the 16 columns of the product
+    b4 = tl.reshape(tl.permute(tl.join(tl.join(v_hi, v_lo), tl.join(w_hi, w_lo)), (0, 2, 1)), (BC, 4))
+    b = _pad_cols(_pad_cols(b4, BC, 4), BC, 8)
+    acc = tl.dot(a, b, out_dtype=tl.float32)  # [BR, 16]
+
+    nn = tl.arange(0, 16)
+    s_dec = tl.load(gs_ptr + slot * s_gs + h)
+    sv = (tl.sum(tl.where((nn < 2)[None, :], acc, 0.0), 1) * v_back) * s_dec
+    if TWO:
+        sw = (tl.sum(tl.where(((nn >= 2) & (nn < 4))[None, :], acc, 0.0), 1) * w_back) * s_dec
+    else:
+        sw = 0.0
+    return sv, sw
+
+
+@triton.jit
 def read_state_dot(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, v_ptr, w_ptr,
                    FMT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, TWO: tl.constexpr,
-                   FP4_PTX: tl.constexpr):
+                   FP4: tl.constexpr):
     """``(S v, S w)`` for the tile's rows (fp32 [BR] each; S w only with TWO, else 0), v and w = C
     values at ``v_ptr`` / ``w_ptr`` (any float dtype), read straight from the stored codes: a
     read-only step needs only these products (Mamba-2: S C; GDN: S q̃ and S k from one read), so
@@ -216,16 +350,29 @@ def read_state_dot(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask,
     matching vector entries and scales that by the block scale (E4M3; the per-head s_dec once per
     row). Arguments as ``load_state``. HW (compiled GPU kernels only) decodes E4M3 (FP8 elements,
     NVFP4 block scales) with the hardware E4M3→f16 conversion instead of the integer codec (same
-    values). NVFP4 elements: the fp16-pattern decode on 32-bit words (``_nvfp4_dot_words``, what the
-    interpreter runs), or with HW and FP4_PTX the inline-PTX conversion of ``_e2m1_pairs_hw``
-    (``_nvfp4_dot_ptx``; fewer instructions, more registers: which is faster is a GPU measurement,
-    the wrappers' ``fp4_decode``). The sums run in another order than ``load_state`` + ``tl.sum``
-    (same value up to fp32 rounding)."""
+    values). NVFP4 elements, by FP4 (the wrappers' ``fp4_decode``; which is fastest is a GPU
+    measurement):
+
+    * "fp16": the fp16-pattern decode on 32-bit words, fp32 products (``_nvfp4_dot_words``);
+    * "ptx": with HW the inline-PTX conversion of ``_e2m1_pairs_hw`` (``_nvfp4_dot_ptx``; fewer
+      instructions, more registers); the interpreter runs "fp16" instead;
+    * "mma": the products on tensor cores (``_nvfp4_dot_mma``): the E2M1 values as an fp16 operand
+      with no per-element conversion or FMA, the vectors scaled by a power of two into fp16 (fp32
+      vectors in two fp16 parts), one block-diagonal product per part, the block scales once per
+      16 elements; compiled and interpreted alike. Needs BR >= 16 (the tensor-core product's rows);
+      a smaller row block takes "fp16".
+
+    The sums run in another order than ``load_state`` + ``tl.sum`` (same value up to fp32 rounding;
+    "mma" accumulates each block on tensor cores, see ``_nvfp4_dot_mma`` for its error)."""
+    tl.static_assert(FP4 == "fp16" or FP4 == "ptx" or FP4 == "mma", "FP4 must be 'fp16', 'ptx' or 'mma'")
     row64 = (h * R + rows).to(tl.int64)
     if FMT == C_NVFP4:
-        if HW and FP4_PTX:
+        if HW and FP4 == "ptx":
             sv, sw = _nvfp4_dot_ptx(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row64, rmask, C, v_ptr, w_ptr,
                                     BC, TWO)
+        elif FP4 == "mma" and BR >= 16:
+            sv, sw = _nvfp4_dot_mma(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row64, rmask, C, v_ptr, w_ptr,
+                                    BR, BC, HW, TWO)
         else:
             sv, sw = _nvfp4_dot_words(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row64, rmask, C, v_ptr,
                                       w_ptr, BR, BC, HW, TWO)

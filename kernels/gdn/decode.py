@@ -375,7 +375,7 @@ def gdn_replay_step_kernel(
     T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, SPLIT: tl.constexpr,
     RECOMPUTE: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
-    BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4_PTX: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr,
 ):
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
     # normalises the new q, k from the inputs (q_ptr, k_ptr) and computes the scores it needs itself,
@@ -474,12 +474,12 @@ def gdn_replay_step_kernel(
             # normalised vectors are in registers here, and read_state_dot reads its vectors from
             # memory): the same values as the two-launch form's up to fp32 rounding
             sb_q, sb_k = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
-                                        q_ptr + bk * C, k_ptr + bk * C, RFMT, BR, BC, HW, True, FP4_PTX)
+                                        q_ptr + bk * C, k_ptr + bk * C, RFMT, BR, BC, HW, True, FP4)
             sb_q = f_q * sb_q
             sb_k = f_k * sb_k
         elif FROM_CODES:
             sb_q, sb_k = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
-                                        qn_ptr + bk * C, kn_ptr + bk * C, RFMT, BR, BC, HW, True, FP4_PTX)
+                                        qn_ptr + bk * C, kn_ptr + bk * C, RFMT, BR, BC, HW, True, FP4)
         else:
             sb_q = _matvec(s0, s1, s2, s3, q0, q1, q2, q3)
             sb_k = _matvec(s0, s1, s2, s3, k0, k1, k2, k3)
@@ -656,8 +656,10 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     store the same state codes and k, v, a, β records bit for bit where their normalisations of q and
     k agree (always without ``qk_l2norm``; on a GPU the two kernels may sum Σk² in different orders);
     outputs and d records agree up to fp32 rounding (so does a later buffered fold of those d's).
-    fp4_decode: "fp16" or "ptx", how a compiled T = 1 non-flush step decodes an NVFP4 read copy
-    (``mamba2_replay_step``).
+    fp4_decode: "fp16", "ptx" or "mma", how the T = 1 non-flush step multiplies an NVFP4 read copy
+    with q̃ and k (``mamba2_replay_step``); "mma" takes both from one tensor-core product (the
+    two-launch form's normalised fp32 copies in two fp16 parts each, the one-launch form's bf16
+    inputs in one).
     """
     check_fp4_decode(fp4_decode)
     Bsz, T, Hk, K = q.shape
@@ -702,6 +704,6 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         q, k, qn, kn, kq, kk, v, g.contiguous(), beta.contiguous(), o, scale, Hk, Hv, V, K, records.ring,
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, NORM=qk_l2norm, FUSED=fused,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
-        BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4_PTX=fp4_decode == "ptx",
+        BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode,
         num_warps=num_warps or nw, enable_fp_fusion=False)
     return o

@@ -31,8 +31,8 @@ and one program per (group, batch entry) writes the B record (docs/design.md §7
 
 What makes it fast (H200 measurements in ``reports/bench``): the autoregressive non-flush step
 needs only S_b C, so it reads it straight from the stored codes (``read_state_dot``: FP8 by the
-hardware E4M3 conversion, NVFP4 elements through fp16 bit patterns, never an fp32 tile of the whole
-state); verifying T > 1
+hardware E4M3 conversion, NVFP4 elements through fp16 bit patterns, or as one tensor-core product
+with ``fp4_decode="mma"``; never an fp32 tile of the whole state); verifying T > 1
 drafts computes all T outputs as one [T, rows] tile from three small matrix products instead of
 T passes over the state; the flush's fold is one tensor-core product.
 """
@@ -192,7 +192,7 @@ def mamba2_replay_step_kernel(
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
-    FP4_PTX: tl.constexpr, FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, STATE_PREC: tl.constexpr,
+    FP4: tl.constexpr, FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, STATE_PREC: tl.constexpr,
     FUSED: tl.constexpr,
 ):
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
@@ -307,7 +307,7 @@ def mamba2_replay_step_kernel(
     else:  # autoregressive non-flush: S_b C is all it needs, read straight from the codes
         c_ptr = C_ptr + (i_b.to(tl.int64) * G + i_g) * C
         s_c, _ = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, c_ptr, c_ptr,
-                                RFMT, BR, BC, HW, False, FP4_PTX)
+                                RFMT, BR, BC, HW, False, FP4)
         lo = W * 0
 
     if T > 1 and not FLUSH:
@@ -549,9 +549,14 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     step kernel; None = the batch-size rule (``kernels/common/launch.py``, ``fused_scores_launch``,
     provisional until measured). Both forms give the same state codes and records bit for bit and
     the same outputs up to fp32 rounding.
-    fp4_decode: how a compiled T = 1 non-flush step decodes an NVFP4 read copy's elements: "fp16"
-    (fp16 bit patterns, as the interpreter) or "ptx" (the inline-PTX E4M3 conversion; GPU only,
-    ignored elsewhere); ``read_state_dot`` in ``kernels/common/state_io.py``.
+    fp4_decode: how the T = 1 non-flush step multiplies an NVFP4 read copy with C: "fp16" (E2M1
+    values as fp16 bit patterns converted to fp32, fp32 products), "ptx" (the inline-PTX E4M3
+    conversion instead; GPU only, the interpreter runs "fp16") or "mma" (one tensor-core product
+    with fp16 operands: the E2M1 values times their block scales, exact in fp16, against C scaled by
+    a power of two into fp16, an fp32 C in two fp16 parts; needs a row block of at least 16 rows,
+    runs in the interpreter too); ``read_state_dot`` in ``kernels/common/state_io.py``. The outputs
+    agree up to fp32-level rounding; which is fastest is a GPU measurement (the kernel benchmark's
+    tuning rows).
     """
     for name, prec in (("fold_precision", fold_precision), ("verify_precision", verify_precision)):
         if prec not in ("tf32x3", "ieee"):
@@ -607,7 +612,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
-        BR=br, BC=bc, BJ=bj, TP=max(pow2(T), 16), HW=x.is_cuda, FP4_PTX=fp4_decode == "ptx",
+        BR=br, BC=bc, BJ=bj, TP=max(pow2(T), 16), HW=x.is_cuda, FP4=fp4_decode,
         FOLD_PREC=fold_precision,
         VERIFY_PREC=verify_precision, STATE_PREC=state_product_precision(verify_precision, br, P, read.code),
         FUSED=fused, num_warps=num_warps or _replay_warps(T, flush, fused, bj),

@@ -78,13 +78,13 @@ TUNE_SPACE = {
     "mamba2": {
         "conventional": dict(block_r=[16, 32], num_warps=[8]),
         "flush": dict(block_r=[16, 32], num_warps=[4, 8], fold_precision=["tf32x3"]),
-        "nonflush": dict(block_r=[None], num_warps=[2, 4], fp4_decode=["fp16", "ptx"]),
+        "nonflush": dict(block_r=[None], num_warps=[2, 4], fp4_decode=["fp16", "ptx", "mma"]),
         "verify": dict(block_r=[64], num_warps=[4]),   # 8 warps faulted (docs/pitfalls.md §14)
     },
     "gdn": {
         "conventional": dict(block_r=[4, 8, 16], num_warps=[1, 2, 4]),
         "flush": dict(block_r=[None]),
-        "nonflush": dict(block_r=[None], num_warps=[None, 2, 4], fp4_decode=["fp16", "ptx"]),
+        "nonflush": dict(block_r=[None], num_warps=[None, 2, 4], fp4_decode=["fp16", "ptx", "mma"]),
         "verify": dict(block_r=[None], num_warps=[None, 4]),   # None: 64 rows x 2 warps
     },
 }
@@ -95,13 +95,13 @@ TUNE_SPACE_WIDE = {
     "mamba2": {
         "conventional": [dict(block_r=[16, 32], num_warps=[4, 8])],
         "flush": [dict(block_r=[16, 32], num_warps=[2, 4, 8]), dict(block_r=[64], num_warps=[8])],
-        "nonflush": [dict(block_r=[None], num_warps=[2, 4, 8], fp4_decode=["fp16", "ptx"])],
+        "nonflush": [dict(block_r=[None], num_warps=[1, 2, 4, 8], fp4_decode=["fp16", "ptx", "mma"])],
         "verify": [dict(block_r=[64], num_warps=[2, 4])],
     },
     "gdn": {
         "conventional": [dict(block_r=[4, 8, 16, 32], num_warps=[1, 2, 4, 8])],
         "flush": [dict(block_r=[None, 32], num_warps=[None, 4])],
-        "nonflush": [dict(block_r=[None, 32, 128], num_warps=[None, 2, 4, 8], fp4_decode=["fp16", "ptx"])],
+        "nonflush": [dict(block_r=[None, 32, 128], num_warps=[None, 2, 4, 8], fp4_decode=["fp16", "ptx", "mma"])],
         "verify": [dict(block_r=[None, 32], num_warps=[None, 4])],
     },
 }
@@ -159,10 +159,11 @@ def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_
 
 
 # Keywords that change only how one read format is decoded: tuned only when that format is read
-# (fp4_decode: the NVFP4 element decode of the non-flush step, fp16 patterns vs inline PTX; the
-# tuning rows time both, and the faster is what the sweeps use).
+# (fp4_decode: the NVFP4 element decode of the non-flush step, fp16 patterns, inline PTX or tensor-core
+# products; the tuning rows time all three, and the fastest is what the sweeps use).
 READ_FORMAT_KEYWORDS = {"fp4_decode": "nvfp4"}
 NVFP4_PTX_CHECK = "nonflush-nvfp4-ptx"  # the correctness check of fp4_decode="ptx" (absent in older files)
+NVFP4_MMA_CHECK = "nonflush-nvfp4-mma"  # ... and of fp4_decode="mma", both launch forms (absent in older files)
 
 
 def tune_candidates(op, kind, wide: bool = False, read: str | None = None, small: bool = False) -> list[dict]:
@@ -293,14 +294,18 @@ def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
             e = rel(y, yr)
             # y is stored in bf16 (the inputs' dtype): one bf16 rounding is ~2e-3 relative
             out[f"{op}:verify-T4{'-flush' if flush else ''}"] = {"rel_err": {"y": e}, "tol": 5e-3, "ok": e < 5e-3}
-    # the non-flush step's inline-PTX NVFP4 decode (a tuning candidate, ``fp4_decode``) against the
-    # default fp16-pattern decode that the streams above checked: the same products summed in another
-    # order, so the bf16 outputs differ by rounding only
+    # the non-flush step's inline-PTX and tensor-core NVFP4 decodes (tuning candidates, ``fp4_decode``)
+    # against the default fp16-pattern decode that the streams above checked: the same products summed
+    # in another order, so the bf16 outputs differ by rounding only; the tensor-core decode in both
+    # launch forms (the batch-256 rows run the two-launch form)
     for op in ops:
         prob = PROBLEMS[op](2, dev, upd="fp32", read="nvfp4", ring=16, W=5, T=1)
         y16 = prob.replay(False, False, fp4_decode="fp16").float().clone()  # (writes only y and the record)
         e = rel(prob.replay(False, False, fp4_decode="ptx"), y16)
         out[f"{op}:{NVFP4_PTX_CHECK}"] = {"rel_err": {"y": e}, "tol": 5e-3, "ok": e < 5e-3}
+        errs = {f"y_{name}": rel(prob.replay(False, False, fp4_decode="mma", fused_scores=fused), y16)
+                for name, fused in (("two_launch", False), ("one_launch", True))}
+        out[f"{op}:{NVFP4_MMA_CHECK}"] = {"rel_err": errs, "tol": 5e-3, "ok": max(errs.values()) < 5e-3}
     return out
 
 
@@ -469,8 +474,9 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
     out = {}
     for op in ("mamba2", "gdn"):
         ok_conv, ok_replay, ok_nvfp4 = ok(f"{op}:fp32"), ok(f"{op}:shared:fp32"), ok(f"{op}:split:fp32/nvfp4")
-        if f"{op}:{NVFP4_PTX_CHECK}" in checks:  # the NVFP4 read row may come from either decode
-            ok_nvfp4 = ok_nvfp4 and ok(f"{op}:{NVFP4_PTX_CHECK}")
+        for check in (NVFP4_PTX_CHECK, NVFP4_MMA_CHECK):  # the NVFP4 read row may come from any decode
+            if f"{op}:{check}" in checks:
+                ok_nvfp4 = ok_nvfp4 and ok(f"{op}:{check}")
         ok_verify = ok(f"{op}:verify-T4") and ok(f"{op}:verify-T4-flush")
         batch, windows, drafts, read, update, conv = {}, {}, {}, {}, {}, {}
         for B in BATCHES:
