@@ -78,13 +78,13 @@ TUNE_SPACE = {
     "mamba2": {
         "conventional": dict(block_r=[16, 32], num_warps=[8]),
         "flush": dict(block_r=[16, 32], num_warps=[4, 8], fold_precision=["tf32x3"]),
-        "nonflush": dict(block_r=[None], num_warps=[2, 4], fp4_decode=["fp16", "ptx", "mma"]),
+        "nonflush": dict(block_r=[None], num_warps=[1, 2, 4], fp4_decode=["fp16", "ptx", "mma"]),
         "verify": dict(block_r=[64], num_warps=[4]),   # 8 warps faulted (docs/pitfalls.md §14)
     },
     "gdn": {
         "conventional": dict(block_r=[4, 8, 16], num_warps=[1, 2, 4]),
         "flush": dict(block_r=[None]),
-        "nonflush": dict(block_r=[None], num_warps=[None, 2, 4], fp4_decode=["fp16", "ptx", "mma"]),
+        "nonflush": dict(block_r=[None, 128], num_warps=[None, 2, 4], fp4_decode=["fp16", "ptx", "mma"]),
         "verify": dict(block_r=[None], num_warps=[None, 4]),   # None: 64 rows x 2 warps
     },
 }
