@@ -158,8 +158,8 @@ def mamba2_configs(B=2, flush_kw=None, fp4_decode="fp16"):
 
 @contextlib.contextmanager
 def large_batch_shapes(*modules):
-    """The wrappers pick other launch shapes at small batch (``SMALL_BATCH_HEAD_MATRICES``, GDN's
-    ``SMALL_GRID_PROGRAMS``); the configs here compile at B = 2 the shapes of a large batch."""
+    """The wrappers pick other launch shapes at small batch (Mamba-2's ``SMALL_BATCH_HEAD_MATRICES``,
+    GDN's ``SMALL_GRID_PROGRAMS``); the configs here compile at B = 2 the shapes of a large batch."""
     names = ("SMALL_BATCH_HEAD_MATRICES", "SMALL_GRID_PROGRAMS")
     keep = [(m, n, getattr(m, n)) for m in modules for n in names if hasattr(m, n)]
     for m, n, _ in keep:

@@ -329,9 +329,9 @@ def test_trajectory(policy, device):
 
 
 def test_launch_shapes_follow_the_batch():
-    """The small-batch rules: the conventional step at 4 rows x 1 warp up to 512 head matrices, a
-    replay launch with fewer programs than about one per SM in 16-row blocks (not when it stores
-    NVFP4: that owns whole heads), 64 rows x 2 warps for the output-only step otherwise."""
+    """The launch-shape rules: the conventional step at 4 rows x 1 warp at every batch, a replay
+    launch with fewer programs than about one per SM in 16-row blocks (not when it stores NVFP4: that
+    owns whole heads), 64 rows x 2 warps for the output-only step otherwise."""
     from precision_lab.kernels.decode_state import FMT_NVFP4
     from precision_lab.kernels.gdn import decode as gd
 
@@ -355,4 +355,5 @@ def test_launch_shapes_follow_the_batch():
                                      torch.zeros(B, 32))
     finally:
         gd.gdn_conventional_step_kernel = keep
-    assert [(br, nw) for _, br, nw in seen] == [(4, 1), (4, 1), (8, 2)]
+    assert [(br, nw) for _, br, nw in seen] == [(4, 1), (4, 1), (4, 1)]
+    assert [grid for grid, _, _ in seen] == [(32, 32, 1), (32, 32, 16), (32, 32, 17)]

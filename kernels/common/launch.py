@@ -70,20 +70,26 @@ def replay_scan_buffers(out, like: torch.Tensor, state_shape, u0: torch.Tensor, 
 # then the step kernel reads them — the fast form at large batch, where every head and row block
 # would otherwise recompute the same scores. One launch ("fused scores"): every step program computes
 # the scores it needs itself — at small batch the second launch costs more than the recomputation.
-# PROVISIONAL: the threshold below is a guess, not a measurement; the kernel benchmark times both
-# forms at small batch ("fused" rows of scripts/bench_kernels.py) to set it.
-FUSED_SCORES_MAX_HEAD_ROWS = 256
+# The rule counts score rows — (batch entry, group or key head) pairs, what the scores kernel would
+# compute once — since that is the work the one-launch form repeats in every program. H200, both forms
+# at batch 1, 4 and 16 (the "fused" rows of reports/bench/bench_kernels_round2c_quick.json):
+# Mamba-2 (8 groups): one launch faster at all three (non-flush 5.30 / 8.84 / 24.46 µs against
+# 7.48 / 11.21 / 25.12; flush 8.12 / 17.91 / 60.65 against 10.62 / 20.64 / 63.33); GDN (16 key heads):
+# one launch faster at batch 1 and 4 (non-flush 5.00 / 7.22 against 7.23 / 8.69), two at batch 16
+# (17.45 against 20.63). One threshold of 128 score rows fits both: Mamba-2 up to batch 16, GDN up to 8.
+FUSED_SCORES_MAX_SCORE_ROWS = 128
 
 
-def fused_scores_launch(batch: int, heads: int, T: int, flush: bool, fold_new: bool,
+def fused_scores_launch(batch: int, score_heads: int, T: int, flush: bool, fold_new: bool,
                         override: bool | None) -> bool:
-    """Whether a replay step runs as one launch (fused scores). ``heads``: the state heads (Mamba-2
-    heads, GDN value heads). Only a one-token step has the one-launch form: a non-flush step or an
-    autoregressive flush (``fold_new``); verify steps (T > 1) always take two. ``override`` None:
-    the rule, ``batch · heads ≤ FUSED_SCORES_MAX_HEAD_ROWS``; True / False force a form."""
+    """Whether a replay step runs as one launch (fused scores). ``score_heads``: the heads scores are
+    computed for (Mamba-2 groups, GDN key heads). Only a one-token step has the one-launch form: a
+    non-flush step or an autoregressive flush (``fold_new``); verify steps (T > 1) always take two.
+    ``override`` None: the rule, ``batch · score_heads ≤ FUSED_SCORES_MAX_SCORE_ROWS``; True / False
+    force a form."""
     one_token = T == 1 and (fold_new or not flush)
     if override is None:
-        return one_token and batch * heads <= FUSED_SCORES_MAX_HEAD_ROWS
+        return one_token and batch * score_heads <= FUSED_SCORES_MAX_SCORE_ROWS
     if override and not one_token:
         raise ValueError("fused_scores=True needs a one-token step (T = 1: non-flush, or a flush with "
                          f"fold_new); got T = {T}, flush={flush}, fold_new={fold_new}")

@@ -538,17 +538,12 @@ def gdn_replay_step_kernel(
 # ---------------------------------------------------------------------------------------------
 # Host wrappers
 # ---------------------------------------------------------------------------------------------
-# The conventional step's launch shape, measured fastest on the H200 (batch 256, Qwen3.5-4B shape,
-# "tune" rows of reports/bench/bench_kernels.json): 8 rows × 2 warps 285.6 µs, 16 × 2 288.1,
-# 16 × 4 288.3, 8 × 4 304.3 (differences of ~1% are within run-to-run noise).
-CONVENTIONAL_BLOCK_R = 8
-CONVENTIONAL_NUM_WARPS = 2
-# At small batch (batch × value heads ≤ SMALL_BATCH_HEAD_MATRICES) the conventional step runs 4 rows ×
-# 1 warp: H200, Qwen3.5-4B shape, 3.94 / 6.70 / 19.56 µs at batch 1 / 4 / 16 against 5.57 / 8.35 /
-# 21.99 at 8 rows × 2 warps (reports/bench/tune_small_batch.json).
-SMALL_BATCH_BLOCK_R = 4
-SMALL_BATCH_NUM_WARPS = 1
-SMALL_BATCH_HEAD_MATRICES = 512
+# The conventional step's launch shape, measured fastest on the H200 (Qwen3.5-4B shape): 4 rows × 1
+# warp, at batch 256 260.8 µs against 266.2 at 8 × 1 and 280.9 at 8 × 2, the earlier default ("tune"
+# rows of reports/bench/bench_kernels_round2c_quick.json), and at batch 1 / 4 / 16 3.94 / 6.70 / 19.56
+# µs against 5.57 / 8.35 / 21.99 at 8 × 2 (reports/bench/tune_small_batch.json).
+CONVENTIONAL_BLOCK_R = 4
+CONVENTIONAL_NUM_WARPS = 1
 # A replay launch with fewer programs than this (about one per SM of an H200) takes smaller row blocks.
 SMALL_GRID_PROGRAMS = 128
 SMALL_GRID_ROWS = 16
@@ -617,12 +612,9 @@ def gdn_conventional_step(state: PackedState, slots: torch.Tensor, q: torch.Tens
     v = v.contiguous()
     o = torch.empty_like(v) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
-    small = Bsz * Hv <= SMALL_BATCH_HEAD_MATRICES
-    default_br, default_nw = ((SMALL_BATCH_BLOCK_R, SMALL_BATCH_NUM_WARPS) if small
-                              else (CONVENTIONAL_BLOCK_R, CONVENTIONAL_NUM_WARPS))
-    br = _block_rows(V, (state.code,), default_br if block_r is None else block_r)
+    br = _block_rows(V, (state.code,), CONVENTIONAL_BLOCK_R if block_r is None else block_r)
     if num_warps is None:
-        num_warps = default_nw if block_r is None else warps_for_tile(br, max(pow2(K), 16))
+        num_warps = CONVENTIONAL_NUM_WARPS if block_r is None else warps_for_tile(br, max(pow2(K), 16))
     bc = max(pow2(K), 16)
     gdn_conventional_step_kernel[(triton.cdiv(V, br), Hv, Bsz)](
         *state.kernel_args(), slots.to(torch.int32).contiguous(), as_i64(seq_ids, Bsz, dev),
@@ -652,7 +644,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     fused_scores: run a one-token step (non-flush, or flush with fold_new) as one launch, every
     program normalising q, k and computing its scores k_j·q̃, k_j·k itself, instead of a scores
     kernel per key head followed by the step kernel; None = the batch-size rule
-    (``kernels/common/launch.py``, ``fused_scores_launch``, provisional until measured). Both forms
+    (``kernels/common/launch.py``, ``fused_scores_launch``, measured on the H200). Both forms
     store the same state codes and k, v, a, β records bit for bit where their normalisations of q and
     k agree (always without ``qk_l2norm``; on a GPU the two kernels may sum Σk² in different orders);
     outputs and d records agree up to fp32 rounding (so does a later buffered fold of those d's).
@@ -682,7 +674,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     slots32, start32, wlen32 = (t.to(torch.int32).contiguous() for t in (slots, start, wlen))
     q, k = q.contiguous(), k.contiguous()
     scale = float(K ** -0.5 if scale is None else scale)
-    fused = fused_scores_launch(Bsz, Hv, T, flush, fold_new, fused_scores)
+    fused = fused_scores_launch(Bsz, Hk, T, flush, fold_new, fused_scores)
     if fused and not flush:  # the window's k records as a [ring, K] tile too: more warps (no spill)
         nw = max(nw, fused_nonflush_warps(bj))
     if fused:  # no scores kernel: the step programs read q and k themselves (qn .. kk are not read)

@@ -547,7 +547,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     fused_scores: run a one-token step (non-flush, or flush with fold_new) as one launch, every
     program computing its scores B_j·C itself, instead of a scores kernel per group followed by the
     step kernel; None = the batch-size rule (``kernels/common/launch.py``, ``fused_scores_launch``,
-    provisional until measured). Both forms give the same state codes and records bit for bit and
+    measured on the H200). Both forms give the same state codes and records bit for bit and
     the same outputs up to fp32 rounding.
     fp4_decode: how the T = 1 non-flush step multiplies an NVFP4 read copy with C: "fp16" (E2M1
     values as fp16 bit patterns converted to fp32, fp32 products), "ptx" (the inline-PTX E4M3
@@ -587,7 +587,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         br = max(br, 16)  # the verify block's matrix products need 16 rows
     bc = max(pow2(N), 16)
     bj = max(records.ring, 16)
-    fused = fused_scores_launch(Bsz, H, T, flush, fold_new, fused_scores)
+    fused = fused_scores_launch(Bsz, G, T, flush, fold_new, fused_scores)
     if T > 1 and not flush and num_warps is not None and num_warps > VERIFY_MAX_WARPS:
         raise ValueError(f"the verify block (T > 1, non-flush) runs at most {VERIFY_MAX_WARPS} warps: at 8 "
                          "warps its compiled kernel made illegal memory accesses on the H200 (Triton 3.6; "

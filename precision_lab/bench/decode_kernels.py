@@ -8,7 +8,7 @@ One run measures, for Mamba-2 (Nemotron-3-Super: 128 heads, P 64, N 128, 8 group
   * batch sweep 1..512 (conventional fp32, ReplaySSM non-flush / flush with an fp32 checkpoint, fla);
   * the one-token ReplaySSM steps in both launch forms (one launch, or a scores kernel then the
     step kernel; ``fused_scores`` of the wrappers) at small batch, beside the conventional step —
-    the rows the provisional batch-size rule of ``kernels/common/launch.py`` is to be set from;
+    the rows the batch-size rule of ``kernels/common/launch.py`` was set from;
   * L sweep 4..64, draft sweep T = 1, 2, 4, 8, read formats fp32/bf16/fp8/NVFP4, update formats
     fp32/fp16-SR, conventional storage formats — at batch 256.
 Timing: CUDA-graph replay of ≥ 24 launches cycling over enough independent buffer sets (≥ 256 MB)
@@ -132,7 +132,7 @@ def launch_form(op, kind, B, T=1, fold_new=None, fused=None) -> bool | None:
         return None
     flush = kind == "flush"
     fold_new = (T == 1 if fold_new is None else fold_new) if flush else False
-    return kernel_launch.fused_scores_launch(B, state_dims(op)["H"], T, flush, fold_new, fused)
+    return kernel_launch.fused_scores_launch(B, state_dims(op)["Gk"], T, flush, fold_new, fused)
 
 
 def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None,
@@ -217,13 +217,13 @@ def rel(a, b):
 def forced_launch_form(fused: bool | None):
     """The replay wrappers' batch-size rule (``kernels/common/launch.py``) forced to one launch form
     for the duration (None: the rule as it is)."""
-    keep = kernel_launch.FUSED_SCORES_MAX_HEAD_ROWS
+    keep = kernel_launch.FUSED_SCORES_MAX_SCORE_ROWS
     if fused is not None:
-        kernel_launch.FUSED_SCORES_MAX_HEAD_ROWS = (1 << 62) if fused else -1
+        kernel_launch.FUSED_SCORES_MAX_SCORE_ROWS = (1 << 62) if fused else -1
     try:
         yield
     finally:
-        kernel_launch.FUSED_SCORES_MAX_HEAD_ROWS = keep
+        kernel_launch.FUSED_SCORES_MAX_SCORE_ROWS = keep
 
 
 def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
@@ -403,7 +403,7 @@ def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool =
             rec(fla_peer(op, B, dev), "batch")
         # the one-token replay steps in both launch forms at small batch, beside the conventional step,
         # at the wrappers' default launch shapes (what the triton-decode engine launches; the batch-size
-        # rule that picks the form is provisional until these rows are measured)
+        # rule that picks the form, FUSED_SCORES_MAX_SCORE_ROWS, was set from these rows)
         for B in ([1, 4, 16] if quick else FUSED_BATCHES):
             rec(measure(op, "conventional", B, dev, nbytes=bytes_conventional(op, B, "fp32")), "fused")
             for fused in (True, False):
