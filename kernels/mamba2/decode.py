@@ -53,6 +53,7 @@ from precision_lab.kernels.common.launch import (
 )
 from precision_lab.kernels.common.state_io import column_quarters, program_slot, store_state4
 from precision_lab.kernels.decode_state import (
+    FMT_FP32,
     FMT_NVFP4,
     PackedState,
     load_state,
@@ -458,9 +459,12 @@ FLUSH_BLOCK_R = 32
 SMALL_BATCH_HEAD_MATRICES = 2048
 SMALL_BATCH_CONVENTIONAL = (4, 1)
 SMALL_BATCH_FLUSH = (16, 1)
-# The T = 1 output-only step at 2 warps (whole head, 64 rows): fp32 read 273.4 µs vs 277.1 at 4
-# warps, FP8 96.8 vs 128.3, NVFP4 142.3 vs 164.3.
+# The T = 1 output-only step (whole head, 64 rows; two-launch form): 2 warps from an fp32 read copy,
+# 1 from a stored format. H200, batch 256 ("tune" rows of reports/bench/bench_kernels_round2c_quick.json):
+# fp32 275.5 µs at 2 warps, 303.3 at 1, 278.8 at 4; NVFP4 109.1 at 1 warp, 117.2 at 2, 153.1 at 4;
+# FP8 92.3 / 96.2 / 127.7; BF16 156.5 / 157.9 / 161.7.
 NONFLUSH_NUM_WARPS = 2
+NONFLUSH_NUM_WARPS_STORED = 1
 
 
 # The verify block (T > 1, non-flush) held transposed (state rows as the products' M): at 64 rows ×
@@ -469,12 +473,14 @@ NONFLUSH_NUM_WARPS = 2
 VERIFY_MAX_WARPS = 4
 
 
-def _replay_warps(T: int, flush: bool, fused: bool = False, bj: int = 16) -> int:
+def _replay_warps(T: int, flush: bool, fused: bool = False, bj: int = 16, read_fp32: bool = True) -> int:
     """Warps of a replay program. (A flush that stores NVFP4 holds the whole head's [64, 128] tile and
     spills 48-104 bytes at 4 warps in an sm_90 compile, none at 8, but 8 warps measured no faster on
     the H200: 1566 against 1550 µs with an fp32 update copy, 4376 against 4353 with fp16-SR.)"""
     if T == 1 and not flush:
-        return fused_nonflush_warps(bj) if fused else NONFLUSH_NUM_WARPS
+        if fused:
+            return fused_nonflush_warps(bj)
+        return NONFLUSH_NUM_WARPS if read_fp32 else NONFLUSH_NUM_WARPS_STORED
     return 4
 
 
@@ -615,7 +621,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         BR=br, BC=bc, BJ=bj, TP=max(pow2(T), 16), HW=x.is_cuda, FP4=fp4_decode,
         FOLD_PREC=fold_precision,
         VERIFY_PREC=verify_precision, STATE_PREC=state_product_precision(verify_precision, br, P, read.code),
-        FUSED=fused, num_warps=num_warps or _replay_warps(T, flush, fused, bj),
+        FUSED=fused, num_warps=num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32),
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance
         # and the records are single products); a flush rounds state and must not
         enable_fp_fusion=not flush)
