@@ -164,6 +164,12 @@ def one(values):
 
 # --- the table: README phrase -> result file -> values (rounded by the format spec) ---------------
 CLAIMS: list[tuple[str, str, object]] = [
+    ("(SR flushes {:.0f} / {:.0f} µs from {:.0f} / {:.0f}; FP16-SR quantize at {:.1f} % of copy",
+     "reports/bench/bench_kernels_round2c_quick.json",
+     lambda d: (summ(d, "mamba2")["update"]["fp16-sr"]["flush_us"], summ(d, "gdn")["update"]["fp16-sr"]["flush_us"],
+                summ(load("reports/bench/bench_kernels_round2b_quick.json"), "mamba2")["update"]["fp16-sr"]["flush_us"],
+                summ(load("reports/bench/bench_kernels_round2b_quick.json"), "gdn")["update"]["fp16-sr"]["flush_us"],
+                100 * load("reports/bench/bench_quant_round2c.json")["kernels"]["fp16-sr quantize"]["frac_of_copy"])),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))
