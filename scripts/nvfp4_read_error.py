@@ -24,32 +24,13 @@ def _setup():
 _setup()
 
 import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from precision_lab.kernels.common.formats import C_NVFP4  # noqa: E402
 from precision_lab.kernels.common.launch import FP4_DECODES  # noqa: E402
-from precision_lab.kernels.common.state_io import read_state_dot  # noqa: E402
+from precision_lab.kernels.common.read_probe import nvfp4_read_products  # noqa: E402
 from precision_lab.kernels.decode_state import PackedState  # noqa: E402
 
 
-@triton.jit
-def _probe(d_ptr, sc_ptr, gs_ptr, s_d, s_sc, s_gs, v_ptr, w_ptr, sv_ptr, sw_ptr, R, C,
-           BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr):
-    i_r, slot = tl.program_id(0), tl.program_id(1)
-    rows = i_r * BR + tl.arange(0, BR)
-    m_r = rows < R
-    sv, sw = read_state_dot(d_ptr, sc_ptr, gs_ptr, slot.to(tl.int64), s_d, s_sc, s_gs, 0, rows, m_r, R, C,
-                            v_ptr, w_ptr, C_NVFP4, BR, BC, HW, True, FP4)
-    tl.store(sv_ptr + slot * R + rows, sv, mask=m_r)
-    tl.store(sw_ptr + slot * R + rows, sw, mask=m_r)
-
-
 def read_dot(pool: PackedState, v, w, fp4: str, dev: str, BR: int = 64):
-    S, R, C = pool.data.shape[0], pool.R, pool.C
-    sv, sw = (torch.full((S, R), float("nan"), device=dev) for _ in range(2))
-    d, sc, gs, s_d, s_sc, s_gs = pool.kernel_args()
-    _probe[(triton.cdiv(R, BR), S)](d, sc, gs, s_d, s_sc, s_gs, v.to(dev), w.to(dev), sv, sw, R, C, BR=BR,
-                                    BC=triton.next_power_of_2(C), HW=dev == "cuda", FP4=fp4)
-    return sv.cpu(), sw.cpu()
+    return nvfp4_read_products(pool, v, w, fp4, dev, BR)
 
 
 def cases(S: int, R: int, C: int, g: torch.Generator):

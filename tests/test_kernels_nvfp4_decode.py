@@ -15,7 +15,8 @@ import triton
 import triton.language as tl
 from precision_lab.kernels.common.formats import C_NVFP4
 from precision_lab.kernels.common.launch import FP4_DECODES, check_fp4_decode
-from precision_lab.kernels.common.state_io import load_state, read_state_dot
+from precision_lab.kernels.common.read_probe import nvfp4_read_products
+from precision_lab.kernels.common.state_io import load_state
 from precision_lab.kernels.decode_state import PackedState
 from precision_lab.kernels.quant import codecs as qc
 from precision_lab.kernels.quant import triton_quant as tq
@@ -206,18 +207,6 @@ def _load_state_probe_kernel(d_ptr, sc_ptr, gs_ptr, s_d, s_sc, s_gs, out_ptr, R,
     tl.store(out_ptr + (slot * R + rows)[:, None] * C + cols[None, :], tile, mask=m_r[:, None] & (cols < C)[None, :])
 
 
-@triton.jit
-def _read_dot_probe_kernel(d_ptr, sc_ptr, gs_ptr, s_d, s_sc, s_gs, v_ptr, w_ptr, sv_ptr, sw_ptr, R, C,
-                           BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr):
-    i_r, slot = tl.program_id(0), tl.program_id(1)
-    rows = i_r * BR + tl.arange(0, BR)
-    m_r = rows < R
-    sv, sw = read_state_dot(d_ptr, sc_ptr, gs_ptr, slot.to(tl.int64), s_d, s_sc, s_gs, 0, rows, m_r, R, C,
-                            v_ptr, w_ptr, C_NVFP4, BR, BC, HW, True, FP4)
-    tl.store(sv_ptr + slot * R + rows, sv, mask=m_r)
-    tl.store(sw_ptr + slot * R + rows, sw, mask=m_r)
-
-
 def test_load_state_nvfp4_exhaustive(device):
     """``load_state`` (flush, verify and conventional steps) decodes every code pair under every scale
     byte and global scale to the reference's bits."""
@@ -238,14 +227,10 @@ def test_read_state_dot_nvfp4_every_code(fp4, device):
     (tensor-core products, fp32 v split into two fp16 parts, bf16 w in one) runs everywhere."""
     scales = [1.0, 1 / 3, 0.0, 2.0**-60, 2.0**60]
     pool, _ = exhaustive_pool(device, scales)
-    S, R, C = len(scales), 256, 512
+    C = 512
     g = torch.Generator().manual_seed(0)
     v, w = torch.randn(C, generator=g), torch.randn(C, generator=g).to(torch.bfloat16)
-    sv, sw = (torch.full((S, R), float("nan"), device=device) for _ in range(2))
-    hw = device == "cuda"
-    d, sc, gs, s_d, s_sc, s_gs = pool.kernel_args()
-    _read_dot_probe_kernel[(R // 16, S)](d, sc, gs, s_d, s_sc, s_gs, v.to(device), w.to(device), sv, sw, R, C,
-                                         BR=16, BC=C, HW=hw, FP4=fp4)
+    sv, sw = nvfp4_read_products(pool, v, w, fp4, device)
     vals = pool.dequantize()[:, 0].double().cpu()  # [S, R, C]
     for got, vec, name in ((sv, v, "S v"), (sw, w, "S w")):
         want = vals @ vec.double()
@@ -261,13 +246,7 @@ def test_read_state_dot_nvfp4_every_code(fp4, device):
 
 def _read_dot(pool: PackedState, v: torch.Tensor, w: torch.Tensor, fp4: str, device, BR: int = 16):
     """(S v, S w) [S, R] of head 0 of every slot of ``pool`` through ``read_state_dot``."""
-    S, R, C = pool.data.shape[0], pool.R, pool.C
-    sv, sw = (torch.full((S, R), float("nan"), device=device) for _ in range(2))
-    d, sc, gs, s_d, s_sc, s_gs = pool.kernel_args()
-    _read_dot_probe_kernel[(triton.cdiv(R, BR), S)](d, sc, gs, s_d, s_sc, s_gs, v.to(device), w.to(device), sv, sw,
-                                                    R, C, BR=BR, BC=triton.next_power_of_2(C),
-                                                    HW=device == "cuda", FP4=fp4)
-    return sv.cpu(), sw.cpu()
+    return nvfp4_read_products(pool, v, w, fp4, device, BR)
 
 
 def _nvfp4_pool(data, scale, gscale, R, C, device):
