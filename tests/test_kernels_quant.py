@@ -183,38 +183,45 @@ def test_e2m1_sr_codec_fp32_fraction_bits(device):
         assert_same_bits(code.cpu(), rounding.round_to_code(x, rounding.E2M1, rb), "e2m1 SR codes")
 
 
-# bf16 and fp16 encode through fast paths of their own (codecs.encode_bf16 / encode_fp16); the generic
-# integer rounding (codecs._encode) stays as their spec. A probe kernel runs both on the same inputs,
-# and both are compared with the torch reference.
-F16_FORMATS = {"bf16": rounding.BF16, "fp16": rounding.FP16}
+# bf16, fp16, E4M3 and E5M2 encode through fast paths of their own (codecs.encode_bf16 / encode_fp16 /
+# encode_e4m3 / encode_e5m2); the generic integer rounding (codecs._encode) stays as their spec. A probe
+# kernel runs both on the same inputs, and both are compared with the torch reference.
+FAST_FORMATS = {"bf16": rounding.BF16, "fp16": rounding.FP16, "e4m3": rounding.E4M3, "e5m2": rounding.E5M2}
+_FAST_IDS = {name: i for i, name in enumerate(FAST_FORMATS)}
 
 
 @triton.jit
-def _f16_probe_kernel(x_ptr, r_ptr, fast_ptr, generic_ptr, n, BF16: tl.constexpr, SR: tl.constexpr,
-                      BLOCK: tl.constexpr):
+def _fast_probe_kernel(x_ptr, r_ptr, fast_ptr, generic_ptr, n, FMT: tl.constexpr, SR: tl.constexpr,
+                       BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0)
     r = tl.load(r_ptr + offs, mask=mask, other=0)
-    if BF16:
+    if FMT == 0:
         fast = qc.encode_bf16(x, r, SR)
         generic = qc._encode(x, r, 8, 7, 127, 0x7F7F, False, 0x7FC0, SR)
-    else:
+    elif FMT == 1:
         fast = qc.encode_fp16(x, r, SR)
         generic = qc._encode(x, r, 5, 10, 15, 0x7BFF, False, 0x7E00, SR)
+    elif FMT == 2:
+        fast = qc.encode_e4m3(x, r, SR)
+        generic = qc._encode(x, r, 4, 3, 7, 0x7E, True, 0x7F, SR)
+    else:
+        fast = qc.encode_e5m2(x, r, SR)
+        generic = qc._encode(x, r, 5, 2, 15, 0x7B, True, 0x7E, SR)
     tl.store(fast_ptr + offs, fast, mask=mask)
     tl.store(generic_ptr + offs, generic, mask=mask)
 
 
-def check_f16_codec(fmt: str, x: torch.Tensor, rb: torch.Tensor | None, device: str) -> None:
+def check_fast_codec(fmt: str, x: torch.Tensor, rb: torch.Tensor | None, device: str) -> None:
     """Fast encode == generic encode == torch reference, bit for bit on the int32 codes (RNE when rb is None)."""
     sr = rb is not None
     r = rb if sr else torch.zeros(x.shape, dtype=torch.int32)
     fast = torch.empty(x.shape, dtype=torch.int32, device=device)
     generic = torch.empty(x.shape, dtype=torch.int32, device=device)
-    _f16_probe_kernel[(triton.cdiv(x.numel(), 8192),)](x.to(device), r.to(device), fast, generic, x.numel(),
-                                                       BF16=fmt == "bf16", SR=sr, BLOCK=8192)
-    want = rounding.round_to_code(x, F16_FORMATS[fmt], rb)
+    _fast_probe_kernel[(triton.cdiv(x.numel(), 8192),)](x.to(device), r.to(device), fast, generic, x.numel(),
+                                                        FMT=_FAST_IDS[fmt], SR=sr, BLOCK=8192)
+    want = rounding.round_to_code(x, FAST_FORMATS[fmt], rb)
     what = f"{fmt} {'SR' if sr else 'RNE'}"
     assert_same_bits(generic.cpu(), want, f"{what} generic codes")
     assert_same_bits(fast.cpu(), want, f"{what} fast codes")
@@ -233,26 +240,30 @@ def with_words(x: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize("sr", [False, True], ids=["rne", "sr"])
-@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
-def test_f16_codec_exhaustive(fmt, sr, device):
+@pytest.mark.parametrize("fmt", list(FAST_FORMATS))
+def test_fast_codec_exhaustive(fmt, sr, device):
     """Every bf16 and every fp16 pattern (NaNs, ±inf, ±0, subnormals of both) as input; under SR with
     each word of SR_WORDS and with random words. Values exactly on the grid must come back unchanged
     whatever the word, values between grid points go down or up by the rule."""
     x = torch.cat([all_16bit(torch.bfloat16), all_16bit(torch.float16)])
     if sr:
         x, rb = with_words(x, seed=21)
-        check_f16_codec(fmt, x, rb, device)
+        check_fast_codec(fmt, x, rb, device)
     else:
-        check_f16_codec(fmt, x, None, device)
+        check_fast_codec(fmt, x, None, device)
 
 
-def f16_boundary_values() -> torch.Tensor:
+def fast_boundary_values() -> torch.Tensor:
     """fp32 values at and around the edges the fast paths treat separately, both signs, with their fp32
     neighbours: fp16's max and overflow (65504, 65520 = max + half an ulp, 65535, 2^16), fp16's
-    smallest normal 2^-14 and subnormal step 2^-24 (and 2^-25, 3·2^-25: RNE ties), bf16/fp32 max,
+    smallest normal 2^-14 and subnormal step 2^-24 (and 2^-25, 3·2^-25: RNE ties); E4M3's max 448, the
+    clamp 480 and values between, its smallest normal 2^-6 and step 2^-9 (2^-10, 3·2^-10: ties);
+    E5M2's max 57344 and 61440 (max + half an ulp), its step 2^-16 (2^-17, 3·2^-17); bf16/fp32 max,
     fp32 subnormals, ±0, ±inf and NaNs with several payloads."""
     core = torch.tensor([65504.0, 65519.99609375, 65520.0, 65535.0, 65536.0, 98304.0, 1e5, 2.0**-14,
                          2.0**-15, 2.0**-24, 2.0**-25, 3 * 2.0**-25, 2.0**-26, 1.0, 1.5, 3.4028234663852886e38,
+                         448.0, 464.0, 479.0, 480.0, 500.0, 2.0**-6, 2.0**-9, 2.0**-10, 3 * 2.0**-10, 7 * 2.0**-9,
+                         57344.0, 61440.0, 2.0**-16, 2.0**-17, 3 * 2.0**-17,
                          2.0**-126, 1e-45, 1e-40, 0.0])
     b = core.view(torch.int32)
     near = torch.cat([b - 2, b - 1, b, b + 1, b + 2]).clamp(min=0)  # all positive patterns < inf here
@@ -262,21 +273,22 @@ def f16_boundary_values() -> torch.Tensor:
     return torch.cat([mags, mags | (-(1 << 31))]).view(torch.float32)
 
 
-def test_f16_codec_fp32_fraction_bits(device):
-    """The fast paths read the fp32 bits below bf16's / fp16's last place (16 for bf16, 13 for fp16
-    normals, up to 26 for fp16 subnormals), which bf16 inputs leave zero: random fp32 patterns over
-    every exponent (fp32 subnormals and NaNs included), patterns with exponents around fp16's range
-    oversampled, and f16_boundary_values; RNE, and SR with the words of SR_WORDS and random words."""
+def test_fast_codec_fp32_fraction_bits(device):
+    """The fast paths read the fp32 bits below each format's last place (16 for bf16, 13 for fp16
+    normals, 20 / 21 for E4M3 / E5M2 normals, more for subnormals), which bf16 inputs leave (mostly)
+    zero: random fp32 patterns over every exponent (fp32 subnormals and NaNs included), patterns with
+    exponents around the formats' ranges oversampled, and fast_boundary_values; RNE, and SR with the
+    words of SR_WORDS and random words."""
     g = torch.Generator().manual_seed(22)
     n = 1 << 14
     b = torch.randint(-2**31, 2**31, (n,), generator=g, dtype=torch.int64).to(torch.int32)
     near = (b & ~(0xFF << 23)) | (torch.randint(95, 146, (n,), generator=g).to(torch.int32) << 23)
     sub = b & (0x807FFFFF - (1 << 32))  # fp32 subnormals of both signs
-    x = torch.cat([b.view(torch.float32), near.view(torch.float32), sub.view(torch.float32), f16_boundary_values()])
+    x = torch.cat([b.view(torch.float32), near.view(torch.float32), sub.view(torch.float32), fast_boundary_values()])
     xs, rb = with_words(x, seed=23)
-    for fmt in F16_FORMATS:
-        check_f16_codec(fmt, x, None, device)
-        check_f16_codec(fmt, xs, rb, device)
+    for fmt in FAST_FORMATS:
+        check_fast_codec(fmt, x, None, device)
+        check_fast_codec(fmt, xs, rb, device)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -40,6 +40,11 @@ Element codecs
                              ±448 (0x7E); NaN → 0x7F|sign. Subnormals (2^-9 steps) kept.
 ``encode_e5m2(x, r, SR)``  → int32 float8_e5m2 bits, *satfinite*: beyond 57344 and ±inf give
                              ±57344 (0x7B); NaN → 0x7E|sign.
+                             Both have fast paths in each rounding mode, equal to the generic
+                             ``_encode`` (tested like the fp16 ones): SR forms T as fp16 SR does
+                             (normals from the clamped pattern, subnormals as ``int(|x| · 2^k)``) and
+                             keeps ``min((T + r16) >> 16, max code)``; RNE rounds the pattern
+                             (normals) or lets the fp32 adder round ``|x| + 1.5·2^k`` (subnormals).
 ``encode_e2m1(x, r, SR)``  → int32 FP4 E2M1 nibble (sign in bit 3, magnitude codes 0..7 =
                              0, .5, 1, 1.5, 2, 3, 4, 6), *satfinite* (beyond 6 and ±inf → ±6);
                              NaN → 0x7 | sign (E2M1 has no NaN; NVFP4 records NaN in the block scale).
@@ -251,26 +256,60 @@ def encode_fp16(x, r, SR: tl.constexpr):
 
 @triton.jit
 def encode_e4m3(x, r, SR: tl.constexpr):
+    # Fast paths in both modes (equal to _encode(x, r, 4, 3, 7, 0x7E, True, 0x7F, SR)). E4M3's exponent
+    # is fp32's minus 120, so for E4M3 normals (|x| >= 2^-6, |bits| >= 0x3C800000) the fp32 pattern
+    # minus 120·2^23, shifted right by 20, is the E4M3 magnitude code, and its low 20 bits are the
+    # fraction below the E4M3 step. Subnormals (|x| < 2^-6) are steps of 2^-9.
+    bits = x.to(tl.int32, bitcast=True)
+    a = bits & 0x7FFFFFFF
     if SR:
-        return _encode(x, r, 4, 3, 7, 0x7E, True, 0x7F, SR)
+        # The rule of the generic path is code = (T + r16) >> 16 with
+        # T = code_trunc · 2^16 + floor(frac · 2^16): |x| in 16.16 fixed point in units of the step.
+        # Normals: T = (pattern - 120·2^23) >> 4 (the top 16 of the 20 fraction bits), the pattern
+        # clamped at 0x43F00000 (480: code 0x7F, fraction 0), so every overflow, inf and NaN gives a
+        # code <= 0x7F that the satfinite clamp turns into 0x7E (NaN is replaced below). Subnormals:
+        # T = floor(|x| · 2^25) < 2^19: the product is exact (a power of two; an fp32 subnormal
+        # gives 0 whether or not the multiply flushes it) and the float → int conversion truncates;
+        # |x| is clamped at 2^-6 first so that lanes taking the normal branch convert an in-range
+        # value.
+        t_small = (tl.minimum(a, 0x3C800000).to(tl.float32, bitcast=True) * 33554432.0).to(tl.int32)
+        t = tl.where(a < 0x3C800000, t_small, (tl.minimum(a, 0x43F00000) >> 4) - (960 << 16))
+        mag = tl.minimum((t + (r & 0xFFFF).to(tl.int32)) >> 16, 0x7E)
     else:
-        # RNE fast path (NVFP4 block scales). Normals (|x| >= 2^-6): round the fp32 pattern to 3
-        # mantissa bits by adding half an ulp minus 1 plus the kept lsb (ties to even), then
-        # rebias (fp32 exponent 121 is E4M3 exponent 1: code = bits >> 20 minus 120·8).
-        # Subnormals (steps of 2^-9): |x| + 1.5·2^14 rounds to a multiple of 2^-9 in the fp32
-        # adder, and the multiple is the code (8 = the smallest normal, also right).
-        bits = x.to(tl.int32, bitcast=True)
-        a = bits & 0x7FFFFFFF
+        # RNE (NVFP4 block scales). Normals: round the fp32 pattern to 3 mantissa bits by adding half
+        # an ulp minus 1 plus the kept lsb (ties to even), then rebias (code = bits >> 20 minus
+        # 120·8). Subnormals: |x| + 1.5·2^14 rounds to a multiple of 2^-9 in the fp32 adder (its ulp
+        # there), and the multiple is the code (8 = the smallest normal, also right). NaN patterns
+        # may wrap in the add; they are replaced below.
         normal = ((a + (0x7FFFF + ((a >> 20) & 1))) >> 20) - 960
         sub = (tl.abs(x) + 24576.0).to(tl.int32, bitcast=True) - 0x46C00000
         mag = tl.minimum(tl.where(a < 0x3C800000, sub, normal), 0x7E)
-        mag = tl.where(a > 0x7F800000, 0x7F, mag)
-        return ((bits >> 24) & 0x80) | mag
+    mag = tl.where(a > 0x7F800000, 0x7F, mag)
+    return ((bits >> 24) & 0x80) | mag
 
 
 @triton.jit
 def encode_e5m2(x, r, SR: tl.constexpr):
-    return _encode(x, r, 5, 2, 15, 0x7B, True, 0x7E, SR)
+    # Fast paths in both modes (equal to _encode(x, r, 5, 2, 15, 0x7B, True, 0x7E, SR)), the E4M3 ones
+    # with E5M2's constants: normals (|x| >= 2^-14, |bits| >= 0x38800000) have code = (pattern -
+    # 112·2^23) >> 21 and 21 fraction bits; subnormals are steps of 2^-16.
+    bits = x.to(tl.int32, bitcast=True)
+    a = bits & 0x7FFFFFFF
+    if SR:
+        # T as in encode_e4m3: normals (pattern - 112·2^23) >> 5, the pattern clamped at 0x47800000
+        # (2^16: code 0x7C, fraction 0, which the satfinite clamp makes 0x7B); subnormals
+        # floor(|x| · 2^32) < 2^18, |x| clamped at 2^-14 first.
+        t_small = (tl.minimum(a, 0x38800000).to(tl.float32, bitcast=True) * 4294967296.0).to(tl.int32)
+        t = tl.where(a < 0x38800000, t_small, (tl.minimum(a, 0x47800000) >> 5) - (448 << 16))
+        mag = tl.minimum((t + (r & 0xFFFF).to(tl.int32)) >> 16, 0x7B)
+    else:
+        # RNE: normals add half an ulp minus 1 plus the kept lsb and shift by 21; subnormals let the
+        # fp32 adder round |x| + 1.5·2^7 (its ulp there is 2^-16, the step) to a multiple of the step.
+        normal = ((a + (0xFFFFF + ((a >> 21) & 1))) >> 21) - 448
+        sub = (tl.abs(x) + 192.0).to(tl.int32, bitcast=True) - 0x43400000
+        mag = tl.minimum(tl.where(a < 0x38800000, sub, normal), 0x7B)
+    mag = tl.where(a > 0x7F800000, 0x7E, mag)
+    return ((bits >> 24) & 0x80) | mag
 
 
 @triton.jit
