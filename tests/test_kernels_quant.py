@@ -473,6 +473,8 @@ def test_bench_smoke(tmp_path, device, monkeypatch):
     assert (res.ceiling is None) == (device == "cpu")  # a smoke run measures no copy ceiling
     assert all(k.check == "pass" and k.GBps > 0 for k in res.kernels.values()), out["kernels"]
     assert out["kernels"]["nvfp4 quantize"]["bytes"] == 4 * 3072 + 3072 // 2 + 3072 // 16 + 4 * 6
+    assert {"fp16-sr quantize", "bf16-sr quantize", "fp8e4m3-sr quantize", "fp8e5m2-sr quantize"} <= set(out["kernels"])
+    assert out["kernels"]["fp8e4m3-sr quantize"]["bytes"] == 5 * 3072
     assert (tmp_path / "bench_quant.png").stat().st_size > 0
 
 

@@ -69,7 +69,7 @@ QUANT_BYTES_MODEL = {
     "copy": "read 4N + write 4N",
     "nvfp4 quantize": "read 4N + write N/2 codes + N/16 scales + 4M global scales",
     "nvfp4 dequantize": "read N/2 + N/16 + 4M + write 4N",
-    "fp8 quantize/dequantize": "4N + N",
+    "fp8 quantize/dequantize": "4N + N (fp8 SR quantize too; random bits drawn in-kernel)",
     "fp16/bf16-sr quantize": "read 4N + write 2N (random bits drawn in-kernel)",
 }
 

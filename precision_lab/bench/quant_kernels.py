@@ -78,6 +78,8 @@ def run(*, shape=(256, 128, 64, 128), out_dir="reports/bench", rep_ms: float = 2
         "fp8e4m3 dequantize": lambda: tq.dequantize(qt_fp8),
         "fp16-sr quantize": lambda: tq.quantize(x, "fp16-sr", seed=SEED),
         "bf16-sr quantize": lambda: tq.quantize(x, "bf16-sr", seed=SEED),
+        "fp8e4m3-sr quantize": lambda: tq.quantize(x, "fp8e4m3-sr", seed=SEED),
+        "fp8e5m2-sr quantize": lambda: tq.quantize(x, "fp8e5m2-sr", seed=SEED),
     }
     cases = {name: (fn, quant_bytes(name, N, M)) for name, fn in cases.items()}
 
@@ -101,8 +103,7 @@ def run(*, shape=(256, 128, 64, 128), out_dir="reports/bench", rep_ms: float = 2
                 if not same(out[s:e], ref_deq(sub)):
                     ok, detail = False, f"dequantized values differ in slice {s}:{e}"
                 continue
-            fmt = {"nvfp4 quantize": "nvfp4", "nvfp4-sr quantize": "nvfp4-sr", "fp8e4m3 quantize": "fp8e4m3",
-                   "fp16-sr quantize": "fp16-sr", "bf16-sr quantize": "bf16-sr"}[name]
+            fmt = name.removesuffix(" quantize")
             rb = None
             if fmt.endswith("-sr"):  # the kernel's Philox counters run over the flat index into the whole x
                 per = N // lead0  # elements per leading-axis slice
