@@ -357,3 +357,6 @@ def test_launch_shapes_follow_the_batch():
         gd.gdn_conventional_step_kernel = keep
     assert [(br, nw) for _, br, nw in seen] == [(4, 1), (4, 1), (4, 1)]
     assert [grid for grid, _, _ in seen] == [(32, 32, 1), (32, 32, 16), (32, 32, 17)]
+    # an NVFP4 state: the whole head in one program, with the warps of its tile (1 warp spilled)
+    assert gd._conventional_launch(128, 128, FMT_NVFP4, None, None) == (128, 8)
+    assert gd._conventional_launch(128, 128, FMT_NVFP4, None, 2) == (128, 2)   # explicit warps win

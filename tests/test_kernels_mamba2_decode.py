@@ -373,3 +373,17 @@ def test_verify_refuses_more_warps_than_it_ran_at():
     with pytest.raises(ValueError, match="verify block .* at most 4 warps"):
         mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
                            n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"], num_warps=8)
+
+
+def test_conventional_launch_shapes():
+    """The conventional step: 16 rows x 8 warps at large batch, 4 rows x 1 warp at small batch
+    (batch x heads <= SMALL_BATCH_HEAD_MATRICES); an NVFP4 state owns whole heads with the warps of
+    its tile at any batch (the 1-warp rule was measured on 4-row blocks)."""
+    from precision_lab.kernels.decode_state import FMT_FP32, FMT_NVFP4
+    from precision_lab.kernels.mamba2 import decode as md
+
+    assert md._conventional_launch(64, 128, FMT_FP32, None, None, 256 * 128) == (16, 8)
+    assert md._conventional_launch(64, 128, FMT_FP32, None, None, 16 * 128) == (4, 1)
+    assert md._conventional_launch(64, 128, FMT_NVFP4, None, None, 16 * 128) == (64, 8)
+    assert md._conventional_launch(64, 128, FMT_NVFP4, None, None, 256 * 128) == (64, 8)
+    assert md._conventional_launch(64, 128, FMT_FP32, 32, None, 16 * 128) == (32, 4)   # explicit block_r

@@ -587,6 +587,18 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
     return br, max(1, min(16, br * C // (32 * per_thread)))
 
 
+def _conventional_launch(R: int, C: int, code: int, block_r: int | None, num_warps: int | None) -> tuple[int, int]:
+    """(rows, warps) of a conventional-step program (``C``: the padded column count). An NVFP4 state
+    needs the whole head in one program (its global scale is per matrix), far more than the 4-row
+    block the 1-warp rule was measured on, so it takes ``warps_for_tile``: at 1 warp the [128, 128]
+    head spilled (H200, batch 256, ncu: 2.85 ms and 8.8 M local-memory spill requests, against 257 µs
+    for an fp32 state)."""
+    br = _block_rows(R, (code,), CONVENTIONAL_BLOCK_R if block_r is None else block_r)
+    if num_warps is None:
+        num_warps = CONVENTIONAL_NUM_WARPS if block_r is None and code != FMT_NVFP4 else warps_for_tile(br, C)
+    return br, num_warps
+
+
 def _check(state: PackedState, V: int, K: int) -> None:
     if (state.R, state.C) != (V, K):
         raise ValueError(f"state pool holds [{state.R}, {state.C}] matrices, inputs need [{V}, {K}]")
@@ -612,10 +624,8 @@ def gdn_conventional_step(state: PackedState, slots: torch.Tensor, q: torch.Tens
     v = v.contiguous()
     o = torch.empty_like(v) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
-    br = _block_rows(V, (state.code,), CONVENTIONAL_BLOCK_R if block_r is None else block_r)
-    if num_warps is None:
-        num_warps = CONVENTIONAL_NUM_WARPS if block_r is None else warps_for_tile(br, max(pow2(K), 16))
     bc = max(pow2(K), 16)
+    br, num_warps = _conventional_launch(V, bc, state.code, block_r, num_warps)
     gdn_conventional_step_kernel[(triton.cdiv(V, br), Hv, Bsz)](
         *state.kernel_args(), slots.to(torch.int32).contiguous(), as_i64(seq_ids, Bsz, dev),
         as_i64(events, Bsz, dev), sr_seed(seed, layer),

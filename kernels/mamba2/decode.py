@@ -468,8 +468,9 @@ NONFLUSH_NUM_WARPS_STORED = 1
 
 
 # The verify block (T > 1, non-flush) held transposed (state rows as the products' M): at 64 rows ×
-# 8 warps the compiled kernel made illegal memory accesses on the H200 (Triton 3.6, batch 256, T = 2;
-# 4 warps ran and passed the checks), so the wrapper refuses more than 4 warps for it.
+# 8 warps the compiled kernel made illegal memory accesses on the H200 (Triton 3.6; compute-sanitizer:
+# a shared-memory read out of bounds in the small history/draft products, docs/pitfalls.md §14;
+# 4 warps run clean and pass the checks), so the wrapper refuses more than 4 warps for it.
 VERIFY_MAX_WARPS = 4
 
 
@@ -482,6 +483,21 @@ def _replay_warps(T: int, flush: bool, fused: bool = False, bj: int = 16, read_f
             return fused_nonflush_warps(bj)
         return NONFLUSH_NUM_WARPS if read_fp32 else NONFLUSH_NUM_WARPS_STORED
     return 4
+
+
+def _conventional_launch(P: int, C: int, code: int, block_r: int | None, num_warps: int | None,
+                         head_matrices: int) -> tuple[int, int]:
+    """(rows, warps) of a conventional-step program (``C``: the padded column count; ``head_matrices``:
+    batch × heads). An NVFP4 state needs the whole head in one program (its global scale is per
+    matrix), so the small-batch 1-warp rule, measured on 4-row blocks, does not apply to it: it takes
+    ``warps_for_tile`` (the GDN step's whole [128, 128] head at 1 warp spilled: 2.85 ms against 257 µs
+    for fp32 at batch 256, H200)."""
+    small = head_matrices <= SMALL_BATCH_HEAD_MATRICES
+    default_br, default_nw = SMALL_BATCH_CONVENTIONAL if small else (CONVENTIONAL_BLOCK_R, CONVENTIONAL_NUM_WARPS)
+    br = _block_rows(P, C, (code,), default_br if block_r is None else block_r)
+    if num_warps is None:
+        num_warps = default_nw if block_r is None and code != FMT_NVFP4 else warps_for_tile(br, C)
+    return br, num_warps
 
 
 def _opt(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
@@ -510,10 +526,8 @@ def mamba2_conventional_step(state: PackedState, slots: torch.Tensor, x: torch.T
     x = x.contiguous()
     y = torch.empty_like(x) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
-    small = Bsz * H <= SMALL_BATCH_HEAD_MATRICES
-    default_br, default_nw = SMALL_BATCH_CONVENTIONAL if small else (CONVENTIONAL_BLOCK_R, CONVENTIONAL_NUM_WARPS)
-    br = _block_rows(P, N, (state.code,), default_br if block_r is None else block_r)
     bc = max(pow2(N), 16)
+    br, num_warps = _conventional_launch(P, bc, state.code, block_r, num_warps, Bsz * H)
     grid = (triton.cdiv(P, br), H, Bsz)
     mamba2_conventional_step_kernel[grid](
         *state.kernel_args(), slots.to(torch.int32).contiguous(), as_i64(seq_ids, Bsz, dev),
@@ -521,8 +535,7 @@ def mamba2_conventional_step(state: PackedState, slots: torch.Tensor, x: torch.T
         x, dt.contiguous(), A.contiguous(), B.contiguous(), C.contiguous(), _opt(D, A), _opt(dt_bias, A),
         _opt(z, x), y, H, G, P, N,
         FMT=state.code, SR=state.sr, HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
-        BR=br, BC=bc, num_warps=num_warps or (default_nw if block_r is None else warps_for_tile(br, bc)),
-        enable_fp_fusion=False)
+        BR=br, BC=bc, num_warps=num_warps, enable_fp_fusion=False)
     return y
 
 

@@ -67,7 +67,7 @@ LS = [4, 8, 16, 32, 64]
 DRAFT_T = [1, 2, 4, 8]
 READ_FMTS = ["fp32", "bf16", "fp8e4m3", "nvfp4"]
 UPDATE_FMTS = ["fp32", "fp16-sr", "fp8e4m3-sr"]   # each with an NVFP4 read copy
-CONV_FMTS = ["fp32", "bf16", "fp16-sr", "bf16-sr"]
+CONV_FMTS = ["fp32", "bf16", "fp16-sr", "bf16-sr", "nvfp4"]
 
 # Launch-shape candidates per kernel kind (keywords of the wrappers; a wrapper that lacks a keyword
 # is tuned over the ones it has). "verify" is the non-flush kernel with T > 1 drafts.
@@ -436,7 +436,9 @@ def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool =
             rec(measure(op, "flush", 256, dev, upd=uf, read="nvfp4", W=15, cfg=best["flush"],
                         nbytes=bytes_flush(op, 256, uf, "nvfp4", 15)), "update")
         for cf in CONV_FMTS:
-            rec(measure(op, "conventional", 256, dev, upd=cf, cfg=best["conventional"],
+            # the tuned shape is a row block; an NVFP4 state owns whole heads and takes the wrapper's
+            # launch for them (the tuned 1-warp shape would hold a whole head in one warp)
+            rec(measure(op, "conventional", 256, dev, upd=cf, cfg=None if cf == "nvfp4" else best["conventional"],
                         nbytes=bytes_conventional(op, 256, cf)), "convfmt")
         # a checkpoint after each operator: a run cut short still leaves a file that resummarise reads
         dump(result(partial=True), output)
