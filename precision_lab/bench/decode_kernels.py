@@ -77,7 +77,9 @@ TUNE_SPACE = {
     # replay wrapper picks its own launch shape (gdn/decode.py ``_replay_launch``): None = that default.
     "mamba2": {
         "conventional": dict(block_r=[16, 32], num_warps=[8]),
-        "flush": dict(block_r=[16, 32], num_warps=[4, 8], fold_precision=["tf32x3"]),
+        # 64 rows: fewer programs with more of the state in flight each (the flush waits on memory with
+        # 3 programs per SM at 32 rows: reports/diagnostics/ncu-decode-99c947d.json)
+        "flush": dict(block_r=[16, 32, 64], num_warps=[4, 8], fold_precision=["tf32x3"]),
         "nonflush": dict(block_r=[None], num_warps=[1, 2, 4], fp4_decode=["fp16", "ptx", "mma"]),
         "verify": dict(block_r=[64], num_warps=[4]),   # 8 warps faulted (docs/pitfalls.md §14)
     },
