@@ -236,10 +236,19 @@ def _join4(x0, x1, x2, x3, BR: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr
 
 @triton.jit
 def _load4(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C,
-           FMT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr):
-    """``load_state``'s fp32 tile as column quarters."""
+           FMT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr, HW: tl.constexpr):
+    """``load_state``'s fp32 tile as column quarters. HW (compiled GPU kernels): E4M3 codes through the
+    hardware E4M3 → fp16 conversion (exact, like the integer decode; a NaN code gives a NaN of
+    another payload, which every store encodes to the same NaN code)."""
     QW: tl.constexpr = BC // 4
-    if FMT != C_FP32 and (not ILV) and (FMT != C_NVFP4 or (QW // 16) * 16 == QW):
+    if HW and FMT == C_E4M3 and not ILV:
+        p = d_ptr + slot * s_d + (h * R + rows).to(tl.int64)[:, None] * C
+        c0, c1, c2, c3 = _cols4(0, BC, ILV), _cols4(1, BC, ILV), _cols4(2, BC, ILV), _cols4(3, BC, ILV)
+        return (tl.load(p + c0[None, :], mask=m_r[:, None] & (c0 < C)[None, :], other=0).to(tl.float8e4nv, bitcast=True).to(tl.float32),
+                tl.load(p + c1[None, :], mask=m_r[:, None] & (c1 < C)[None, :], other=0).to(tl.float8e4nv, bitcast=True).to(tl.float32),
+                tl.load(p + c2[None, :], mask=m_r[:, None] & (c2 < C)[None, :], other=0).to(tl.float8e4nv, bitcast=True).to(tl.float32),
+                tl.load(p + c3[None, :], mask=m_r[:, None] & (c3 < C)[None, :], other=0).to(tl.float8e4nv, bitcast=True).to(tl.float32))
+    elif FMT != C_FP32 and (not ILV) and (FMT != C_NVFP4 or (QW // 16) * 16 == QW):
         # chunk quarters of a decoded format loaded and decoded one by one, so they come in the
         # layout of the fp32 pool's quarter loads below: splitting a decoded [BR, BC] tile instead
         # went through shared memory and left the fold loop in another layout, 42% more
@@ -405,7 +414,7 @@ def gdn_replay_step_kernel(
         n_q, n_k, f_q, f_k = _new_qk(q_ptr, k_ptr, i_b.to(tl.int64) * Hk + i_kh, C, scale, NORM, BC)
 
     if FLUSH:
-        s0, s1, s2, s3 = _load4(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, ILV)
+        s0, s1, s2, s3 = _load4(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, ILV, HW)
         if RECOMPUTE:
             s0, s1, s2, s3 = _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R, C,
                                              RING, BC)
@@ -438,7 +447,7 @@ def gdn_replay_step_kernel(
             _store4(s0, s1, s2, s3, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
                     seed, seq, ev, True, RFMT, RSR, BR, BC, ILV)
     elif not FROM_CODES:
-        s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV)
+        s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV, HW)
 
     if (not FLUSH) and T == 1:
         # output-only step: S_{W-1} x = e^{c_W} (S_b x) + Σ_j e^{c_W − c_j} (k_j·x) d_j with S_b the read
