@@ -160,15 +160,18 @@ def _scores(t_k, b_q, b_k):
 @triton.jit
 def gdn_replay_scores_kernel(
     rk_ptr, s_rk, slot_ptr, start_ptr, wlen_ptr, q_ptr, k_ptr, qn_ptr, kn_ptr, kq_ptr, kk_ptr, scale,
-    Hk, C, RING,
-    T: tl.constexpr, SCORES: tl.constexpr, FOLD_NEW: tl.constexpr, NORM: tl.constexpr,
+    Hk, C, RING, s_ws,
+    T: tl.constexpr, SCORES: tl.constexpr, FOLD_NEW: tl.constexpr, NORM: tl.constexpr, GRAM: tl.constexpr,
     BC: tl.constexpr, BJ: tl.constexpr,
 ):
     """Per (key head, batch entry): normalise the T new q/k (q̃ = scale·q) into qn, kn [B, T, Hk, K]
     and write the new k records. With SCORES (the output-only step, T = 1) also the scores k_j·q̃,
     k_j·k of every window position j (the new token at j = W) into kq, kk [B, T, Hk, BJ]; otherwise
     only k_t·q̃_t into kq [B, T, Hk]. Once per key head instead of once per value head and row block.
-    The step kernel's one-launch form (FUSED) computes the same with the same helpers."""
+    The step kernel's one-launch form (FUSED) computes the same with the same helpers.
+    GRAM (a flush with the chunked recompute fold): also the window's Gram matrix k_i·k_j, shared by
+    every value head and row of the key head, into kk = the fold's workspace (``_chunk_workspace``:
+    entry stride ``s_ws``, [BJ, BJ] per key head at its start)."""
     i_kh, i_b = tl.program_id(0), tl.program_id(1)
     slot = tl.load(slot_ptr + i_b).to(tl.int64)
     start = tl.load(start_ptr + i_b)
@@ -179,8 +182,16 @@ def gdn_replay_scores_kernel(
     m_cv = m_c & ((cols * 0 + slot) >= 0)
     m_hist = (jj < W) & ((jj * 0 + slot) >= 0)
     slot = tl.maximum(slot, 0)
-    if SCORES:
+    if SCORES or GRAM:
         t_k = _k_window(rk_ptr + slot * s_rk + i_kh * C, start, jj, m_hist, cols, m_c, Hk, C, RING)
+    if GRAM:
+        # column j of the Gram matrix from record j read again from memory (picking row j out of the
+        # tile would cost a where + sum per element); zero rows past the window (and for a skipped entry)
+        gram = kk_ptr + i_b.to(tl.int64) * s_ws + i_kh * BJ * BJ
+        for j in tl.range(0, W):
+            pj = ((start + j) & (RING - 1)).to(tl.int64)
+            k_j = tl.load(rk_ptr + slot * s_rk + (pj * Hk + i_kh) * C + cols, mask=m_c, other=0)
+            tl.store(gram + jj * BJ + j, tl.sum(t_k * k_j[None, :], 1))
     for t in tl.static_range(T):
         bk = (i_b.to(tl.int64) * T + t) * Hk + i_kh
         b_q, b_k, _, _ = _new_qk(q_ptr, k_ptr, bk, C, scale, NORM, BC)
@@ -352,6 +363,50 @@ def _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RI
     return s0, s1, s2, s3
 
 
+# The chunked form of the recompute fold (``fold_form="chunked"``). With c_j = a_0 + … + a_j and
+# P_j = S_b k_j, the state before record j is S_{j-1} = e^{c_{j-1}} S_b + Σ_{i<j} e^{c_{j-1} − c_i} d'_i k_iᵀ,
+# so the recurrence's d'_j = β_j (v_j − α_j S_{j-1} k_j) needs only P_j, the Gram matrix k_i·k_j and the
+# earlier d'_i of the same row:
+#   d'_j = β_j (v_j − α_j [e^{c_{j-1}} P_j + Σ_{i<j} e^{c_{j-1} − c_i} (k_i·k_j) d'_i])
+# and the fold is then the buffered closed form with the d'_j. The W mat-vecs S_b k_j are independent
+# (no chain through S), the α_j·S multiply per element and record is gone, and the serial part (the
+# substitution) works on rows, not on the state. P and then D' go through a per-program global
+# scratch (W × rows, L1/L2-resident): a [rows, W] register tile next to the 128 state registers per
+# thread would spill, and the substitution reads d'_i written by other threads of the program
+# (hence the barriers).
+@triton.jit
+def _fold_chunked(s0, s1, s2, s3, rk, rv, ra, rbeta, gram, scr, start, n_w, m_r, Hk, Hv, R, C, RING,
+                  BC: tl.constexpr, BJ: tl.constexpr):
+    """The recompute fold in chunked form (comment above). ``gram``: the key head's [BJ, BJ] Gram matrix
+    over logical window positions (scores kernel, GRAM); ``scr``: this program's rows of a [RING, Hv, R]
+    scratch (row pointers, record j at ring position p: scr + p·Hv·R)."""
+    for j in tl.range(0, n_w, num_stages=4):
+        p = ((start + j) & (RING - 1)).to(tl.int64)
+        k0, k1, k2, k3 = _vec4(rk + p * Hk * C, C, BC, False)
+        tl.store(scr + p * Hv * R, _matvec(s0, s1, s2, s3, k0, k1, k2, k3), mask=m_r)
+    tl.debug_barrier()
+    c_prev = n_w.to(tl.float32) * 0  # c_{j-1}
+    for j in tl.range(0, n_w):
+        p = ((start + j) & (RING - 1)).to(tl.int64)
+        acc = tl.exp(c_prev) * tl.load(scr + p * Hv * R, mask=m_r, other=0)
+        c_i = c_prev * 0
+        for i in tl.range(0, j):
+            pi = ((start + i) & (RING - 1)).to(tl.int64)
+            c_i = c_i + tl.load(ra + pi * Hv)
+            w = tl.exp(c_prev - c_i) * tl.load(gram + i * BJ + j)
+            acc = tl.fma(tl.load(scr + pi * Hv * R, mask=m_r, other=0), w, acc)
+        a_j = tl.load(ra + p * Hv)
+        d = tl.load(rbeta + p * Hv) * (tl.load(rv + p * Hv * R, mask=m_r, other=0) - tl.exp(a_j) * acc)
+        # d'_j replaces P_j in the scratch. The thread that stores a row's value need not be the one that
+        # loads it: every thread has read P_j before it is overwritten (first barrier), and d'_j is
+        # visible to all of them before record j + 1 reads it (second barrier).
+        tl.debug_barrier()
+        tl.store(scr + p * Hv * R, d, mask=m_r)
+        tl.debug_barrier()
+        c_prev = c_prev + a_j
+    return _fold_buffered(s0, s1, s2, s3, rk, scr, ra, start, n_w, m_r, Hk, Hv, R, C, RING, BC, BJ)
+
+
 @triton.jit
 def _token(qn_ptr, kn_ptr, kq_ptr, v_ptr, g_ptr, beta_ptr, i_b, t, i_h, i_kh, rows, m_r, Hk, Hv, R, C,
            T: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr):
@@ -373,7 +428,7 @@ def gdn_replay_step_kernel(
     q_ptr, k_ptr, qn_ptr, kn_ptr, kq_ptr, kk_ptr, v_ptr, g_ptr, beta_ptr, o_ptr, scale,
     Hk, Hv, R, C, RING,
     T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, SPLIT: tl.constexpr,
-    RECOMPUTE: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
+    RECOMPUTE: tl.constexpr, CHUNKED: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr,
 ):
@@ -381,6 +436,9 @@ def gdn_replay_step_kernel(
     # normalises the new q, k from the inputs (q_ptr, k_ptr) and computes the scores it needs itself,
     # and one program per (key head, batch entry) writes the new k record (the output-only block)
     tl.static_assert((not FUSED) or (T == 1 and (FOLD_NEW or not FLUSH)))
+    # CHUNKED: the recompute fold in chunked form (``_fold_chunked``); kk_ptr is then its workspace
+    # (``_chunk_workspace``, the Gram matrix written by the scores kernel, so never one launch)
+    tl.static_assert((not CHUNKED) or (FLUSH and RECOMPUTE and not FUSED))
     i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
     i_kh = i_h // (Hv // Hk)
     valid = slot >= 0
@@ -406,7 +464,12 @@ def gdn_replay_step_kernel(
 
     if FLUSH:
         s0, s1, s2, s3 = _load4(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, ILV)
-        if RECOMPUTE:
+        if CHUNKED:
+            ws = kk_ptr + i_b.to(tl.int64) * (Hk * BJ * BJ + RING * Hv * R)
+            s0, s1, s2, s3 = _fold_chunked(s0, s1, s2, s3, rk, rv, ra, rbeta, ws + i_kh * BJ * BJ,
+                                           ws + Hk * BJ * BJ + i_h * R + rows, start, n_w, m_r, Hk, Hv, R, C,
+                                           RING, BC, BJ)
+        elif RECOMPUTE:
             s0, s1, s2, s3 = _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R, C,
                                              RING, BC)
         else:
@@ -587,6 +650,16 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
     return br, max(1, min(16, br * C // (32 * per_thread)))
 
 
+FOLD_FORMS = ("recurrent", "chunked")
+
+
+def _chunk_workspace(Bsz: int, Hk: int, Hv: int, V: int, ring: int, bj: int, dev) -> torch.Tensor:
+    """Scratch of the chunked recompute fold, per batch entry: the window's Gram matrix per key head
+    [Hk, BJ, BJ] (scores kernel), then P_j = S_b k_j, overwritten by d'_j, per ring position, value head
+    and row [RING, Hv, V] (step kernel; the kernel computes the same entry stride)."""
+    return torch.empty(Bsz, Hk * bj * bj + ring * Hv * V, dtype=torch.float32, device=dev)
+
+
 def _check(state: PackedState, V: int, K: int) -> None:
     if (state.R, state.C) != (V, K):
         raise ValueError(f"state pool holds [{state.R}, {state.C}] matrices, inputs need [{V}, {K}]")
@@ -633,7 +706,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
                     fold_new: bool = False, recompute: bool = True, seq_ids: torch.Tensor | None = None,
                     events: torch.Tensor | int = 1, seed: int = 0, layer: int = 0,
                     block_r: int | None = None, num_warps: int | None = None,
-                    fused_scores: bool | None = None, fp4_decode: str = "fp16",
+                    fused_scores: bool | None = None, fp4_decode: str = "fp16", fold_form: str = "recurrent",
                     out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM GDN step for T = v.shape[1] tokens (see the module docstring).
 
@@ -652,8 +725,24 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     with q̃ and k (``mamba2_replay_step``); "mma" takes both from one tensor-core product (the
     two-launch form's normalised fp32 copies in two fp16 parts each, the one-launch form's bf16
     inputs in one).
+    fold_form: how a flush with ``recompute=True`` folds the window: "recurrent" (record by record,
+    ``_fold_recompute``) or "chunked" (all S_b k_j first, then a forward substitution for the d'_j per
+    row, then the closed-form fold, ``_fold_chunked``: the same values up to fp32 rounding). A step
+    without a fold (flush=False) ignores it; a flush with recompute=False (the buffered fold, which has
+    no chunked form) refuses "chunked" with a ValueError. A chunked flush runs in the two-launch form
+    (the scores kernel writes the window's Gram matrix): fused_scores=None then means False, True is
+    refused.
     """
     check_fp4_decode(fp4_decode)
+    if fold_form not in FOLD_FORMS:
+        raise ValueError(f"fold_form must be one of {FOLD_FORMS}, got {fold_form!r}")
+    chunked = flush and fold_form == "chunked"
+    if chunked and not recompute:
+        raise ValueError("fold_form='chunked' is a form of the recompute fold: a flush with recompute=False "
+                         "(the buffered fold) has none")
+    if chunked and fused_scores:
+        raise ValueError("fold_form='chunked' runs in the two-launch form (its Gram matrix comes from the "
+                         "scores kernel): fused_scores=True is not available")
     Bsz, T, Hk, K = q.shape
     Hv, V = v.shape[2:]
     if fold_new and (T != 1 or not flush):
@@ -674,7 +763,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     slots32, start32, wlen32 = (t.to(torch.int32).contiguous() for t in (slots, start, wlen))
     q, k = q.contiguous(), k.contiguous()
     scale = float(K ** -0.5 if scale is None else scale)
-    fused = fused_scores_launch(Bsz, Hk, T, flush, fold_new, fused_scores)
+    fused = fused_scores_launch(Bsz, Hk, T, flush, fold_new, False if chunked else fused_scores)
     if fused and not flush:  # the window's k records as a [ring, K] tile too: more warps (no spill)
         nw = max(nw, fused_nonflush_warps(bj))
     if fused:  # no scores kernel: the step programs read q and k themselves (qn .. kk are not read)
@@ -685,16 +774,20 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         scores = not flush and T == 1  # only the output-only step reads them
         kq = torch.empty((Bsz, T, Hk) + ((bj,) if scores else ()), dtype=torch.float32, device=dev)
         kk = torch.empty_like(kq) if scores else kq
+        if chunked:
+            kk = _chunk_workspace(Bsz, Hk, Hv, V, records.ring, bj, dev)
         gdn_replay_scores_kernel[(Hk, Bsz)](
             records.k, records.k.stride(0), slots32, start32, wlen32, q, k, qn, kn, kq, kk, scale, Hk, K,
-            records.ring, T=T, SCORES=scores, FOLD_NEW=fold_new, NORM=qk_l2norm, BC=bc, BJ=bj, num_warps=4)
+            records.ring, kk.stride(0), T=T, SCORES=scores, FOLD_NEW=fold_new, NORM=qk_l2norm, GRAM=chunked,
+            BC=bc, BJ=bj, num_warps=4)
     gdn_replay_step_kernel[(triton.cdiv(V, br), Hv, Bsz)](
         *update.kernel_args(), *read.kernel_args(),
         records.k, records.d, records.v, records.a, records.beta,
         records.k.stride(0), records.d.stride(0), records.a.stride(0),
         slots32, start32, wlen32, as_i64(seq_ids, Bsz, dev), as_i64(events, Bsz, dev), sr_seed(seed, layer),
         q, k, qn, kn, kq, kk, v, g.contiguous(), beta.contiguous(), o, scale, Hk, Hv, V, K, records.ring,
-        T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, NORM=qk_l2norm, FUSED=fused,
+        T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, CHUNKED=chunked,
+        NORM=qk_l2norm, FUSED=fused,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode,
         num_warps=num_warps or nw, enable_fp_fusion=False)
