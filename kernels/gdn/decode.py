@@ -19,7 +19,9 @@ state before position p applied to a vector x is
   recurrence itself, d'_j = β_j (v_j − α_j S k_j), S ← α_j S + d'_j k_jᵀ — the reference's d'_j
   (output-only form from the update checkpoint) and closed-form fold, in another fp32 order;
   ``recompute=False`` ("buffered") folds the stored d's in closed form,
-  S ← e^{c_W} S + Σ_j e^{c_W − c_j} d_j k_jᵀ, one FMA per element and record. ``fold_new``
+  S ← e^{c_W} S + Σ_j e^{c_W − c_j} d_j k_jᵀ, one FMA per element and record. The recompute fold
+  also has a chunked form (``fold_form="chunked"``, ``_fold_chunked``): every S k_j first, the d'_j
+  from a forward substitution per row, then the closed form with the d'_j. ``fold_new``
   (autoregressive flush, T = 1) then runs the new token as a conventional step on the fp32 S and
   o = S q̃ comes from that result. round_H(S) → update checkpoint, round_F(S) → read copy (split),
   from the same fp32 S.
@@ -160,8 +162,8 @@ def _scores(t_k, b_q, b_k):
 @triton.jit
 def gdn_replay_scores_kernel(
     rk_ptr, s_rk, slot_ptr, start_ptr, wlen_ptr, q_ptr, k_ptr, qn_ptr, kn_ptr, kq_ptr, kk_ptr, scale,
-    Hk, C, RING, s_ws,
-    T: tl.constexpr, SCORES: tl.constexpr, FOLD_NEW: tl.constexpr, NORM: tl.constexpr, GRAM: tl.constexpr,
+    Hk, C, RING, ra_ptr, s_ra, Hv, s_ws,
+    T: tl.constexpr, SCORES: tl.constexpr, FOLD_NEW: tl.constexpr, NORM: tl.constexpr, CHUNKED: tl.constexpr,
     BC: tl.constexpr, BJ: tl.constexpr,
 ):
     """Per (key head, batch entry): normalise the T new q/k (q̃ = scale·q) into qn, kn [B, T, Hk, K]
@@ -169,9 +171,11 @@ def gdn_replay_scores_kernel(
     k_j·k of every window position j (the new token at j = W) into kq, kk [B, T, Hk, BJ]; otherwise
     only k_t·q̃_t into kq [B, T, Hk]. Once per key head instead of once per value head and row block.
     The step kernel's one-launch form (FUSED) computes the same with the same helpers.
-    GRAM (a flush with the chunked recompute fold): also the window's Gram matrix k_i·k_j, shared by
-    every value head and row of the key head, into kk = the fold's workspace (``_chunk_workspace``:
-    entry stride ``s_ws``, [BJ, BJ] per key head at its start)."""
+    CHUNKED (a flush with the chunked recompute fold): also the substitution's weights of every value
+    head h of the key head (``_fold_chunked``), into kk = the fold's workspace (``_chunk_workspace``,
+    entry stride ``s_ws``): [BJ, BJ] per value head, w[i, j] = e^{c_{j-1} − c_i} (k_i·k_j) for i < j and
+    w[j, j] = e^{c_{j-1}} (c from h's a records ``ra_ptr``, slot stride ``s_ra``); the Gram matrix
+    k_i·k_j is shared by the key head's value heads, so it is formed once here."""
     i_kh, i_b = tl.program_id(0), tl.program_id(1)
     slot = tl.load(slot_ptr + i_b).to(tl.int64)
     start = tl.load(start_ptr + i_b)
@@ -182,16 +186,24 @@ def gdn_replay_scores_kernel(
     m_cv = m_c & ((cols * 0 + slot) >= 0)
     m_hist = (jj < W) & ((jj * 0 + slot) >= 0)
     slot = tl.maximum(slot, 0)
-    if SCORES or GRAM:
+    if SCORES or CHUNKED:
         t_k = _k_window(rk_ptr + slot * s_rk + i_kh * C, start, jj, m_hist, cols, m_c, Hk, C, RING)
-    if GRAM:
+    if CHUNKED:
         # column j of the Gram matrix from record j read again from memory (picking row j out of the
-        # tile would cost a where + sum per element); zero rows past the window (and for a skipped entry)
-        gram = kk_ptr + i_b.to(tl.int64) * s_ws + i_kh * BJ * BJ
+        # tile would cost a where + sum per element), then column j of each value head's weights
+        # (zero below the diagonal, past the window and for a skipped entry)
+        pos = ((start + jj) & (RING - 1)).to(tl.int64)
         for j in tl.range(0, W):
             pj = ((start + j) & (RING - 1)).to(tl.int64)
             k_j = tl.load(rk_ptr + slot * s_rk + (pj * Hk + i_kh) * C + cols, mask=m_c, other=0)
-            tl.store(gram + jj * BJ + j, tl.sum(t_k * k_j[None, :], 1))
+            gram = tl.sum(t_k * k_j[None, :], 1)
+            for r in range(Hv // Hk):
+                h = i_kh * (Hv // Hk) + r
+                h_a = tl.load(ra_ptr + slot * s_ra + pos * Hv + h, mask=m_hist, other=0)
+                c = tl.cumsum(h_a, 0)
+                c_prev = tl.sum(tl.where(jj < j, h_a, 0.0), 0)  # c_{j-1}
+                w = tl.where(jj < j, tl.exp(c_prev - c) * gram, tl.where(jj == j, tl.exp(c_prev), 0.0))
+                tl.store(kk_ptr + i_b.to(tl.int64) * s_ws + (h * BJ + jj) * BJ + j, w)
     for t in tl.static_range(T):
         bk = (i_b.to(tl.int64) * T + t) * Hk + i_kh
         b_q, b_k, _, _ = _new_qk(q_ptr, k_ptr, bk, C, scale, NORM, BC)
@@ -344,10 +356,10 @@ def _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, 
 
 @triton.jit
 def _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RING,
-                   BC: tl.constexpr, BJ: tl.constexpr):
+                   BC: tl.constexpr, BJ: tl.constexpr, D_LOGICAL: tl.constexpr = False):
     """Closed form over the n_w window records with their stored d's (the "buffered" fold, and the
     history of a verify step): S ← e^{c_W} S + Σ_j e^{c_W − c_j} d_j k_jᵀ, one FMA per element and
-    record."""
+    record. D_LOGICAL: d_j at rd + j·Hv·R (the chunked fold's scratch) instead of its ring position."""
     jj = tl.arange(0, BJ)
     h_a = tl.load(ra + ((start + jj) & (RING - 1)).to(tl.int64) * Hv, mask=jj < n_w, other=0)
     tot = tl.sum(h_a, 0)
@@ -358,7 +370,10 @@ def _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RI
         p = ((start + j) & (RING - 1)).to(tl.int64)
         k0, k1, k2, k3 = _vec4(rk + p * Hk * C, C, BC, False)
         c = c + tl.load(ra + p * Hv)
-        wd = (tl.exp(tot - c) * tl.load(rd + p * Hv * R, mask=m_r, other=0))[:, None]
+        if D_LOGICAL:
+            wd = (tl.exp(tot - c) * tl.load(rd + j * (Hv * R), mask=m_r, other=0))[:, None]
+        else:
+            wd = (tl.exp(tot - c) * tl.load(rd + p * Hv * R, mask=m_r, other=0))[:, None]
         s0, s1, s2, s3 = tl.fma(wd, k0, s0), tl.fma(wd, k1, s1), tl.fma(wd, k2, s2), tl.fma(wd, k3, s3)
     return s0, s1, s2, s3
 
@@ -370,41 +385,38 @@ def _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RI
 #   d'_j = β_j (v_j − α_j [e^{c_{j-1}} P_j + Σ_{i<j} e^{c_{j-1} − c_i} (k_i·k_j) d'_i])
 # and the fold is then the buffered closed form with the d'_j. The W mat-vecs S_b k_j are independent
 # (no chain through S), the α_j·S multiply per element and record is gone, and the serial part (the
-# substitution) works on rows, not on the state. P and then D' go through a per-program global
-# scratch (W × rows, L1/L2-resident): a [rows, W] register tile next to the 128 state registers per
-# thread would spill, and the substitution reads d'_i written by other threads of the program
-# (hence the barriers).
+# substitution) works on rows, not on the state. Its weights (e^{c_{j-1} − c_i} (k_i·k_j), e^{c_{j-1}})
+# are the same for every row of a value head: the scores kernel computes them once per value head,
+# so a (row, i, j) term is one load, one load and one FMA. P and then D' go through a per-program
+# global scratch (W × rows, L1/L2-resident): a [rows, W] register tile next to the 128 state
+# registers per thread would spill, and the substitution reads d'_i written by other threads of the
+# program (hence the barriers).
 @triton.jit
-def _fold_chunked(s0, s1, s2, s3, rk, rv, ra, rbeta, gram, scr, start, n_w, m_r, Hk, Hv, R, C, RING,
+def _fold_chunked(s0, s1, s2, s3, rk, rv, ra, rbeta, wt, scr, start, n_w, m_r, Hk, Hv, R, C, RING,
                   BC: tl.constexpr, BJ: tl.constexpr):
-    """The recompute fold in chunked form (comment above). ``gram``: the key head's [BJ, BJ] Gram matrix
-    over logical window positions (scores kernel, GRAM); ``scr``: this program's rows of a [RING, Hv, R]
-    scratch (row pointers, record j at ring position p: scr + p·Hv·R)."""
+    """The recompute fold in chunked form (comment above). ``wt``: the value head's [BJ, BJ] weights over
+    logical window positions (scores kernel, CHUNKED); ``scr``: this program's rows of a [RING, Hv, R]
+    scratch (row pointers; record j at logical position j: scr + j·Hv·R, so the substitution's
+    addresses step linearly; offsets within the scratch and one slot's records fit in 32 bits)."""
+    HVR = Hv * R
     for j in tl.range(0, n_w, num_stages=4):
         p = ((start + j) & (RING - 1)).to(tl.int64)
         k0, k1, k2, k3 = _vec4(rk + p * Hk * C, C, BC, False)
-        tl.store(scr + p * Hv * R, _matvec(s0, s1, s2, s3, k0, k1, k2, k3), mask=m_r)
+        tl.store(scr + j * HVR, _matvec(s0, s1, s2, s3, k0, k1, k2, k3), mask=m_r)
     tl.debug_barrier()
-    c_prev = n_w.to(tl.float32) * 0  # c_{j-1}
     for j in tl.range(0, n_w):
-        p = ((start + j) & (RING - 1)).to(tl.int64)
-        acc = tl.exp(c_prev) * tl.load(scr + p * Hv * R, mask=m_r, other=0)
-        c_i = c_prev * 0
+        p = (start + j) & (RING - 1)
+        acc = tl.load(wt + j * (BJ + 1)) * tl.load(scr + j * HVR, mask=m_r, other=0)
         for i in tl.range(0, j):
-            pi = ((start + i) & (RING - 1)).to(tl.int64)
-            c_i = c_i + tl.load(ra + pi * Hv)
-            w = tl.exp(c_prev - c_i) * tl.load(gram + i * BJ + j)
-            acc = tl.fma(tl.load(scr + pi * Hv * R, mask=m_r, other=0), w, acc)
-        a_j = tl.load(ra + p * Hv)
-        d = tl.load(rbeta + p * Hv) * (tl.load(rv + p * Hv * R, mask=m_r, other=0) - tl.exp(a_j) * acc)
+            acc = tl.fma(tl.load(scr + i * HVR, mask=m_r, other=0), tl.load(wt + i * BJ + j), acc)
+        d = tl.load(rbeta + p * Hv) * (tl.load(rv + p * HVR, mask=m_r, other=0) - tl.exp(tl.load(ra + p * Hv)) * acc)
         # d'_j replaces P_j in the scratch. The thread that stores a row's value need not be the one that
         # loads it: every thread has read P_j before it is overwritten (first barrier), and d'_j is
         # visible to all of them before record j + 1 reads it (second barrier).
         tl.debug_barrier()
-        tl.store(scr + p * Hv * R, d, mask=m_r)
+        tl.store(scr + j * HVR, d, mask=m_r)
         tl.debug_barrier()
-        c_prev = c_prev + a_j
-    return _fold_buffered(s0, s1, s2, s3, rk, scr, ra, start, n_w, m_r, Hk, Hv, R, C, RING, BC, BJ)
+    return _fold_buffered(s0, s1, s2, s3, rk, scr, ra, start, n_w, m_r, Hk, Hv, R, C, RING, BC, BJ, True)
 
 
 @triton.jit
@@ -437,7 +449,7 @@ def gdn_replay_step_kernel(
     # and one program per (key head, batch entry) writes the new k record (the output-only block)
     tl.static_assert((not FUSED) or (T == 1 and (FOLD_NEW or not FLUSH)))
     # CHUNKED: the recompute fold in chunked form (``_fold_chunked``); kk_ptr is then its workspace
-    # (``_chunk_workspace``, the Gram matrix written by the scores kernel, so never one launch)
+    # (``_chunk_workspace``, with weights written by the scores kernel, so never one launch)
     tl.static_assert((not CHUNKED) or (FLUSH and RECOMPUTE and not FUSED))
     i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
     i_kh = i_h // (Hv // Hk)
@@ -465,9 +477,9 @@ def gdn_replay_step_kernel(
     if FLUSH:
         s0, s1, s2, s3 = _load4(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, ILV)
         if CHUNKED:
-            ws = kk_ptr + i_b.to(tl.int64) * (Hk * BJ * BJ + RING * Hv * R)
-            s0, s1, s2, s3 = _fold_chunked(s0, s1, s2, s3, rk, rv, ra, rbeta, ws + i_kh * BJ * BJ,
-                                           ws + Hk * BJ * BJ + i_h * R + rows, start, n_w, m_r, Hk, Hv, R, C,
+            ws = kk_ptr + i_b.to(tl.int64) * (Hv * BJ * BJ + RING * Hv * R)
+            s0, s1, s2, s3 = _fold_chunked(s0, s1, s2, s3, rk, rv, ra, rbeta, ws + i_h * BJ * BJ,
+                                           ws + Hv * BJ * BJ + i_h * R + rows, start, n_w, m_r, Hk, Hv, R, C,
                                            RING, BC, BJ)
         elif RECOMPUTE:
             s0, s1, s2, s3 = _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R, C,
@@ -653,11 +665,11 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
 FOLD_FORMS = ("recurrent", "chunked")
 
 
-def _chunk_workspace(Bsz: int, Hk: int, Hv: int, V: int, ring: int, bj: int, dev) -> torch.Tensor:
-    """Scratch of the chunked recompute fold, per batch entry: the window's Gram matrix per key head
-    [Hk, BJ, BJ] (scores kernel), then P_j = S_b k_j, overwritten by d'_j, per ring position, value head
-    and row [RING, Hv, V] (step kernel; the kernel computes the same entry stride)."""
-    return torch.empty(Bsz, Hk * bj * bj + ring * Hv * V, dtype=torch.float32, device=dev)
+def _chunk_workspace(Bsz: int, Hv: int, V: int, ring: int, bj: int, dev) -> torch.Tensor:
+    """Scratch of the chunked recompute fold, per batch entry: the substitution's weights per value head
+    [Hv, BJ, BJ] (scores kernel), then P_j = S_b k_j, overwritten by d'_j, per window position, value
+    head and row [RING, Hv, V] (step kernel; the kernel computes the same entry stride)."""
+    return torch.empty(Bsz, Hv * bj * bj + ring * Hv * V, dtype=torch.float32, device=dev)
 
 
 def _check(state: PackedState, V: int, K: int) -> None:
@@ -775,10 +787,11 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         kq = torch.empty((Bsz, T, Hk) + ((bj,) if scores else ()), dtype=torch.float32, device=dev)
         kk = torch.empty_like(kq) if scores else kq
         if chunked:
-            kk = _chunk_workspace(Bsz, Hk, Hv, V, records.ring, bj, dev)
+            kk = _chunk_workspace(Bsz, Hv, V, records.ring, bj, dev)
         gdn_replay_scores_kernel[(Hk, Bsz)](
             records.k, records.k.stride(0), slots32, start32, wlen32, q, k, qn, kn, kq, kk, scale, Hk, K,
-            records.ring, kk.stride(0), T=T, SCORES=scores, FOLD_NEW=fold_new, NORM=qk_l2norm, GRAM=chunked,
+            records.ring, records.a, records.a.stride(0), Hv, kk.stride(0), T=T, SCORES=scores, FOLD_NEW=fold_new,
+            NORM=qk_l2norm, CHUNKED=chunked,
             BC=bc, BJ=bj, num_warps=4)
     gdn_replay_step_kernel[(triton.cdiv(V, br), Hv, Bsz)](
         *update.kernel_args(), *read.kernel_args(),
