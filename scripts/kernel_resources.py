@@ -8,7 +8,6 @@ costs in registers, spills and shared memory — no GPU and no device time neede
     python scripts/kernel_resources.py --ops mamba2-scan gdn-scan quant   # scans, quantizer kernels
     python scripts/kernel_resources.py --hw --ops flush   # autoregressive flushes per split policy
     python scripts/kernel_resources.py --hw --ops flush --policies fp16-sr/nvfp4 fp32/fp32
-    python scripts/kernel_resources.py --hw --ops flush --flush-kw fold_form=chunked   # GDN's chunked fold
 
 For every launch the wrappers would make, the kernel launch is replaced by ``triton.compile`` for
 ``cuda:90`` with the same arguments (pointer alignment and divisibility-by-16 of integer arguments
@@ -26,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import inspect
 import os
 import re
 import subprocess
@@ -105,8 +103,7 @@ class _Compile:
     def __getitem__(self, grid):
         def call(*args, num_warps=4, enable_fp_fusion=True, **kw):  # Triton's default when not given
             r = resources(self.fn, args, kw, num_warps, enable_fp_fusion)
-            keys = ("T", "FLUSH", "FOLD_NEW", "FUSED", "UFMT", "USR", "RFMT", "RSR", "FMT", "BR", "BJ", "RECOMPUTE", "CHUNKED",
-                    "UPD_FMT", "UPD_SR",
+            keys = ("T", "FLUSH", "FOLD_NEW", "FUSED", "UFMT", "USR", "RFMT", "RSR", "FMT", "BR", "BJ", "RECOMPUTE", "UPD_FMT", "UPD_SR",
                     "READ_FMT", "READ_SR", "SPLIT", "SR", "BLOCK", "ONE_TILE", "RB", "BLOCK_R")
             shape = " ".join(f"{k}={kw[k]}" for k in keys if k in kw)
             print(f"{self.label:16s} warps={num_warps:<2d} {shape:60s} REG={r['regs']:<4} STACK={r['stack']:<5} "
@@ -185,20 +182,17 @@ def gdn_configs(B=2, fp4_decode="fp16"):
     try:
         gd.gdn_conventional_step(PackedState.empty("fp32", B, Hv, V, K), torch.arange(B), z(B, Hk, K), z(B, Hk, K),
                                  z(B, Hv, V), z(B, Hv), z(B, Hv))
-        # (the recompute flushes also in the chunked fold form, last: CHUNKED=True)
-        for T, flush, read, L, rc, fused, form in [
-                (1, False, "fp32", 16, True, False, "recurrent"), (1, False, "nvfp4", 16, True, False, "recurrent"),
-                (1, False, "fp32", 16, True, True, "recurrent"), (1, False, "nvfp4", 16, True, True, "recurrent"),
-                (1, False, "fp32", 64, True, True, "recurrent"), (1, True, "fp32", 16, True, False, "recurrent"),
-                (1, True, "fp32", 16, False, False, "recurrent"), (1, True, "fp32", 16, True, True, "recurrent"),
-                (8, False, "fp32", 24, True, False, "recurrent"), (8, True, "fp32", 24, True, False, "recurrent"),
-                (1, True, "fp32", 16, True, False, "chunked"), (8, True, "fp32", 24, True, False, "chunked")]:
+        for T, flush, read, L, rc, fused in [(1, False, "fp32", 16, True, False), (1, False, "nvfp4", 16, True, False),
+                                             (1, False, "fp32", 16, True, True), (1, False, "nvfp4", 16, True, True),
+                                             (1, False, "fp32", 64, True, True), (1, True, "fp32", 16, True, False),
+                                             (1, True, "fp32", 16, False, False), (1, True, "fp32", 16, True, True),
+                                             (8, False, "fp32", 24, True, False), (8, True, "fp32", 24, True, False)]:
             rec = gd.GDNRecords(B, triton.next_power_of_2(L), Hk, Hv, V, K)
             ints = [torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.zeros(B, dtype=torch.int32)]
             gd.gdn_replay_step(PackedState.empty("fp32", B, Hv, V, K), PackedState.empty(read, B, Hv, V, K), rec,
                                *ints, z(B, T, Hk, K), z(B, T, Hk, K), z(B, T, Hv, V), z(B, T, Hv), z(B, T, Hv),
                                flush=flush, fold_new=flush and T == 1, recompute=rc, fused_scores=fused,
-                               fp4_decode=fp4_decode, fold_form=form)
+                               fp4_decode=fp4_decode)
     finally:
         for n, f in saved.items():
             setattr(gd, n, f)
@@ -214,8 +208,7 @@ def flush_configs(policies=FLUSH_POLICIES, B=2, L=16, flush_kw=None):
     ``update/read`` split policy, in the two-launch form (what batch 256 runs; the scores kernel is
     not compiled), GDN with its default recompute fold; then the conventional step of each SR
     update format (the cost a flush is compared with). ``flush_kw``: extra keywords of both
-    operators' flush launches (e.g. num_warps); a keyword one wrapper does not take is left out of
-    its launches (``fold_form=chunked``: GDN only)."""
+    operators' flush launches (e.g. num_warps)."""
     flush_kw = flush_kw or {}
     import precision_lab.kernels.gdn.decode as gd
     import precision_lab.kernels.mamba2.decode as m2
@@ -234,7 +227,7 @@ def flush_configs(policies=FLUSH_POLICIES, B=2, L=16, flush_kw=None):
             m2.mamba2_replay_step(PackedState.empty(upd, B, H, P, N), PackedState.empty(read, B, H, P, N), rec,
                                   *ints, z(B, 1, H, P), z(B, 1, H), torch.zeros(H), z(B, 1, G, N), z(B, 1, G, N),
                                   torch.zeros(H), torch.zeros(H), z(B, 1, H, P), flush=True, fold_new=True,
-                                  fused_scores=False, **_accepted(m2.mamba2_replay_step, flush_kw))
+                                  fused_scores=False, **flush_kw)
         for fmt in dict.fromkeys(u for u, _ in pairs):
             print(f"# mamba2 conventional {fmt}")
             m2.mamba2_conventional_step(PackedState.empty(fmt, B, H, P, N), torch.arange(B), z(B, H, P), z(B, H),
@@ -252,7 +245,7 @@ def flush_configs(policies=FLUSH_POLICIES, B=2, L=16, flush_kw=None):
             rec = gd.GDNRecords(B, triton.next_power_of_2(L), Hk, Hv, V, K)
             gd.gdn_replay_step(PackedState.empty(upd, B, Hv, V, K), PackedState.empty(read, B, Hv, V, K), rec,
                                *ints, z(B, 1, Hk, K), z(B, 1, Hk, K), z(B, 1, Hv, V), z(B, 1, Hv), z(B, 1, Hv),
-                               flush=True, fold_new=True, fused_scores=False, **_accepted(gd.gdn_replay_step, flush_kw))
+                               flush=True, fold_new=True, fused_scores=False, **flush_kw)
         for fmt in dict.fromkeys(u for u, _ in pairs):
             print(f"# gdn conventional {fmt}")
             gd.gdn_conventional_step(PackedState.empty(fmt, B, Hv, V, K), torch.arange(B), z(B, Hk, K),
@@ -260,12 +253,6 @@ def flush_configs(policies=FLUSH_POLICIES, B=2, L=16, flush_kw=None):
     finally:
         for n, f in saved.items():
             setattr(gd, n, f)
-
-
-def _accepted(fn, kw: dict) -> dict:
-    """The keywords of ``kw`` that ``fn`` takes."""
-    have = inspect.signature(fn).parameters
-    return {k: v for k, v in kw.items() if k in have}
 
 
 def scan_configs(op: str, B=1, T=64):
@@ -367,8 +354,7 @@ def main(argv=None) -> int:
     ap.add_argument("--policies", nargs="+", default=list(FLUSH_POLICIES), metavar="UPDATE/READ",
                     help="split policies of --ops flush (default: %(default)s)")
     ap.add_argument("--flush-kw", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="extra keywords of the --ops flush launches (both operators; one an operator's wrapper "
-                         "does not take is left out there), e.g. num_warps=8, fold_form=chunked (GDN)")
+                    help="extra keywords of the --ops flush launches (both operators), e.g. num_warps=8")
     ap.add_argument("--fp4-decode", choices=list(FP4_DECODES), default="fp16",
                     help="NVFP4 element decode of the non-flush steps (the wrappers' fp4_decode; 'ptx' needs --hw)")
     args = ap.parse_args(argv)

@@ -192,43 +192,31 @@ def test_replay_nonflush_nvfp4_mma(fused, qk_dtype, device):
     assert torch.equal(s["upd"].data, before[0]) and torch.equal(s["rd"].data, before[1])
 
 
-def _with_fold_forms(cases, recompute_at, fused_at=None):
-    """Flush cases × fold_form: every recompute case in the recurrent form, and those with the
-    two-launch form (the chunked form has no other) also in the chunked form."""
-    out = []
-    for case in cases:
-        out.append((*case, "recurrent"))
-        if case[recompute_at] and (fused_at is None or not case[fused_at]):
-            out.append((*case, "chunked"))
-    return out
-
-
-@pytest.mark.parametrize("upd_fmt,read_fmt,T,fold_new,recompute,fused,fold_form", _with_fold_forms([
+@pytest.mark.parametrize("upd_fmt,read_fmt,T,fold_new,recompute,fused", [
     ("fp32", "fp32", 1, True, True, False), ("fp32", "fp32", 1, True, True, True),
     ("fp16-sr", "nvfp4", 1, True, False, False), ("fp16-sr", "nvfp4", 1, True, False, True),
     ("bf16-sr", "fp8e4m3", 3, False, True, False), ("fp8e4m3-sr", "nvfp4-sr", 2, False, False, False),
-], recompute_at=4, fused_at=5))
-def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fused, fold_form, device):
-    _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fused, device, fold_form=fold_form)
+])
+def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fused, device):
+    _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fused, device)
 
 
 # 64 state columns: the flush stores its column quarters one by one (16 columns: whole SR groups and
 # NVFP4 blocks, store_state4), which the 32 columns above give NVFP4 only through the joined tile
-@pytest.mark.parametrize("upd_fmt,read_fmt,T,recompute,fold_form", _with_fold_forms([
+@pytest.mark.parametrize("upd_fmt,read_fmt,T,recompute", [
     ("fp16-sr", "nvfp4", 1, True), ("fp8e4m3-sr", "nvfp4-sr", 1, False), ("nvfp4-sr", "bf16-sr", 1, True),
-    ("fp16-sr", "nvfp4", 2, True)], recompute_at=3))
-def test_replay_flush_exact_codes_column_quarters(upd_fmt, read_fmt, T, recompute, fold_form, device):
-    _flush_exact_codes(upd_fmt, read_fmt, T, T == 1, recompute, False, device, K=64, fold_form=fold_form)
+    ("fp16-sr", "nvfp4", 2, True)])
+def test_replay_flush_exact_codes_column_quarters(upd_fmt, read_fmt, T, recompute, device):
+    _flush_exact_codes(upd_fmt, read_fmt, T, T == 1, recompute, False, device, K=64)
 
 
-def _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fused, device, K=None, fold_form="recurrent"):
+def _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fused, device, K=None):
     s = _replay_setup(device, upd_fmt, read_fmt, W=5, T=T, exact=True, K=K)
     n = s["new"]
     out = torch.full((3, T, HV, V), float("nan"), device=device)
     o = gdn_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
                         qk_l2norm=False, flush=True, fold_new=fold_new, recompute=recompute,
-                        seq_ids=s["seq_ids"].to(device), events=2, seed=4, layer=2, out=out, fused_scores=fused,
-                        fold_form=fold_form)
+                        seq_ids=s["seq_ids"].to(device), events=2, seed=4, layer=2, out=out, fused_scores=fused)
     o_ref, _, S = gdn_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() for k in NEW), qk_l2norm=False,
                                       flush=True, fold_new=fold_new, recompute=recompute)
     live = (s["slots"] >= 0).cpu()
@@ -297,75 +285,18 @@ def test_fused_scores_matches_two_launches(upd_fmt, read_fmt, flush, norm, start
     assert torch.equal(o1[2].cpu(), torch.zeros(1, HV, V))
 
 
-@pytest.mark.parametrize("fold_form", ["recurrent", "chunked"])
-def test_recompute_differs_from_buffered_in_split_mode(fold_form, device):
+def test_recompute_differs_from_buffered_in_split_mode(device):
     """The two folds are different functions when the read copy is lossy (docs/design.md §4): the kernel's
-    recompute flush (either form) must not silently fold the read-copy d's."""
+    recompute flush must not silently fold the read-copy d's."""
     s = _replay_setup(device, "fp32", "nvfp4", W=5, T=1, exact=False)
     n = s["new"]
     outs = []
     for recompute in (True, False):
         upd = s["upd"].clone()
         gdn_replay_step(upd, s["rd"].clone(), s["rec"], s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
-                        flush=True, fold_new=True, recompute=recompute,
-                        fold_form=fold_form if recompute else "recurrent")
+                        flush=True, fold_new=True, recompute=recompute)
         outs.append(gather(upd, s["slots"]).dequantize())
     assert rel(outs[0], outs[1]) > 1e-4
-
-
-@pytest.mark.parametrize("upd_fmt,read_fmt,T,W,start", [
-    ("fp32", "fp32", 1, 15, 6), ("fp32", "fp32", 1, 7, 12), ("fp32", "fp32", 1, 1, 15), ("fp32", "fp32", 1, 0, 6),
-    ("fp32", "nvfp4", 2, 13, 9), ("fp32", "fp32", 1, 15, 0)])
-def test_chunked_fold_matches_recurrent(upd_fmt, read_fmt, T, W, start, device):
-    """``fold_form="chunked"`` against the recurrent recompute fold on random inputs (normalised random
-    keys, g < 0: every Gram entry and decay factor enters; windows that wrap the ring of 16, up to 15
-    records, and an empty one; a skipped entry): the same fp32 state and outputs within fp32 rounding
-    (W = 0: bit for bit, neither form folds anything), the skipped entry's pool slot untouched and its
-    output 0. T = 2: a speculative flush (drafts on the folded state)."""
-    s = _replay_setup(device, upd_fmt, read_fmt, W=W, T=T, exact=False, start=start)
-    n = s["new"]
-    runs = {}
-    for form in ("recurrent", "chunked"):
-        c = _clone_setup(s)
-        o = gdn_replay_step(c["upd"], c["rd"], c["rec"], c["slots"], c["start"], c["wlen"], *(n[k] for k in NEW),
-                            flush=True, fold_new=T == 1, seq_ids=s["seq_ids"].to(device), events=3, seed=5,
-                            layer=2, fold_form=form)
-        runs[form] = (o.cpu(), gather(c["upd"], c["slots"]).dequantize().cpu(), c)
-    (o_r, S_r, c_r), (o_c, S_c, c_c) = runs["recurrent"], runs["chunked"]
-    live = (s["slots"] >= 0).cpu()
-    assert not torch.isnan(o_c).any()
-    if W == 0:
-        assert torch.equal(o_c, o_r) and torch.equal(S_c, S_r)
-    else:
-        assert rel(S_c, S_r) < 1e-5
-        assert rel(o_c[live], o_r[live]) < 1e-5
-        assert rel(S_c, S_r) > 0 or W == 1  # (the forms round differently: both ran)
-    assert torch.equal(o_c[2], torch.zeros(T, HV, V))
-    # the pool's other slot (0: no batch entry maps to it) is untouched by both
-    assert torch.equal(c_c["upd"].data[0], s["upd"].data[0]) and torch.equal(c_c["rd"].data[0], s["rd"].data[0])
-    if T > 1:  # the drafts' records, from the folded state
-        assert rel(c_c["rec"].d.nan_to_num(), c_r["rec"].d.nan_to_num()) < 1e-5
-
-
-def test_fold_form_checked(device):
-    """fold_form: "recurrent" or "chunked"; "chunked" is a form of the recompute fold (a buffered flush
-    refuses it, a step without a fold ignores it) and has only the two-launch form."""
-    s = _replay_setup(device, "fp32", "fp32", W=3, T=1, exact=False)
-    n = s["new"]
-
-    def step(**kw):
-        c = _clone_setup(s)
-        return gdn_replay_step(c["upd"], c["rd"], c["rec"], c["slots"], c["start"], c["wlen"],
-                               *(n[k] for k in NEW), seq_ids=s["seq_ids"].to(device), **kw)
-
-    with pytest.raises(ValueError, match="fold_form must be one of"):
-        step(flush=True, fold_new=True, fold_form="blocked")
-    with pytest.raises(ValueError, match="recompute=False"):
-        step(flush=True, fold_new=True, recompute=False, fold_form="chunked")
-    with pytest.raises(ValueError, match="two-launch"):
-        step(flush=True, fold_new=True, fused_scores=True, fold_form="chunked")
-    # no fold in a non-flush step: the keyword changes nothing
-    assert torch.equal(step(fold_form="chunked"), step())
 
 
 POLICIES = ["fp32", "conventional:fp16-sr", "shared:nvfp4-sr@L8", "split:fp16-sr/nvfp4@L8",

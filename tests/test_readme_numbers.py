@@ -170,6 +170,20 @@ CLAIMS: list[tuple[str, str, object]] = [
                 summ(load("reports/bench/bench_kernels_round2b_quick.json"), "mamba2")["update"]["fp16-sr"]["flush_us"],
                 summ(load("reports/bench/bench_kernels_round2b_quick.json"), "gdn")["update"]["fp16-sr"]["flush_us"],
                 100 * load("reports/bench/bench_quant_round2c.json")["kernels"]["fp16-sr quantize"]["frac_of_copy"])),
+    ("(GDN's fp8-SR/NVFP4 flush {:.0f} µs from {:.0f}, Mamba-2's {:.0f} from {:.0f}; FP8-SR quantize at {:.1f} % of copy",
+     "reports/bench/bench_kernels_round2d_quick.json",
+     lambda d: (summ(d, "gdn")["update"]["fp8e4m3-sr"]["flush_us"],
+                summ(load("reports/bench/bench_kernels_round2c_quick.json"), "gdn")["update"]["fp8e4m3-sr"]["flush_us"],
+                summ(d, "mamba2")["update"]["fp8e4m3-sr"]["flush_us"],
+                summ(load("reports/bench/bench_kernels_round2c_quick.json"), "mamba2")["update"]["fp8e4m3-sr"]["flush_us"],
+                100 * load("reports/bench/bench_quant_round2d.json")["kernels"]["fp8e4m3-sr quantize"]["frac_of_copy"])),
+    ("a chunked form of GDN's fold measured {:.1f}× slower than the recurrent one",
+     "reports/bench/bench_kernels_round2d_quick.json",
+     lambda d: tuple(
+         [r["us"] for r in d["rows"] if r["op"] == "gdn" and r["kernel"] == "flush" and r["tag"] == "tune"
+          and r["cfg"].get("fold_form") == "chunked"][0]
+         / [r["us"] for r in d["rows"] if r["op"] == "gdn" and r["kernel"] == "flush" and r["tag"] == "tune"
+            and r["cfg"].get("fold_form") == "recurrent"][0] for _ in (0,))),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))

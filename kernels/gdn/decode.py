@@ -19,9 +19,9 @@ state before position p applied to a vector x is
   recurrence itself, d'_j = β_j (v_j − α_j S k_j), S ← α_j S + d'_j k_jᵀ — the reference's d'_j
   (output-only form from the update checkpoint) and closed-form fold, in another fp32 order;
   ``recompute=False`` ("buffered") folds the stored d's in closed form,
-  S ← e^{c_W} S + Σ_j e^{c_W − c_j} d_j k_jᵀ, one FMA per element and record. The recompute fold
-  also has a chunked form (``fold_form="chunked"``, ``_fold_chunked``): every S k_j first, the d'_j
-  from a forward substitution per row, then the closed form with the d'_j. ``fold_new``
+  S ← e^{c_W} S + Σ_j e^{c_W − c_j} d_j k_jᵀ, one FMA per element and record (a chunked form of
+  the recompute fold — every S k_j first, then a forward substitution per row — measured 2.2×
+  slower on the H200 and was removed: kernels/gdn/README.md). ``fold_new``
   (autoregressive flush, T = 1) then runs the new token as a conventional step on the fp32 S and
   o = S q̃ comes from that result. round_H(S) → update checkpoint, round_F(S) → read copy (split),
   from the same fp32 S.
@@ -162,20 +162,15 @@ def _scores(t_k, b_q, b_k):
 @triton.jit
 def gdn_replay_scores_kernel(
     rk_ptr, s_rk, slot_ptr, start_ptr, wlen_ptr, q_ptr, k_ptr, qn_ptr, kn_ptr, kq_ptr, kk_ptr, scale,
-    Hk, C, RING, ra_ptr, s_ra, Hv, s_ws,
-    T: tl.constexpr, SCORES: tl.constexpr, FOLD_NEW: tl.constexpr, NORM: tl.constexpr, CHUNKED: tl.constexpr,
+    Hk, C, RING,
+    T: tl.constexpr, SCORES: tl.constexpr, FOLD_NEW: tl.constexpr, NORM: tl.constexpr,
     BC: tl.constexpr, BJ: tl.constexpr,
 ):
     """Per (key head, batch entry): normalise the T new q/k (q̃ = scale·q) into qn, kn [B, T, Hk, K]
     and write the new k records. With SCORES (the output-only step, T = 1) also the scores k_j·q̃,
     k_j·k of every window position j (the new token at j = W) into kq, kk [B, T, Hk, BJ]; otherwise
     only k_t·q̃_t into kq [B, T, Hk]. Once per key head instead of once per value head and row block.
-    The step kernel's one-launch form (FUSED) computes the same with the same helpers.
-    CHUNKED (a flush with the chunked recompute fold): also the substitution's weights of every value
-    head h of the key head (``_fold_chunked``), into kk = the fold's workspace (``_chunk_workspace``,
-    entry stride ``s_ws``): [BJ, BJ] per value head, w[i, j] = e^{c_{j-1} − c_i} (k_i·k_j) for i < j and
-    w[j, j] = e^{c_{j-1}} (c from h's a records ``ra_ptr``, slot stride ``s_ra``); the Gram matrix
-    k_i·k_j is shared by the key head's value heads, so it is formed once here."""
+    The step kernel's one-launch form (FUSED) computes the same with the same helpers."""
     i_kh, i_b = tl.program_id(0), tl.program_id(1)
     slot = tl.load(slot_ptr + i_b).to(tl.int64)
     start = tl.load(start_ptr + i_b)
@@ -186,24 +181,8 @@ def gdn_replay_scores_kernel(
     m_cv = m_c & ((cols * 0 + slot) >= 0)
     m_hist = (jj < W) & ((jj * 0 + slot) >= 0)
     slot = tl.maximum(slot, 0)
-    if SCORES or CHUNKED:
+    if SCORES:
         t_k = _k_window(rk_ptr + slot * s_rk + i_kh * C, start, jj, m_hist, cols, m_c, Hk, C, RING)
-    if CHUNKED:
-        # column j of the Gram matrix from record j read again from memory (picking row j out of the
-        # tile would cost a where + sum per element), then column j of each value head's weights
-        # (zero below the diagonal, past the window and for a skipped entry)
-        pos = ((start + jj) & (RING - 1)).to(tl.int64)
-        for j in tl.range(0, W):
-            pj = ((start + j) & (RING - 1)).to(tl.int64)
-            k_j = tl.load(rk_ptr + slot * s_rk + (pj * Hk + i_kh) * C + cols, mask=m_c, other=0)
-            gram = tl.sum(t_k * k_j[None, :], 1)
-            for r in range(Hv // Hk):
-                h = i_kh * (Hv // Hk) + r
-                h_a = tl.load(ra_ptr + slot * s_ra + pos * Hv + h, mask=m_hist, other=0)
-                c = tl.cumsum(h_a, 0)
-                c_prev = tl.sum(tl.where(jj < j, h_a, 0.0), 0)  # c_{j-1}
-                w = tl.where(jj < j, tl.exp(c_prev - c) * gram, tl.where(jj == j, tl.exp(c_prev), 0.0))
-                tl.store(kk_ptr + i_b.to(tl.int64) * s_ws + (h * BJ + jj) * BJ + j, w)
     for t in tl.static_range(T):
         bk = (i_b.to(tl.int64) * T + t) * Hk + i_kh
         b_q, b_k, _, _ = _new_qk(q_ptr, k_ptr, bk, C, scale, NORM, BC)
@@ -365,10 +344,10 @@ def _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, 
 
 @triton.jit
 def _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RING,
-                   BC: tl.constexpr, BJ: tl.constexpr, D_LOGICAL: tl.constexpr = False):
+                   BC: tl.constexpr, BJ: tl.constexpr):
     """Closed form over the n_w window records with their stored d's (the "buffered" fold, and the
     history of a verify step): S ← e^{c_W} S + Σ_j e^{c_W − c_j} d_j k_jᵀ, one FMA per element and
-    record. D_LOGICAL: d_j at rd + j·Hv·R (the chunked fold's scratch) instead of its ring position."""
+    record."""
     jj = tl.arange(0, BJ)
     h_a = tl.load(ra + ((start + jj) & (RING - 1)).to(tl.int64) * Hv, mask=jj < n_w, other=0)
     tot = tl.sum(h_a, 0)
@@ -379,53 +358,9 @@ def _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RI
         p = ((start + j) & (RING - 1)).to(tl.int64)
         k0, k1, k2, k3 = _vec4(rk + p * Hk * C, C, BC, False)
         c = c + tl.load(ra + p * Hv)
-        if D_LOGICAL:
-            wd = (tl.exp(tot - c) * tl.load(rd + j * (Hv * R), mask=m_r, other=0))[:, None]
-        else:
-            wd = (tl.exp(tot - c) * tl.load(rd + p * Hv * R, mask=m_r, other=0))[:, None]
+        wd = (tl.exp(tot - c) * tl.load(rd + p * Hv * R, mask=m_r, other=0))[:, None]
         s0, s1, s2, s3 = tl.fma(wd, k0, s0), tl.fma(wd, k1, s1), tl.fma(wd, k2, s2), tl.fma(wd, k3, s3)
     return s0, s1, s2, s3
-
-
-# The chunked form of the recompute fold (``fold_form="chunked"``). With c_j = a_0 + … + a_j and
-# P_j = S_b k_j, the state before record j is S_{j-1} = e^{c_{j-1}} S_b + Σ_{i<j} e^{c_{j-1} − c_i} d'_i k_iᵀ,
-# so the recurrence's d'_j = β_j (v_j − α_j S_{j-1} k_j) needs only P_j, the Gram matrix k_i·k_j and the
-# earlier d'_i of the same row:
-#   d'_j = β_j (v_j − α_j [e^{c_{j-1}} P_j + Σ_{i<j} e^{c_{j-1} − c_i} (k_i·k_j) d'_i])
-# and the fold is then the buffered closed form with the d'_j. The W mat-vecs S_b k_j are independent
-# (no chain through S), the α_j·S multiply per element and record is gone, and the serial part (the
-# substitution) works on rows, not on the state. Its weights (e^{c_{j-1} − c_i} (k_i·k_j), e^{c_{j-1}})
-# are the same for every row of a value head: the scores kernel computes them once per value head,
-# so a (row, i, j) term is one load, one load and one FMA. P and then D' go through a per-program
-# global scratch (W × rows, L1/L2-resident): a [rows, W] register tile next to the 128 state
-# registers per thread would spill, and the substitution reads d'_i written by other threads of the
-# program (hence the barriers).
-@triton.jit
-def _fold_chunked(s0, s1, s2, s3, rk, rv, ra, rbeta, wt, scr, start, n_w, m_r, Hk, Hv, R, C, RING,
-                  BC: tl.constexpr, BJ: tl.constexpr):
-    """The recompute fold in chunked form (comment above). ``wt``: the value head's [BJ, BJ] weights over
-    logical window positions (scores kernel, CHUNKED); ``scr``: this program's rows of a [RING, Hv, R]
-    scratch (row pointers; record j at logical position j: scr + j·Hv·R, so the substitution's
-    addresses step linearly; offsets within the scratch and one slot's records fit in 32 bits)."""
-    HVR = Hv * R
-    for j in tl.range(0, n_w, num_stages=4):
-        p = ((start + j) & (RING - 1)).to(tl.int64)
-        k0, k1, k2, k3 = _vec4(rk + p * Hk * C, C, BC, False)
-        tl.store(scr + j * HVR, _matvec(s0, s1, s2, s3, k0, k1, k2, k3), mask=m_r)
-    tl.debug_barrier()
-    for j in tl.range(0, n_w):
-        p = (start + j) & (RING - 1)
-        acc = tl.load(wt + j * (BJ + 1)) * tl.load(scr + j * HVR, mask=m_r, other=0)
-        for i in tl.range(0, j):
-            acc = tl.fma(tl.load(scr + i * HVR, mask=m_r, other=0), tl.load(wt + i * BJ + j), acc)
-        d = tl.load(rbeta + p * Hv) * (tl.load(rv + p * HVR, mask=m_r, other=0) - tl.exp(tl.load(ra + p * Hv)) * acc)
-        # d'_j replaces P_j in the scratch. The thread that stores a row's value need not be the one that
-        # loads it: every thread has read P_j before it is overwritten (first barrier), and d'_j is
-        # visible to all of them before record j + 1 reads it (second barrier).
-        tl.debug_barrier()
-        tl.store(scr + j * HVR, d, mask=m_r)
-        tl.debug_barrier()
-    return _fold_buffered(s0, s1, s2, s3, rk, scr, ra, start, n_w, m_r, Hk, Hv, R, C, RING, BC, BJ, True)
 
 
 @triton.jit
@@ -449,7 +384,7 @@ def gdn_replay_step_kernel(
     q_ptr, k_ptr, qn_ptr, kn_ptr, kq_ptr, kk_ptr, v_ptr, g_ptr, beta_ptr, o_ptr, scale,
     Hk, Hv, R, C, RING,
     T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, SPLIT: tl.constexpr,
-    RECOMPUTE: tl.constexpr, CHUNKED: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
+    RECOMPUTE: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr,
 ):
@@ -457,9 +392,6 @@ def gdn_replay_step_kernel(
     # normalises the new q, k from the inputs (q_ptr, k_ptr) and computes the scores it needs itself,
     # and one program per (key head, batch entry) writes the new k record (the output-only block)
     tl.static_assert((not FUSED) or (T == 1 and (FOLD_NEW or not FLUSH)))
-    # CHUNKED: the recompute fold in chunked form (``_fold_chunked``); kk_ptr is then its workspace
-    # (``_chunk_workspace``, with weights written by the scores kernel, so never one launch)
-    tl.static_assert((not CHUNKED) or (FLUSH and RECOMPUTE and not FUSED))
     i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
     i_kh = i_h // (Hv // Hk)
     valid = slot >= 0
@@ -485,12 +417,7 @@ def gdn_replay_step_kernel(
 
     if FLUSH:
         s0, s1, s2, s3 = _load4(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, ILV, HW)
-        if CHUNKED:
-            ws = kk_ptr + i_b.to(tl.int64) * (Hv * BJ * BJ + RING * Hv * R)
-            s0, s1, s2, s3 = _fold_chunked(s0, s1, s2, s3, rk, rv, ra, rbeta, ws + i_h * BJ * BJ,
-                                           ws + Hv * BJ * BJ + i_h * R + rows, start, n_w, m_r, Hk, Hv, R, C,
-                                           RING, BC, BJ)
-        elif RECOMPUTE:
+        if RECOMPUTE:
             s0, s1, s2, s3 = _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R, C,
                                              RING, BC)
         else:
@@ -683,16 +610,6 @@ def _conventional_launch(R: int, C: int, code: int, block_r: int | None, num_war
     return br, num_warps
 
 
-FOLD_FORMS = ("recurrent", "chunked")
-
-
-def _chunk_workspace(Bsz: int, Hv: int, V: int, ring: int, bj: int, dev) -> torch.Tensor:
-    """Scratch of the chunked recompute fold, per batch entry: the substitution's weights per value head
-    [Hv, BJ, BJ] (scores kernel), then P_j = S_b k_j, overwritten by d'_j, per window position, value
-    head and row [RING, Hv, V] (step kernel; the kernel computes the same entry stride)."""
-    return torch.empty(Bsz, Hv * bj * bj + ring * Hv * V, dtype=torch.float32, device=dev)
-
-
 def _check(state: PackedState, V: int, K: int) -> None:
     if (state.R, state.C) != (V, K):
         raise ValueError(f"state pool holds [{state.R}, {state.C}] matrices, inputs need [{V}, {K}]")
@@ -737,7 +654,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
                     fold_new: bool = False, recompute: bool = True, seq_ids: torch.Tensor | None = None,
                     events: torch.Tensor | int = 1, seed: int = 0, layer: int = 0,
                     block_r: int | None = None, num_warps: int | None = None,
-                    fused_scores: bool | None = None, fp4_decode: str = "fp16", fold_form: str = "recurrent",
+                    fused_scores: bool | None = None, fp4_decode: str = "fp16",
                     out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM GDN step for T = v.shape[1] tokens (see the module docstring).
 
@@ -756,24 +673,8 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     with q̃ and k (``mamba2_replay_step``); "mma" takes both from one tensor-core product (the
     two-launch form's normalised fp32 copies in two fp16 parts each, the one-launch form's bf16
     inputs in one).
-    fold_form: how a flush with ``recompute=True`` folds the window: "recurrent" (record by record,
-    ``_fold_recompute``) or "chunked" (all S_b k_j first, then a forward substitution for the d'_j per
-    row, then the closed-form fold, ``_fold_chunked``: the same values up to fp32 rounding). A step
-    without a fold (flush=False) ignores it; a flush with recompute=False (the buffered fold, which has
-    no chunked form) refuses "chunked" with a ValueError. A chunked flush runs in the two-launch form
-    (the scores kernel writes the window's Gram matrix): fused_scores=None then means False, True is
-    refused.
     """
     check_fp4_decode(fp4_decode)
-    if fold_form not in FOLD_FORMS:
-        raise ValueError(f"fold_form must be one of {FOLD_FORMS}, got {fold_form!r}")
-    chunked = flush and fold_form == "chunked"
-    if chunked and not recompute:
-        raise ValueError("fold_form='chunked' is a form of the recompute fold: a flush with recompute=False "
-                         "(the buffered fold) has none")
-    if chunked and fused_scores:
-        raise ValueError("fold_form='chunked' runs in the two-launch form (its Gram matrix comes from the "
-                         "scores kernel): fused_scores=True is not available")
     Bsz, T, Hk, K = q.shape
     Hv, V = v.shape[2:]
     if fold_new and (T != 1 or not flush):
@@ -794,7 +695,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     slots32, start32, wlen32 = (t.to(torch.int32).contiguous() for t in (slots, start, wlen))
     q, k = q.contiguous(), k.contiguous()
     scale = float(K ** -0.5 if scale is None else scale)
-    fused = fused_scores_launch(Bsz, Hk, T, flush, fold_new, False if chunked else fused_scores)
+    fused = fused_scores_launch(Bsz, Hk, T, flush, fold_new, fused_scores)
     if fused and not flush:  # the window's k records as a [ring, K] tile too: more warps (no spill)
         nw = max(nw, fused_nonflush_warps(bj))
     if fused:  # no scores kernel: the step programs read q and k themselves (qn .. kk are not read)
@@ -805,21 +706,16 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         scores = not flush and T == 1  # only the output-only step reads them
         kq = torch.empty((Bsz, T, Hk) + ((bj,) if scores else ()), dtype=torch.float32, device=dev)
         kk = torch.empty_like(kq) if scores else kq
-        if chunked:
-            kk = _chunk_workspace(Bsz, Hv, V, records.ring, bj, dev)
         gdn_replay_scores_kernel[(Hk, Bsz)](
             records.k, records.k.stride(0), slots32, start32, wlen32, q, k, qn, kn, kq, kk, scale, Hk, K,
-            records.ring, records.a, records.a.stride(0), Hv, kk.stride(0), T=T, SCORES=scores, FOLD_NEW=fold_new,
-            NORM=qk_l2norm, CHUNKED=chunked,
-            BC=bc, BJ=bj, num_warps=4)
+            records.ring, T=T, SCORES=scores, FOLD_NEW=fold_new, NORM=qk_l2norm, BC=bc, BJ=bj, num_warps=4)
     gdn_replay_step_kernel[(triton.cdiv(V, br), Hv, Bsz)](
         *update.kernel_args(), *read.kernel_args(),
         records.k, records.d, records.v, records.a, records.beta,
         records.k.stride(0), records.d.stride(0), records.a.stride(0),
         slots32, start32, wlen32, as_i64(seq_ids, Bsz, dev), as_i64(events, Bsz, dev), sr_seed(seed, layer),
         q, k, qn, kn, kq, kk, v, g.contiguous(), beta.contiguous(), o, scale, Hk, Hv, V, K, records.ring,
-        T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, CHUNKED=chunked,
-        NORM=qk_l2norm, FUSED=fused,
+        T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, NORM=qk_l2norm, FUSED=fused,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode,
         num_warps=num_warps or nw, enable_fp_fusion=False)
