@@ -331,12 +331,17 @@ def test_trajectory(policy, device):
 def test_launch_shapes_follow_the_batch():
     """The launch-shape rules: the conventional step at 4 rows x 1 warp at every batch, a replay
     launch with fewer programs than about one per SM in 16-row blocks (not when it stores NVFP4: that
-    owns whole heads), 64 rows x 2 warps for the output-only step otherwise."""
+    owns whole heads), 64 rows x 2 warps for the output-only step otherwise (1 warp from a stored read
+    copy)."""
     from precision_lab.kernels.decode_state import FMT_NVFP4
     from precision_lab.kernels.gdn import decode as gd
 
     assert gd._replay_launch(128, 128, (), None, True, 1 * 32) == (16, 1)      # batch 1 of 32 heads: fp32 flush
     assert gd._replay_launch(128, 128, (), None, False, 256 * 32) == (64, 2)   # batch 256: output-only step
+    from precision_lab.kernels.decode_state import FMT_E4M3
+    for stored_read in (FMT_NVFP4, FMT_E4M3):                                  # ... from a stored read copy
+        assert gd._replay_launch(128, 128, (), None, False, 256 * 32, stored_read) == (64, 1)
+    assert gd._replay_launch(128, 128, (), None, True, 256 * 32, FMT_NVFP4) == (64, 2)  # drafts keep 2 warps
     assert gd._replay_launch(128, 128, (FMT_NVFP4,), None, True, 32)[0] == 128  # NVFP4 stored: the whole head
     assert gd._replay_launch(128, 128, (), 32, True, 32)[0] == 32             # an explicit block_r wins
     seen = []

@@ -164,11 +164,13 @@ def _nvfp4_dot_words(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row64, rma
         # unit-normalised copies)
         v_lo = tl.load(v_ptr + 8 * cw + k, mask=m_w, other=0).to(tl.float32) * qc.E2M1_UNIT
         v_hi = tl.load(v_ptr + 8 * cw + k + 4, mask=m_w, other=0).to(tl.float32) * qc.E2M1_UNIT
-        acc_v += lo * v_lo[None, :] + hi * v_hi[None, :]
+        # explicit FMAs: two per element and vector (written as a*b + c*d + acc, the compiler
+        # kept a multiply and an add beside each FMA, sm_90 SASS)
+        acc_v = tl.fma(hi, v_hi[None, :], tl.fma(lo, v_lo[None, :], acc_v))
         if TWO:
             w_lo = tl.load(w_ptr + 8 * cw + k, mask=m_w, other=0).to(tl.float32) * qc.E2M1_UNIT
             w_hi = tl.load(w_ptr + 8 * cw + k + 4, mask=m_w, other=0).to(tl.float32) * qc.E2M1_UNIT
-            acc_w += lo * w_lo[None, :] + hi * w_hi[None, :]
+            acc_w = tl.fma(hi, w_hi[None, :], tl.fma(lo, w_lo[None, :], acc_w))
     s_dec = tl.load(gs_ptr + slot * s_gs + h)
     sv = tl.sum(acc_v * block_scale, 1) * s_dec
     if TWO:

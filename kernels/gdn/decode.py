@@ -39,7 +39,8 @@ fp32 dot over [W, rows] record tiles (plus picking rows out of tiles with where/
 tiles live and spilled; here S stays in registers as four column quarters (each thread holds more
 columns of fewer rows, so S·x is an FMA chain plus three shuffle levels), records are read one at
 a time through the software pipeliner (``tl.range(num_stages=4)`` stages the next records in shared
-memory), and the folds use ``tl.fma`` (kernels run with enable_fp_fusion=False).
+memory), and the folds use ``tl.fma`` (a flush runs with enable_fp_fusion=False: it rounds state;
+steps that store none run with fusion on, like Mamba-2's).
 
 One program per (row block of V, value head, batch entry). ``slots[b] = -1`` skips an entry.
 """
@@ -568,13 +569,16 @@ def _block_rows(R: int, stored: tuple[int, ...], block_r: int | None) -> int:
 
 
 def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None, serial: bool,
-                   head_matrices: int) -> tuple[int, int]:
+                   head_matrices: int, read_code: int = C_FP32) -> tuple[int, int]:
     """(rows, warps) of a replay program; the whole head when the launch stores NVFP4. ``serial``
     (a flush's fold, drafts): 64 rows and 128 state elements per thread — the work is a chain over
     records and tokens, and fewer threads with more independent work each ran it fastest (H200). The
     T = 1 output-only step: 64 rows, 128 elements per thread, i.e. 2 warps (H200: from an fp32 read
     copy 188.4 µs against 218.0 at 4 warps at batch 256 in one run, bench_kernels_round2b_quick.json;
-    17.5 against 20.8 µs at batch 16, reports/bench/tune_small_batch.json). ``head_matrices``: batch ×
+    17.5 against 20.8 µs at batch 16, reports/bench/tune_small_batch.json); from a stored read copy
+    (``read_code`` not fp32) 256 elements per thread, i.e. 1 warp (H200, batch 256, W = 7, FMAs fused:
+    NVFP4 82.9 µs against 88.9 at 2 warps, FP8 66.2 against 77.5; reports/diagnostics/
+    nonflush-shape-fusion.jsonl). ``head_matrices``: batch ×
     value heads; a launch that would have fewer programs than SMALL_GRID_PROGRAMS (batch 1 of
     Qwen3.5-4B's 32 heads: 64 programs of 64 rows) and stores no NVFP4 takes SMALL_GRID_ROWS-row
     programs (the fp32 flush at batch 1: 9.97 µs against 13.48 at 64 rows, tune_small_batch.json)."""
@@ -595,6 +599,8 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
     # checkpoint: 577) and ~74k warp instructions per program at L = 16, against ~137k at 16 warps
     # before (128 registers, 88 bytes of stack) — the fold loop at 16 warps costs twice as many
     # warp instructions per record. H200, batch 256: 1504 µs (reports/bench/bench_kernels_round2b_quick.json).
+    if read_code != C_FP32 and not serial and not stored:
+        per_thread = 256  # the output-only step from a stored copy: fewer, fuller threads
     return br, max(1, min(16, br * C // (32 * per_thread)))
 
 
@@ -690,7 +696,8 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     o = torch.empty_like(v) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     bc = max(pow2(K), 16)
-    br, nw = _replay_launch(V, bc, (update.code, read.code) if flush else (), block_r, flush or T > 1, Bsz * Hv)
+    br, nw = _replay_launch(V, bc, (update.code, read.code) if flush else (), block_r, flush or T > 1, Bsz * Hv,
+                            read.code)
     bj = max(records.ring, 16)
     slots32, start32, wlen32 = (t.to(torch.int32).contiguous() for t in (slots, start, wlen))
     q, k = q.contiguous(), k.contiguous()
@@ -718,5 +725,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, NORM=qk_l2norm, FUSED=fused,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode,
-        num_warps=num_warps or nw, enable_fp_fusion=False)
+        # a step that stores no state may fuse a*b+c into FMAs (its outputs and d records are compared
+        # with a tolerance; the k, v, a, beta records are copies); a flush rounds state and must not
+        num_warps=num_warps or nw, enable_fp_fusion=not flush)
     return o
