@@ -68,10 +68,11 @@ def _signature(fn, args, kwargs):
     return sig, const, attrs
 
 
-def resources(fn, args, kwargs, num_warps: int, enable_fp_fusion: bool = False) -> dict:
+def resources(fn, args, kwargs, num_warps: int, enable_fp_fusion: bool = False, maxnreg: int | None = None) -> dict:
     sig, const, attrs = _signature(fn, args, kwargs)
+    options = dict(num_warps=num_warps, enable_fp_fusion=enable_fp_fusion, **({"maxnreg": maxnreg} if maxnreg else {}))
     k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs),
-                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, enable_fp_fusion=enable_fp_fusion))
+                       target=GPUTarget("cuda", 90, 32), options=options)
     with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
         f.write(k.asm["cubin"])
     usage = subprocess.run([os.path.join(_BIN, "cuobjdump"), "--dump-resource-usage", f.name],
@@ -101,11 +102,12 @@ class _Compile:
         self.fn, self.label = fn, label
 
     def __getitem__(self, grid):
-        def call(*args, num_warps=4, enable_fp_fusion=True, **kw):  # Triton's default when not given
-            r = resources(self.fn, args, kw, num_warps, enable_fp_fusion)
+        def call(*args, num_warps=4, enable_fp_fusion=True, maxnreg=None, **kw):  # Triton's defaults when not given
+            r = resources(self.fn, args, kw, num_warps, enable_fp_fusion, maxnreg)
             keys = ("T", "FLUSH", "FOLD_NEW", "FUSED", "UFMT", "USR", "RFMT", "RSR", "FMT", "BR", "BJ", "RECOMPUTE", "UPD_FMT", "UPD_SR",
                     "READ_FMT", "READ_SR", "SPLIT", "SR", "BLOCK", "ONE_TILE", "RB", "BLOCK_R")
             shape = " ".join(f"{k}={kw[k]}" for k in keys if k in kw)
+            shape += f" maxnreg={maxnreg}" if maxnreg else ""
             print(f"{self.label:16s} warps={num_warps:<2d} {shape:60s} REG={r['regs']:<4} STACK={r['stack']:<5} "
                   f"smem={r['smem']:<6} convert_layout={r['convert_layout']:<3} sass={r['sass']:<5} "
                   f"digest={r['digest']}")

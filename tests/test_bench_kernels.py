@@ -204,3 +204,22 @@ def test_small_batch_tuning_times_the_wrappers_defaults_and_the_small_space(tmp_
         assert len(nonflush) == 1 + len(space["block_r"]) * len(space["num_warps"]) and () in nonflush
         assert {k for op, k, b, rf, c in seen if b == B} == {"conventional", "flush", "nonflush"}
     assert {s[2] for s in seen} == {1, 4}
+
+
+def test_large_batch_launch_rules_switch_the_small_batch_rule_off_and_back():
+    """The correctness streams run at batch 2 under Mamba-2's large-batch launch rules (the
+    register-capped flush the batch-256 rows time): the rule is off inside, restored after, even on
+    an error, and untouched when not asked for."""
+    from precision_lab.kernels.mamba2 import decode as md
+
+    keep = md.SMALL_BATCH_HEAD_MATRICES
+    assert keep > 0
+    with bench_kernels.large_batch_launch_rules():
+        assert md.SMALL_BATCH_HEAD_MATRICES == 0
+        assert md._flush_launch(2 * 128 > md.SMALL_BATCH_HEAD_MATRICES, (0, 0), None, None, None) == (16, 2, 128)
+    assert md.SMALL_BATCH_HEAD_MATRICES == keep
+    with bench_kernels.large_batch_launch_rules(False):
+        assert md.SMALL_BATCH_HEAD_MATRICES == keep
+    with pytest.raises(RuntimeError), bench_kernels.large_batch_launch_rules():
+        raise RuntimeError("inside")
+    assert md.SMALL_BATCH_HEAD_MATRICES == keep

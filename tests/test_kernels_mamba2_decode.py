@@ -375,6 +375,65 @@ def test_verify_refuses_more_warps_than_it_ran_at():
                            n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"], num_warps=8)
 
 
+def test_flush_register_cap_rule(monkeypatch):
+    """The autoregressive flush above the small-batch rule runs capped (Triton's maxnreg): 16 rows x 2
+    warps at 128 registers when it stores only fp32, its usual shape at 128 otherwise, at 168 when it
+    stores NVFP4; an explicit shape or cap wins, and other launches stay uncapped."""
+    from precision_lab.kernels.decode_state import FMT_E4M3, FMT_FP16, FMT_FP32, FMT_NVFP4
+    from precision_lab.kernels.mamba2 import decode as md
+
+    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, None) == (16, 2, 128)
+    assert md._flush_launch(True, (FMT_FP16, FMT_E4M3), None, None, None) == (None, None, 128)
+    assert md._flush_launch(True, (FMT_FP16, FMT_NVFP4), None, None, None) == (None, None, 168)
+    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), 32, None, None) == (32, None, 0)      # explicit shape
+    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, 0) == (None, None, 0)     # explicit: no cap
+    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, 96) == (None, None, 96)
+    assert md._flush_launch(False, (), None, None, None) == (None, None, 0)                   # not a T = 1 flush
+    # the wrapper hands the cap to the launch (large-batch rules forced on a small problem)
+    seen = []
+
+    class Grab:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append((kw["BR"], kw["num_warps"], kw.get("maxnreg")))
+
+    monkeypatch.setattr(md, "mamba2_replay_step_kernel", Grab())
+    monkeypatch.setattr(md, "SMALL_BATCH_HEAD_MATRICES", 0)
+    s = _replay_setup("cpu", "fp32", "fp32", W=5, T=1, exact=False)
+    n = s["new"]
+    args = (s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"], n["B"], n["C"],
+            n["D"], n["dt_bias"], n["z"])
+    mamba2_replay_step(*args, flush=True, fold_new=True, seq_ids=s["seq_ids"], fused_scores=True)
+    mamba2_replay_step(*args, flush=True, fold_new=True, seq_ids=s["seq_ids"], fused_scores=True, max_registers=0)
+    mamba2_replay_step(*args, seq_ids=s["seq_ids"], fused_scores=True)
+    assert seen[0] == (16, 2, 128)
+    assert seen[1][2] is None and seen[2][2] is None
+
+
+@pytest.mark.parametrize("upd_fmt,read_fmt,block_r,num_warps", [
+    ("fp32", "fp32", 16, 2), ("fp16-sr", "fp8e4m3", 32, 4), ("fp16-sr", "nvfp4", None, 4)])
+def test_flush_register_cap_changes_no_bit(upd_fmt, read_fmt, block_r, num_warps, device):
+    """A register cap changes how the flush is compiled, not what it computes: at the rule's cap and
+    uncapped, the same launch shape stores the same codes and scales and returns the same outputs,
+    bit for bit (on a GPU two different compiled kernels; the interpreter ignores the cap)."""
+    from precision_lab.kernels.mamba2 import decode as md
+
+    results = []
+    for cap in (None, 0):
+        torch.manual_seed(0)  # the setup draws its checkpoint from the global generator
+        s = _replay_setup(device, upd_fmt, read_fmt, W=5, T=1, exact=False)
+        if cap is None:
+            cap = md._flush_launch(True, (s["upd"].code, s["rd"].code), None, None, None)[2]
+            assert cap > 0
+        n = s["new"]
+        y = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"],
+                               n["A"], n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=True, fold_new=True,
+                               seq_ids=s["seq_ids"].to(device), events=2, seed=4, layer=1, block_r=block_r,
+                               num_warps=num_warps, max_registers=cap)
+        results.append([y] + [t for st in (s["upd"], s["rd"]) for t in (st.data, st.scale, st.gscale) if t is not None])
+    for a, b in zip(*results):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
 def test_conventional_launch_shapes():
     """The conventional step: 16 rows x 8 warps at large batch, 4 rows x 1 warp at small batch
     (batch x heads <= SMALL_BATCH_HEAD_MATRICES); an NVFP4 state owns whole heads with the warps of

@@ -459,6 +459,21 @@ FLUSH_BLOCK_R = 32
 SMALL_BATCH_HEAD_MATRICES = 2048
 SMALL_BATCH_CONVENTIONAL = (4, 1)
 SMALL_BATCH_FLUSH = (16, 1)
+# The autoregressive flush (T = 1) at the default shapes above the small-batch rule runs with a
+# register cap (Triton's ``maxnreg``). Uncapped it held 158 registers at 32 rows × 4 warps (sm_90),
+# 3 programs per SM, and waited with no eligible warp 60 % of cycles (Nsight Compute, reports/
+# diagnostics/ncu-decode-99c947d.json): a latency-bound kernel, for which more resident warps beat
+# a few spilled registers. H200, batch 256, W = 15 with the new token folded (reports/diagnostics/
+# flush-register-cap.jsonl, each row twice): a flush storing only fp32 at 16 rows × 2 warps capped
+# at 128 registers 809-812 µs, against 1000-1003 at the uncapped 32 × 4 (32 × 4 capped at 128: 892-894;
+# 16 × 2 at 112 / 96 / 80: 836-838 / 862-865 / 946-960; 16 × 2 uncapped 997-998); an fp16-SR update copy with
+# an FP8 read copy at 32 × 4 capped at 128 1191-1193 against 1230-1238 uncapped (16 × 2 capped: 1326-1328);
+# a flush storing NVFP4 (whole head, 4 warps) capped at 168: 1622 against 1862-1865 (fp16-SR update copy;
+# 128: 1625-1635, 192: 1895-1908) and 1918-1931 against 2004-2016 (FP8-SR). An explicit block_r,
+# num_warps or max_registers replaces the rule.
+FLUSH_FP32_SHAPE = (16, 2)
+FLUSH_MAX_REGISTERS = 128
+FLUSH_NVFP4_MAX_REGISTERS = 168
 # The T = 1 output-only step (whole head, 64 rows; two-launch form): 2 warps from an fp32 read copy,
 # 1 from a stored format. H200, batch 256 ("tune" rows of reports/bench/bench_kernels_round2c_quick.json):
 # fp32 275.5 µs at 2 warps, 303.3 at 1, 278.8 at 4; NVFP4 109.1 at 1 warp, 117.2 at 2, 153.1 at 4;
@@ -483,6 +498,22 @@ def _replay_warps(T: int, flush: bool, fused: bool = False, bj: int = 16, read_f
             return fused_nonflush_warps(bj)
         return NONFLUSH_NUM_WARPS if read_fp32 else NONFLUSH_NUM_WARPS_STORED
     return 4
+
+
+def _flush_launch(autoregressive_flush: bool, stored: tuple[int, ...], block_r: int | None,
+                  num_warps: int | None, max_registers: int | None) -> tuple[int | None, int | None, int]:
+    """(block_r, num_warps, max_registers) of a launch after the register-cap rule (the comment at
+    FLUSH_MAX_REGISTERS): an autoregressive flush above the small-batch rule with no explicit shape
+    or cap takes FLUSH_FP32_SHAPE when it stores only fp32 and a cap of FLUSH_MAX_REGISTERS
+    (FLUSH_NVFP4_MAX_REGISTERS when it stores NVFP4); every other launch keeps what it was given,
+    uncapped unless max_registers says otherwise (0: no cap)."""
+    if max_registers is not None or not autoregressive_flush or block_r is not None or num_warps is not None:
+        return block_r, num_warps, max_registers or 0
+    if FMT_NVFP4 in stored:
+        return None, None, FLUSH_NVFP4_MAX_REGISTERS
+    if all(f == FMT_FP32 for f in stored):
+        return (*FLUSH_FP32_SHAPE, FLUSH_MAX_REGISTERS)
+    return None, None, FLUSH_MAX_REGISTERS
 
 
 def _conventional_launch(P: int, C: int, code: int, block_r: int | None, num_warps: int | None,
@@ -548,7 +579,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
                        seed: int = 0, layer: int = 0, block_r: int | None = None,
                        num_warps: int | None = None, fold_precision: str = "tf32x3",
                        verify_precision: str = "tf32x3", fused_scores: bool | None = None,
-                       fp4_decode: str = "fp16",
+                       fp4_decode: str = "fp16", max_registers: int | None = None,
                        out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM step for T = x.shape[1] tokens (T = 1: autoregressive; T > 1: speculative verify).
 
@@ -558,7 +589,9 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     flush: fold the window into the update checkpoint and write both copies (SR event ``events``);
     fold_new: also fold the new token (autoregressive flush; needs T = 1).
     Returns y [B, T, H, P]. The non-flush step writes only y and the T records.
-    block_r / num_warps override the launch shape. fold_precision / verify_precision: the matrix
+    block_r / num_warps override the launch shape; max_registers caps the registers per thread
+    (Triton's ``maxnreg``; 0 = no cap; None = the rule, ``_flush_launch``: only the autoregressive
+    flush at its default shapes is capped). fold_precision / verify_precision: the matrix
     products of the flush's fold and of the T > 1 verify block run on tensor cores with the 3-pass
     TF32 split by default ("tf32x3": each product's relative error ≤ ~2^-21 against 2^-24 for fp32
     FMAs, far below any state format's rounding; inputs with ≤ 11 significant bits are exact);
@@ -598,6 +631,8 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     fmts = (update.code, read.code) if flush else ()
     small_flush = flush and Bsz * H <= SMALL_BATCH_HEAD_MATRICES and block_r is None and FMT_NVFP4 not in fmts
+    block_r, num_warps, max_registers = _flush_launch(flush and T == 1 and not small_flush, fmts, block_r,
+                                                      num_warps, max_registers)
     br = _block_rows(P, N, fmts, (SMALL_BATCH_FLUSH[0] if small_flush else FLUSH_BLOCK_R) if flush and block_r is None
                      else block_r)
     if small_flush and num_warps is None:
@@ -635,6 +670,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         FOLD_PREC=fold_precision,
         VERIFY_PREC=verify_precision, STATE_PREC=state_product_precision(verify_precision, br, P, read.code),
         FUSED=fused, num_warps=num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32),
+        **({"maxnreg": max_registers} if max_registers else {}),
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance
         # and the records are single products); a flush rounds state and must not
         enable_fp_fusion=not flush)

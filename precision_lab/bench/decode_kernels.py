@@ -80,7 +80,9 @@ TUNE_SPACE = {
         # 64-row blocks (fewer programs, more of the state in flight each) were tried against the
         # latency-bound flush and measured slower: 1179 µs at 4 warps, 1748 at 8, against 1001 at
         # 32 x 4 (batch 256, bench_kernels_round2d_quick.json)
-        "flush": dict(block_r=[16, 32], num_warps=[4, 8], fold_precision=["tf32x3"]),
+        # the wrapper's register-capped rule ({}) against the uncapped 32 x 4 it replaced (max_registers=0);
+        # the other shapes were measured in reports/diagnostics/flush-register-cap.jsonl
+        "flush": dict(max_registers=[None, 0], fold_precision=["tf32x3"]),
         "nonflush": dict(block_r=[None], num_warps=[1, 2, 4], fp4_decode=["fp16", "ptx", "mma"]),
         "verify": dict(block_r=[64], num_warps=[4]),   # 8 warps faulted (docs/pitfalls.md §14)
     },
@@ -229,12 +231,30 @@ def forced_launch_form(fused: bool | None):
         kernel_launch.FUSED_SCORES_MAX_SCORE_ROWS = keep
 
 
+@contextlib.contextmanager
+def large_batch_launch_rules(on: bool = True):
+    """Mamba-2's large-batch launch rules at any batch for the duration: the correctness streams run
+    at batch 2, where the small-batch rule (``SMALL_BATCH_HEAD_MATRICES``) would pick other flush
+    shapes than the timed batch-256 rows, and only the large-batch flush runs register-capped
+    (``_flush_launch``)."""
+    from precision_lab.kernels.mamba2 import decode as m2
+
+    keep = m2.SMALL_BATCH_HEAD_MATRICES
+    if on:
+        m2.SMALL_BATCH_HEAD_MATRICES = 0
+    try:
+        yield
+    finally:
+        m2.SMALL_BATCH_HEAD_MATRICES = keep
+
+
 def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
     """Every kernel family at the real shapes (batch 2): whole streams driven by the ``triton-decode``
     engine against the torch ``decode`` engine on the CPU, and single verify/flush steps against the
     step references. ReplaySSM streams run in both launch forms of their one-token steps: the
     two-launch form under ``<op>:<policy>`` (what the large-batch rows time), the one-launch form
-    under ``<op>:<policy>:one-launch``."""
+    under ``<op>:<policy>:one-launch``; Mamba-2's also with the large-batch launch rules (its
+    register-capped flush) under ``mamba2:<policy>:large-batch-launch``."""
     from precision_lab.kernels.gdn.decode_reference import gdn_replay_step_ref
     from precision_lab.kernels.mamba2.decode_reference import mamba2_replay_step_ref
     from precision_lab.layer import GDNInputs, Mamba2Inputs, run_layer
@@ -257,12 +277,14 @@ def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
     gargs = [gi[k] for k in ("q", "k", "v", "g", "beta")]
     for pol_s in policies:
         pol = StatePolicy.parse(pol_s, seed=3)
-        forms = [("", False), (":one-launch", True)] if pol.is_replay else [("", None)]
         for op in ops:
+            forms = [("", False, False), (":one-launch", True, False)] if pol.is_replay else [("", None, False)]
+            if pol.is_replay and op == "mamba2":  # the batch-256 flush shapes and register caps
+                forms.append((":large-batch-launch", False, True))
             cls, args, init = (Mamba2Inputs, margs, S0) if op == "mamba2" else (GDNInputs, gargs, G0)
             yr, ref = run_layer(cls(*args), pol, engine="decode", initial_state=init)
-            for suffix, fused in forms:
-                with forced_launch_form(fused):
+            for suffix, fused, large in forms:
+                with forced_launch_form(fused), large_batch_launch_rules(large):
                     y, st = run_layer(cls(*(a.to(dev) for a in args)), pol, engine="triton-decode",
                                       initial_state=init.to(dev))
                 w, wr = st.state_writes, ref.state_writes
