@@ -195,6 +195,16 @@ CLAIMS: list[tuple[str, str, object]] = [
                 summ(load("reports/bench/bench_kernels_round2d_quick.json"), "mamba2")["read"]["nvfp4"]["nonflush_us"],
                 summ(d, "gdn")["targets"]["split_fp16-sr_nvfp4_vs_conventional"]["value"],
                 summ(d, "mamba2")["targets"]["split_fp16-sr_nvfp4_vs_conventional"]["value"])),
+    ("register cap (`max_registers`; Triton's `maxnreg`): the fp32 flush {:.1f} µs from {:.1f}, the "
+     "fp16-SR/NVFP4 one {:.1f} from {:.1f}, ReplaySSM `shared:fp32` {:.2f}× the conventional step and "
+     "`split:fp16-sr/nvfp4` per token {:.2f}×",
+     "reports/bench/bench_kernels_round2f_mamba2_quick.json",
+     lambda d: (summ(d, "mamba2")["L"]["16"]["flush_us"],
+                summ(load("reports/bench/bench_kernels_round2e_quick.json"), "mamba2")["L"]["16"]["flush_us"],
+                summ(d, "mamba2")["update"]["fp16-sr"]["flush_us"],
+                summ(load("reports/bench/bench_kernels_round2e_quick.json"), "mamba2")["update"]["fp16-sr"]["flush_us"],
+                summ(d, "mamba2")["targets"]["replay_vs_conventional"]["value"],
+                summ(d, "mamba2")["targets"]["split_fp16-sr_nvfp4_vs_conventional"]["value"])),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))
