@@ -162,6 +162,16 @@ def one(values):
     return v
 
 
+def now_and_before(d, before: str, op: str, *path: str) -> tuple[float, float]:
+    """One summary value of a kernel benchmark run and of the earlier run it is quoted against."""
+    def at(result):
+        v = summ(result, op)
+        for key in path:
+            v = v[key]
+        return v
+    return at(d), at(load(before))
+
+
 # --- the table: README phrase -> result file -> values (rounded by the format spec) ---------------
 CLAIMS: list[tuple[str, str, object]] = [
     ("(SR flushes {:.0f} / {:.0f} µs from {:.0f} / {:.0f}; FP16-SR quantize at {:.1f} % of copy",
@@ -187,24 +197,20 @@ CLAIMS: list[tuple[str, str, object]] = [
     ("(GDN's NVFP4 non-flush step {:.1f} µs from {:.1f}, its FP8 one {:.1f} from {:.1f}, Mamba-2's NVFP4 one "
      "{:.1f} from {:.1f}; `split:fp16-sr/nvfp4` per token {:.2f}× / {:.2f}× the fp32",
      "reports/bench/bench_kernels_round2e_quick.json",
-     lambda d: (summ(d, "gdn")["read"]["nvfp4"]["nonflush_us"],
-                summ(load("reports/bench/bench_kernels_round2d_quick.json"), "gdn")["read"]["nvfp4"]["nonflush_us"],
-                summ(d, "gdn")["read"]["fp8e4m3"]["nonflush_us"],
-                summ(load("reports/bench/bench_kernels_round2d_quick.json"), "gdn")["read"]["fp8e4m3"]["nonflush_us"],
-                summ(d, "mamba2")["read"]["nvfp4"]["nonflush_us"],
-                summ(load("reports/bench/bench_kernels_round2d_quick.json"), "mamba2")["read"]["nvfp4"]["nonflush_us"],
-                summ(d, "gdn")["targets"]["split_fp16-sr_nvfp4_vs_conventional"]["value"],
-                summ(d, "mamba2")["targets"]["split_fp16-sr_nvfp4_vs_conventional"]["value"])),
+     lambda d: (*now_and_before(d, "reports/bench/bench_kernels_round2d_quick.json", "gdn", "read", "nvfp4", "nonflush_us"),
+                *now_and_before(d, "reports/bench/bench_kernels_round2d_quick.json", "gdn", "read", "fp8e4m3", "nonflush_us"),
+                *now_and_before(d, "reports/bench/bench_kernels_round2d_quick.json", "mamba2", "read", "nvfp4", "nonflush_us"),
+                target(d, "gdn", "split_fp16-sr_nvfp4_vs_conventional")["value"],
+                target(d, "mamba2", "split_fp16-sr_nvfp4_vs_conventional")["value"])),
     ("register cap (`max_registers`; Triton's `maxnreg`): the fp32 flush {:.1f} µs from {:.1f}, the "
      "fp16-SR/NVFP4 one {:.1f} from {:.1f}, ReplaySSM `shared:fp32` {:.2f}× the conventional step and "
      "`split:fp16-sr/nvfp4` per token {:.2f}×",
      "reports/bench/bench_kernels_round2f_mamba2_quick.json",
-     lambda d: (summ(d, "mamba2")["L"]["16"]["flush_us"],
-                summ(load("reports/bench/bench_kernels_round2e_quick.json"), "mamba2")["L"]["16"]["flush_us"],
-                summ(d, "mamba2")["update"]["fp16-sr"]["flush_us"],
-                summ(load("reports/bench/bench_kernels_round2e_quick.json"), "mamba2")["update"]["fp16-sr"]["flush_us"],
-                summ(d, "mamba2")["targets"]["replay_vs_conventional"]["value"],
-                summ(d, "mamba2")["targets"]["split_fp16-sr_nvfp4_vs_conventional"]["value"])),
+     lambda d: (*now_and_before(d, "reports/bench/bench_kernels_round2e_quick.json", "mamba2", "L", "16", "flush_us"),
+                *now_and_before(d, "reports/bench/bench_kernels_round2e_quick.json", "mamba2", "update", "fp16-sr",
+                                "flush_us"),
+                target(d, "mamba2", "replay_vs_conventional")["value"],
+                target(d, "mamba2", "split_fp16-sr_nvfp4_vs_conventional")["value"])),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))
