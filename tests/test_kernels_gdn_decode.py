@@ -98,13 +98,17 @@ def test_conventional_step_random(device):
     assert rel(gather(pool, slots).dequantize(), S_ref) < 1e-6
 
 
-def _replay_setup(device, upd_fmt, read_fmt, W, T, exact, recompute=True, start=6, K=None):
+def _replay_setup(device, upd_fmt, read_fmt, W, T, exact, recompute=True, start=6, K=None, g=None):
+    """g: every record's and new token's log-decay, if given (else the inputs' own)."""
     K = K or k_for([upd_fmt, read_fmt])
     ring, Bsz = 16, 3
     slots = torch.tensor([1, 2, -1], device=device)
     seq_ids = torch.tensor([3, 2, 1])
     hist_in = inputs(Bsz, W, K, device, exact=exact, seed=1)
     new = inputs(Bsz, T, K, device, exact=exact, seed=2)
+    if g is not None:
+        hist_in["g"].fill_(g)
+        new["g"].fill_(g)
     S0 = 0.5 * torch.randn(Bsz, HV, V, K, device=device)
     upd, updq = pool_of(S0, upd_fmt, slots, 3, 4, 2, seq_ids, COPY_UPDATE)
     rd, rdq = pool_of(S0, read_fmt, slots, 3, 4, 2, seq_ids, COPY_READ)
@@ -297,6 +301,24 @@ def test_recompute_differs_from_buffered_in_split_mode(device):
                         flush=True, fold_new=True, recompute=recompute)
         outs.append(gather(upd, s["slots"]).dequantize())
     assert rel(outs[0], outs[1]) > 1e-4
+
+
+# Extreme decays through a 12-record window: the recompute fold keeps S = c·S̃ and must fold c back in
+# before it leaves fp32 (g = -12: the window's decay e^-144 is 0 in fp32 and 1/c would be inf; g = +3:
+# c grows past 2^32). Random keys, so every record touches every element.
+@pytest.mark.parametrize("g", [-12.0, -0.7, 3.0])
+def test_recompute_fold_scaled_state_with_extreme_decay(g, device):
+    s = _replay_setup(device, "fp32", "fp32", W=12, T=1, exact=False, g=g)
+    n = s["new"]
+    o = gdn_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
+                        flush=True, fold_new=True, recompute=True)
+    o_ref, _, S = gdn_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() for k in NEW),
+                                      flush=True, fold_new=True, recompute=True)
+    live = (s["slots"] >= 0).cpu()
+    S_kernel = gather(s["upd"], s["slots"]).dequantize()
+    assert torch.isfinite(S_kernel).all() and torch.isfinite(o).all()
+    assert rel(S_kernel, S[live]) < 1e-5
+    assert rel(o.cpu()[live], o_ref[live]) < 1e-5
 
 
 POLICIES = ["fp32", "conventional:fp16-sr", "shared:nvfp4-sr@L8", "split:fp16-sr/nvfp4@L8",
