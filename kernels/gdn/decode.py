@@ -328,59 +328,19 @@ def _rank1(s0, s1, s2, s3, alpha, d, k0, k1, k2, k3):
 # The folds walk the window oldest record first. A record's loads would sit on the loop's critical
 # path (a few hundred cycles, more under load, per record); the software pipeliner stages the next
 # records in shared memory while the current one is applied (num_stages=4: three records ahead).
-# The recompute fold keeps S as c·S̃ with a scalar c (one value head per program): the decay
-# α S becomes c ← α c and the rank-1 term goes to S̃ scaled by 1/c, so a record costs the product
-# S̃ k_j and one FMA per element instead of a multiply and an FMA on top of it (the flush is
-# issue-bound: ncu reads an instruction every 2.9 cycles per warp). c must stay far inside fp32's
-# range, so the window runs in chunks: a chunk's first record is a plain step that folds c into S̃
-# (S̃ ← α c S̃ + d kᵀ, c = 1), the rest are scaled steps while the window's log-decay since that
-# record stays within ±LOG_C_RANGE (e^±20, about 2^±29). Typical decays give one chunk per flush;
-# a record whose α underflows to 0 starts a chunk and zeroes the old state as the recurrence does.
-# Chunks rather than a rescale branch inside the loop: ptxas predicates such a branch, and its
-# multiplies would be issued for every record. With g = 0 (α = 1) c stays 1 and every operation is
-# the plain recurrence's, bit for bit.
-LOG_C_RANGE = tl.constexpr(20.0)
-
-
-@triton.jit
-def _recompute_d(s0, s1, s2, s3, c, k0, k1, k2, k3, alpha, rv, rbeta, p, m_r, Hv, R):
-    """d'_j = β_j (v_j − α_j S k_j) with S = c·S̃."""
-    return tl.load(rbeta + p * Hv) * (tl.load(rv + p * Hv * R, mask=m_r, other=0) -
-                                      alpha * (c * _matvec(s0, s1, s2, s3, k0, k1, k2, k3)))
-
-
 @triton.jit
 def _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R, C, RING,
-                    BC: tl.constexpr, BJ: tl.constexpr):
+                    BC: tl.constexpr):
     """The recurrence itself over the n_w window records (the "recompute" fold):
-    d'_j = β_j (v_j − α_j S k_j),  S ← α_j S + d'_j k_jᵀ, run on S = c·S̃ in chunks."""
-    jj = tl.arange(0, BJ)
-    cum = tl.cumsum(tl.load(ra + ((start + jj) & (RING - 1)).to(tl.int64) * Hv, mask=jj < n_w, other=0), 0)
-    c = tl.full((), 1.0, tl.float32)
-    j = n_w * 0
-    while j < n_w:
-        # the chunk's first record: a plain step, c folded into S̃
+    d'_j = β_j (v_j − α_j S k_j),  S ← α_j S + d'_j k_jᵀ."""
+    for j in tl.range(0, n_w, num_stages=4):
         p = ((start + j) & (RING - 1)).to(tl.int64)
         k0, k1, k2, k3 = _vec4(rk + p * Hk * C, C, BC, False)
         alpha = tl.exp(tl.load(ra + p * Hv))
-        dc = _recompute_d(s0, s1, s2, s3, c, k0, k1, k2, k3, alpha, rv, rbeta, p, m_r, Hv, R)[:, None]
-        ac = alpha * c
-        s0, s1, s2, s3 = tl.fma(dc, k0, ac * s0), tl.fma(dc, k1, ac * s1), tl.fma(dc, k2, ac * s2), tl.fma(dc, k3, ac * s3)
-        c = tl.full((), 1.0, tl.float32)
-        base = tl.sum(tl.where(jj == j, cum, 0.0), 0)
-        far = (jj > j) & (jj < n_w) & (tl.abs(cum - base) > LOG_C_RANGE)
-        j_end = tl.min(tl.where(far, jj, n_w), 0)
-        # the rest of the chunk: scaled steps, one FMA per element for the rank-1 term
-        for i in tl.range(j + 1, j_end, num_stages=4):
-            p = ((start + i) & (RING - 1)).to(tl.int64)
-            k0, k1, k2, k3 = _vec4(rk + p * Hk * C, C, BC, False)
-            alpha = tl.exp(tl.load(ra + p * Hv))
-            d = _recompute_d(s0, s1, s2, s3, c, k0, k1, k2, k3, alpha, rv, rbeta, p, m_r, Hv, R)
-            c = alpha * c
-            dc = (d * (1.0 / c))[:, None]
-            s0, s1, s2, s3 = tl.fma(dc, k0, s0), tl.fma(dc, k1, s1), tl.fma(dc, k2, s2), tl.fma(dc, k3, s3)
-        j = j_end
-    return c * s0, c * s1, c * s2, c * s3
+        d = tl.load(rbeta + p * Hv) * (tl.load(rv + p * Hv * R, mask=m_r, other=0) -
+                                       alpha * _matvec(s0, s1, s2, s3, k0, k1, k2, k3))
+        s0, s1, s2, s3 = _rank1(s0, s1, s2, s3, alpha, d, k0, k1, k2, k3)
+    return s0, s1, s2, s3
 
 
 @triton.jit
@@ -460,7 +420,7 @@ def gdn_replay_step_kernel(
         s0, s1, s2, s3 = _load4(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, ILV, HW)
         if RECOMPUTE:
             s0, s1, s2, s3 = _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R, C,
-                                             RING, BC, BJ)
+                                             RING, BC)
         else:
             s0, s1, s2, s3 = _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RING,
                                             BC, BJ)
