@@ -10,6 +10,7 @@
 - ``state_io`` the decode kernels' packed pools: ``load_state`` / ``store_state`` / ``read_state_dot``,
   column blocks (``load_state_cols``, ``store_state_cols``, ``store_state4``), the program prologue
   ``program_slot``, ``softplus``
+- ``products`` fp32 matrix products on tensor cores with the TF32 split done by hand (``dot_f32``)
 - ``launch``   host-side launch helpers (powers of two, int64 counters, warps, argument checks)
 
 Element codecs (integer bit operations) are ``precision_lab.kernels.quant.codecs``.

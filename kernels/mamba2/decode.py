@@ -51,6 +51,7 @@ from precision_lab.kernels.common.launch import (
     state_product_precision,
     warps_for_tile,
 )
+from precision_lab.kernels.common.products import dot_f32
 from precision_lab.kernels.common.state_io import column_quarters, program_slot, store_state4
 from precision_lab.kernels.decode_state import (
     FMT_FP32,
@@ -265,9 +266,12 @@ def mamba2_replay_step_kernel(
         # (one matrix product; FOLD_PREC "ieee" = fp32 FMAs, "tf32x3" = tensor cores with the
         # 3-pass split, fp32-level accuracy). W rank-1 FMA updates of the tile, record loads
         # software-pipelined, measured 1.5× slower on the H200 (1543 µs against 1027; bench README).
+        # Its TF32 split is done by hand (common/products.py: the same bits in fewer instructions)
+        # except where only fp32 is stored, whose 128-register launch measured slower with it.
+        FOLD_BY_HAND: tl.constexpr = HW and (UFMT != C_FP32 or (SPLIT and RFMT != C_FP32))
         tot = tl.sum(h_a, 0)
         w = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
-        b_s = tl.exp(tot) * b_s + tl.dot(tl.trans(w[:, None] * h_u), h_b, input_precision=FOLD_PREC)
+        b_s = tl.exp(tot) * b_s + dot_f32(tl.trans(w[:, None] * h_u), h_b, FOLD_PREC, FOLD_BY_HAND)
         if FOLD_NEW:  # T = 1: n_u, n_a hold the new token's record (the T = 1 block above)
             n_b = tl.load(B_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
             b_s = tl.exp(n_a) * b_s + n_u[:, None] * n_b[None, :]
@@ -337,7 +341,7 @@ def mamba2_replay_step_kernel(
         tl.store(ra_ptr + slot * s_ra + q * H + i_h, n_a, mask=m_t & ((tt * 0 + i_r) == 0))
         c_tt = tl.load(C_ptr + (bt * G + i_g)[None, :] * C + cols[:, None], mask=m_c[:, None] & m_t[None, :],
                        other=0).to(tl.float32)                           # C_Tᵀ [BC, TP]
-        s_ct = tl.dot(b_s, c_tt, input_precision=STATE_PREC)              # S_b C_Tᵀ [BR, TP]
+        s_ct = dot_f32(b_s, c_tt, STATE_PREC, HW)                         # S_b C_Tᵀ [BR, TP]
         c_new = tl.sum(h_a, 0) + tl.cumsum(n_a, 0)                         # [TP] c at p_t = W + t
         sc_base = sc_ptr + (bt * G + i_g) * BJ                            # [TP] score rows
         causal = m_t[:, None] & m_t[None, :] & (tt[:, None] <= tt[None, :])   # [source j, target t]
@@ -346,8 +350,8 @@ def mamba2_replay_step_kernel(
         m_h = m_win[:, None] & m_t[None, :]
         w_hist = tl.load(sc_base[None, :] + jj[:, None], mask=m_h, other=0)
         w_hist = tl.where(m_h, w_hist * tl.exp(c_new[None, :] - tl.cumsum(h_a, 0)[:, None]), 0.0)
-        b_y = tl.exp(c_new)[None, :] * s_ct + tl.dot(n_u, w_new, input_precision=VERIFY_PREC) + \
-            tl.dot(tl.trans(h_u), w_hist, input_precision=VERIFY_PREC)
+        b_y = tl.exp(c_new)[None, :] * s_ct + dot_f32(n_u, w_new, VERIFY_PREC, HW) + \
+            dot_f32(tl.trans(h_u), w_hist, VERIFY_PREC, HW)
         if HAS_D:
             b_y += tl.load(D_ptr + i_h).to(tl.float32) * x_t
         if HAS_Z:
@@ -389,13 +393,13 @@ def mamba2_replay_step_kernel(
         w_new = tl.where(causal, w_new * tl.exp(c_new[:, None] - c_new[None, :]), 0.0)
         c_t = tl.load(C_ptr + (bt * G + i_g)[:, None] * C + cols[None, :], mask=m_t[:, None] & m_c[None, :],
                       other=0).to(tl.float32)
-        b_y = tl.exp(c_new)[:, None] * tl.dot(c_t, tl.trans(b_s), input_precision=STATE_PREC) + \
-            tl.dot(w_new, n_u, input_precision=VERIFY_PREC)
+        b_y = tl.exp(c_new)[:, None] * dot_f32(c_t, tl.trans(b_s), STATE_PREC, HW) + \
+            dot_f32(w_new, n_u, VERIFY_PREC, HW)
         if not FLUSH:
             m_h = m_t[:, None] & m_win[None, :]
             w_hist = tl.load(sc_rows + jj[None, :], mask=m_h, other=0)
             w_hist = tl.where(m_h, w_hist * tl.exp(c_new[:, None] - tl.cumsum(h_a, 0)[None, :]), 0.0)
-            b_y += tl.dot(w_hist, h_u, input_precision=VERIFY_PREC)
+            b_y += dot_f32(w_hist, h_u, VERIFY_PREC, HW)
         if HAS_D:
             b_y += tl.load(D_ptr + i_h).to(tl.float32) * x_t
         if HAS_Z:
