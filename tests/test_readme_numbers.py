@@ -211,6 +211,14 @@ CLAIMS: list[tuple[str, str, object]] = [
                                 "flush_us"),
                 target(d, "mamba2", "replay_vs_conventional")["value"],
                 target(d, "mamba2", "split_fp16-sr_nvfp4_vs_conventional")["value"])),
+    ("(`kernels/common/products.py`, the same bits as Triton's `tf32x3`): verify of 8 drafts {:.1f} µs from "
+     "{:.1f}, the fp16-SR/NVFP4 flush {:.1f} from {:.1f}, `split:fp16-sr/nvfp4` per token {:.2f}×",
+     "reports/bench/bench_kernels_round2g_quick.json",
+     lambda d: (*now_and_before(d, "reports/bench/bench_kernels_round2f_mamba2_quick.json", "mamba2", "drafts", "8",
+                                "verify_us"),
+                *now_and_before(d, "reports/bench/bench_kernels_round2f_mamba2_quick.json", "mamba2", "update",
+                                "fp16-sr", "flush_us"),
+                target(d, "mamba2", "split_fp16-sr_nvfp4_vs_conventional")["value"])),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))
