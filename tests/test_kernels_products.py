@@ -1,7 +1,7 @@
 """fp32 products with hand-split TF32 operands (kernels/common/products.py).
 
 ``tf32_big`` is checked bit for bit against an independent float64 rounding (nearest, ties away from
-zero, subnormals included). ``dot_tf32x3`` with the split (HW=True) is checked against the float64
+zero, subnormals included). ``dot_tf32x3`` with the hand split (BY_HAND=True) is checked against the float64
 product to the accuracy of three TF32 products everywhere, and on a GPU bit for bit against Triton's
 own ``input_precision="tf32x3"`` (the interpreter multiplies fp32 exactly and has no TF32 to compare).
 """
@@ -18,11 +18,11 @@ M, K, N = 16, 16, 32
 
 @triton.jit
 def _products_kernel(a_ptr, b_ptr, split_ptr, triton_ptr, big_ptr,
-                     M: tl.constexpr, K: tl.constexpr, N: tl.constexpr, HW: tl.constexpr):
+                     M: tl.constexpr, K: tl.constexpr, N: tl.constexpr, BY_HAND: tl.constexpr):
     m, k, n = tl.arange(0, M), tl.arange(0, K), tl.arange(0, N)
     a = tl.load(a_ptr + m[:, None] * K + k[None, :])
     b = tl.load(b_ptr + k[:, None] * N + n[None, :])
-    tl.store(split_ptr + m[:, None] * N + n[None, :], dot_tf32x3(a, b, HW))
+    tl.store(split_ptr + m[:, None] * N + n[None, :], dot_tf32x3(a, b, BY_HAND))
     tl.store(triton_ptr + m[:, None] * N + n[None, :], tl.dot(a, b, input_precision="tf32x3"))
     tl.store(big_ptr + m[:, None] * K + k[None, :], tf32_big(a))
 
@@ -56,7 +56,7 @@ def test_tf32_split_products(seed, device):
     a, b = _operands(seed)
     out = {name: torch.empty(shape, device=device) for name, shape in
            (("split", (M, N)), ("triton", (M, N)), ("big", (M, K)))}
-    _products_kernel[(1,)](a.to(device), b.to(device), out["split"], out["triton"], out["big"], M, K, N, HW=True)
+    _products_kernel[(1,)](a.to(device), b.to(device), out["split"], out["triton"], out["big"], M, K, N, BY_HAND=True)
     big = out["big"].cpu()
     want = torch.tensor([[_tf32_nearest_away(float(x)) for x in row] for row in a.tolist()], dtype=torch.float32)
     assert torch.equal(big.view(torch.int32), want.view(torch.int32))
