@@ -303,6 +303,27 @@ def test_recompute_differs_from_buffered_in_split_mode(device):
     assert rel(outs[0], outs[1]) > 1e-4
 
 
+@pytest.mark.parametrize("fmt", ["fp32", "bf16"])
+def test_shared_flush_folds_the_stored_deltas(fmt, device):
+    """Shared mode (R = U): the stored d's came from the checkpoint itself, so the flush folds them
+    whatever ``recompute`` says (docs/design.md §4.5): the same codes as the reference's recompute
+    fold, and the records' v and β, which only a recompute fold reads, are never read (NaN here)."""
+    s = _replay_setup(device, fmt, fmt, W=5, T=1, exact=True)  # RN formats: read and update copies equal
+    s["rec"].v.fill_(float("nan"))
+    s["rec"].beta.fill_(float("nan"))
+    n = s["new"]
+    o = gdn_replay_step(s["upd"], None, s["rec"], s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
+                        qk_l2norm=False, flush=True, fold_new=True, recompute=True,
+                        seq_ids=s["seq_ids"].to(device), events=2, seed=4, layer=2)
+    o_ref, _, S = gdn_replay_step_ref(s["updq"], s["updq"], s["hist"], *(n[k].cpu() for k in NEW), qk_l2norm=False,
+                                      flush=True, fold_new=True, recompute=True)
+    live = (s["slots"] >= 0).cpu()
+    kw = dict(seed=4, layer=2, seq_ids=s["seq_ids"][live], events=torch.full((2,), 2))
+    assert_same_codes(gather(s["upd"], s["slots"]), store(S[live], fmt, copy=COPY_UPDATE, **kw))
+    assert not torch.isnan(o).any()
+    assert rel(o.cpu()[live], o_ref[live]) < 1e-5
+
+
 # Extreme decays through a 12-record window, random keys (every record touches every element): the
 # window's decay e^-144 is 0 in fp32, and g = +3 grows the state by e^36. A fold that rescales the
 # state (S = c·S̃, with c = e^{Σa}: tried, reports/diagnostics/README.md) must fold c back before it
@@ -367,6 +388,12 @@ def test_launch_shapes_follow_the_batch():
     assert gd._replay_launch(128, 128, (), None, True, 256 * 32, FMT_NVFP4) == (64, 2)  # drafts keep 2 warps
     assert gd._replay_launch(128, 128, (FMT_NVFP4,), None, True, 32)[0] == 128  # NVFP4 stored: the whole head
     assert gd._replay_launch(128, 128, (), 32, True, 32)[0] == 32             # an explicit block_r wins
+    from precision_lab.kernels.common.formats import C_E4M3, C_FP32, C_NVFP4
+    cap = gd._nonflush_max_registers                                           # (T, flush, fused, block_r, warps, read)
+    assert cap(1, False, False, None, None, C_FP32) == cap(1, False, False, None, None, C_NVFP4) == 168
+    assert cap(1, False, False, None, None, C_E4M3) == 0                       # FP8 / BF16 reads: no cap
+    assert cap(1, True, False, None, None, C_FP32) == cap(2, False, False, None, None, C_FP32) == 0  # flush, verify
+    assert cap(1, False, True, None, None, C_FP32) == cap(1, False, False, 32, None, C_FP32) == 0  # one launch; shape given
     seen = []
 
     class Grab:

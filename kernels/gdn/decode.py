@@ -19,7 +19,8 @@ state before position p applied to a vector x is
   recurrence itself, d'_j = β_j (v_j − α_j S k_j), S ← α_j S + d'_j k_jᵀ — the reference's d'_j
   (output-only form from the update checkpoint) and closed-form fold, in another fp32 order;
   ``recompute=False`` ("buffered") folds the stored d's in closed form,
-  S ← e^{c_W} S + Σ_j e^{c_W − c_j} d_j k_jᵀ, one FMA per element and record (a chunked form of
+  S ← e^{c_W} S + Σ_j e^{c_W − c_j} d_j k_jᵀ, one FMA per element and record — also the fold of
+  every shared-mode flush, whose stored d's came from the checkpoint itself (a chunked form of
   the recompute fold — every S k_j first, then a forward substitution per row — measured 2.2×
   slower on the H200 and was removed: kernels/gdn/README.md). ``fold_new``
   (autoregressive flush, T = 1) then runs the new token as a conventional step on the fp32 S and
@@ -418,7 +419,10 @@ def gdn_replay_step_kernel(
 
     if FLUSH:
         s0, s1, s2, s3 = _load4(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, ILV, HW)
-        if RECOMPUTE:
+        # In shared mode the stored d's were computed from this same checkpoint (R = U), so they are
+        # the d's the recompute fold would re-solve (docs/design.md §4.5): the flush folds them in
+        # closed form, one FMA per element and record instead of a product, a multiply and an FMA.
+        if RECOMPUTE and SPLIT:
             s0, s1, s2, s3 = _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R, C,
                                              RING, BC)
         else:
@@ -556,6 +560,12 @@ def gdn_replay_step_kernel(
 # µs against 5.57 / 8.35 / 21.99 at 8 × 2 (reports/bench/tune_small_batch.json).
 CONVENTIONAL_BLOCK_R = 4
 CONVENTIONAL_NUM_WARPS = 1
+# The T = 1 output-only step (two-launch form) from an fp32 or NVFP4 read copy runs capped at 168
+# registers: 3 warps per scheduler fit instead of 2 (sm_90: 16K registers each), 6 programs per SM
+# instead of 4. H200, batch 256, W = 7 (reports/diagnostics/gdn-shared-fold-nonflush-cap.jsonl, each
+# row twice): fp32 180-183 µs against 187-190 uncapped (160: 190, 152: 206); NVFP4 79-80 against 83-84.
+# A BF16 or FP8 read copy gains nothing from it (108 against 109; 66.5 against 65.9) and keeps none.
+NONFLUSH_MAX_REGISTERS = 168
 # A replay launch with fewer programs than this (about one per SM of an H200) takes smaller row blocks.
 SMALL_GRID_PROGRAMS = 128
 SMALL_GRID_ROWS = 16
@@ -602,6 +612,16 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
     if read_code != C_FP32 and not serial and not stored:
         per_thread = 256  # the output-only step from a stored copy: fewer, fuller threads
     return br, max(1, min(16, br * C // (32 * per_thread)))
+
+
+def _nonflush_max_registers(T: int, flush: bool, fused: bool, block_r: int | None, num_warps: int | None,
+                            read_code: int) -> int:
+    """The register cap of a launch (0: none): NONFLUSH_MAX_REGISTERS for the two-launch T = 1
+    output-only step at its default shape from an fp32 or NVFP4 read copy."""
+    default_shape = block_r is None and num_warps is None
+    if T == 1 and not flush and not fused and default_shape and read_code in (C_FP32, C_NVFP4):
+        return NONFLUSH_MAX_REGISTERS
+    return 0
 
 
 def _conventional_launch(R: int, C: int, code: int, block_r: int | None, num_warps: int | None) -> tuple[int, int]:
@@ -661,7 +681,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
                     events: torch.Tensor | int = 1, seed: int = 0, layer: int = 0,
                     block_r: int | None = None, num_warps: int | None = None,
                     fused_scores: bool | None = None, fp4_decode: str = "fp16",
-                    out: torch.Tensor | None = None) -> torch.Tensor:
+                    max_registers: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM GDN step for T = v.shape[1] tokens (see the module docstring).
 
     update / read: PackedState pools [S, Hv, V, K] (read=None: shared mode); records: ring buffers;
@@ -679,6 +699,11 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     with q̃ and k (``mamba2_replay_step``); "mma" takes both from one tensor-core product (the
     two-launch form's normalised fp32 copies in two fp16 parts each, the one-launch form's bf16
     inputs in one).
+    recompute: the flush's fold in split mode (docs/design.md §4.5); in shared mode (read=None) the
+    stored d's come from the checkpoint itself and the flush folds them either way (the two folds
+    are the same computation there), while ``recompute`` still decides whether v and β are stored
+    with the records. max_registers caps the registers per thread (None: ``_nonflush_max_registers``;
+    0: no cap).
     """
     check_fp4_decode(fp4_decode)
     Bsz, T, Hk, K = q.shape
@@ -705,6 +730,8 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     fused = fused_scores_launch(Bsz, Hk, T, flush, fold_new, fused_scores)
     if fused and not flush:  # the window's k records as a [ring, K] tile too: more warps (no spill)
         nw = max(nw, fused_nonflush_warps(bj))
+    if max_registers is None:
+        max_registers = _nonflush_max_registers(T, flush, fused, block_r, num_warps, read.code)
     if fused:  # no scores kernel: the step programs read q and k themselves (qn .. kk are not read)
         qn = kn = kq = kk = records.a
     else:
@@ -727,5 +754,6 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode,
         # a step that stores no state may fuse a*b+c into FMAs (its outputs and d records are compared
         # with a tolerance; the k, v, a, beta records are copies); a flush rounds state and must not
-        num_warps=num_warps or nw, enable_fp_fusion=not flush)
+        num_warps=num_warps or nw, enable_fp_fusion=not flush,
+        **({"maxnreg": max_registers} if max_registers else {}))
     return o
