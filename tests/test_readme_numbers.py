@@ -219,6 +219,13 @@ CLAIMS: list[tuple[str, str, object]] = [
                 *now_and_before(d, "reports/bench/bench_kernels_round2f_mamba2_quick.json", "mamba2", "update",
                                 "fp16-sr", "flush_us"),
                 target(d, "mamba2", "split_fp16-sr_nvfp4_vs_conventional")["value"])),
+    ("at 168 registers: the GDN `shared:fp32` flush {:.1f} µs from {:.1f}, its output-only step from an fp32 "
+     "read copy {:.1f} from {:.1f}, ReplaySSM `shared:fp32` {:.2f}× GDN's conventional step from {:.2f}×",
+     "reports/bench/bench_kernels_round2h_quick.json",
+     lambda d: (*now_and_before(d, "reports/bench/bench_kernels_round2g_quick.json", "gdn", "L", "16", "flush_us"),
+                *now_and_before(d, "reports/bench/bench_kernels_round2g_quick.json", "gdn", "L", "16", "nonflush_us"),
+                *now_and_before(d, "reports/bench/bench_kernels_round2g_quick.json", "gdn", "L", "16",
+                                "speedup_vs_conventional"))),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))
