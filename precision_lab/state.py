@@ -450,6 +450,11 @@ class DeviceState:
     window, step, writes, flushes, record_writes: host mirrors (the batch moves in lockstep, so the
              host knows the schedule without reading the device)
     groups:  Mamba-2 B/C groups or GDN key heads (the records keep keys per group / key head)
+    window_from_update: every GDN d in the window was computed from the stored update checkpoint
+             (and the window's earlier d's). False after a speculative flush round, whose committed
+             tokens' d's come from the unrounded fold, and for a window packed from a LayerState
+             (its history is not known): a shared-mode recompute flush then re-solves the d's from U
+             instead of folding the stored ones (``gdn_replay_step``)
     """
 
     kind: str
@@ -470,6 +475,7 @@ class DeviceState:
     groups: int
     flushes: int = 0
     record_writes: int = 0
+    window_from_update: bool = True
 
     @property
     def ring(self) -> int:
@@ -524,7 +530,7 @@ class DeviceState:
                    events=torch.full((B,), st.writes + 1, dtype=torch.int64, device=dev),
                    seq_ids=st.seq_ids.to(dev, torch.int64), slots=torch.arange(B, dtype=torch.int32, device=dev),
                    window=W, step=st.step, writes=st.writes, layer_index=st.layer_index,
-                   prefill_tokens=st.prefill_tokens, groups=groups)
+                   prefill_tokens=st.prefill_tokens, groups=groups, window_from_update=W == 0)
 
     def to_layer_state(self, dtype: torch.dtype = torch.float32) -> LayerState:
         """The same state as tensors in the compute dtype (lossless; codes kept)."""

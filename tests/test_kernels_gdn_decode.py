@@ -303,17 +303,21 @@ def test_recompute_differs_from_buffered_in_split_mode(device):
     assert rel(outs[0], outs[1]) > 1e-4
 
 
-@pytest.mark.parametrize("fmt", ["fp32", "bf16"])
-def test_shared_flush_folds_the_stored_deltas(fmt, device):
-    """Shared mode (R = U): the stored d's came from the checkpoint itself, so the flush folds them
-    whatever ``recompute`` says (docs/design.md §4.5): the same codes as the reference's recompute
-    fold, and the records' v and β, which only a recompute fold reads, are never read (NaN here)."""
+@pytest.mark.parametrize("fmt,from_update,unread", [("fp32", True, ("v", "beta")), ("fp32", False, ("v", "beta")),
+                                                     ("bf16", True, ("v", "beta")), ("bf16", False, ("d",))])
+def test_shared_flush_folds_the_stored_deltas(fmt, from_update, unread, device):
+    """Shared mode (R = U): the stored d's came from the checkpoint itself, so a recompute flush folds
+    them (docs/design.md §4.5): the same codes as the reference's recompute fold, and the records' v
+    and β, which only a recompute fold reads, are never read (NaN here). With a lossy checkpoint and
+    ``window_from_update=False`` (records a speculative flush round committed from its unrounded S)
+    the flush re-solves the d's from U instead and never reads the stored ones; an fp32 checkpoint
+    stores that S unrounded, so it folds the stored d's either way."""
     s = _replay_setup(device, fmt, fmt, W=5, T=1, exact=True)  # RN formats: read and update copies equal
-    s["rec"].v.fill_(float("nan"))
-    s["rec"].beta.fill_(float("nan"))
+    for name in unread:
+        getattr(s["rec"], name).fill_(float("nan"))
     n = s["new"]
     o = gdn_replay_step(s["upd"], None, s["rec"], s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
-                        qk_l2norm=False, flush=True, fold_new=True, recompute=True,
+                        qk_l2norm=False, flush=True, fold_new=True, recompute=True, window_from_update=from_update,
                         seq_ids=s["seq_ids"].to(device), events=2, seed=4, layer=2)
     o_ref, _, S = gdn_replay_step_ref(s["updq"], s["updq"], s["hist"], *(n[k].cpu() for k in NEW), qk_l2norm=False,
                                       flush=True, fold_new=True, recompute=True)
@@ -415,3 +419,45 @@ def test_launch_shapes_follow_the_batch():
     # an NVFP4 state: the whole head in one program, with the warps of its tile (1 warp spilled)
     assert gd._conventional_launch(128, 128, FMT_NVFP4, None, None) == (128, 8)
     assert gd._conventional_launch(128, 128, FMT_NVFP4, None, 2) == (128, 2)   # explicit warps win
+
+
+def test_replay_wrapper_passes_its_rules_to_the_launch():
+    """What ``gdn_replay_step`` hands the kernel, with the kernels stubbed out: the output-only
+    step's register cap as ``maxnreg`` (0 = none), and RESOLVE — a flush re-solves the window's d's
+    from U — for a recompute flush except in shared mode where the stored d's are those d's (an fp32
+    checkpoint, or a window that came from the checkpoint: docs/design.md §4.5)."""
+    from precision_lab.kernels.gdn import decode as gd
+
+    launches = []
+
+    class Grab:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: launches.append(kw) if "RESOLVE" in kw else None
+
+    B, Hk, Hv, V, K = 2, 16, 32, 128, 128
+    q = torch.zeros(B, 1, Hk, K)
+    v, g = torch.zeros(B, 1, Hv, V), torch.zeros(B, 1, Hv)
+    recs = GDNRecords(B, 16, Hk, Hv, V, K)
+    ptr = (torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.full((B,), 5, dtype=torch.int32))
+
+    def launch(upd, read, **kw):
+        gd.gdn_replay_step(PackedState.empty(upd, B, Hv, V, K), read and PackedState.empty(read, B, Hv, V, K),
+                           recs, *ptr, q, q, v, g, g, **kw)
+        return launches[-1]
+
+    keep = gd.gdn_replay_step_kernel, gd.gdn_replay_scores_kernel
+    gd.gdn_replay_step_kernel = gd.gdn_replay_scores_kernel = Grab()
+    try:
+        assert launch("fp16-sr", "fp32", fused_scores=False)["maxnreg"] == 168        # the output-only step
+        assert launch("fp16-sr", "nvfp4", fused_scores=False)["maxnreg"] == 168
+        assert "maxnreg" not in launch("fp16-sr", "fp32", fused_scores=False, max_registers=0)
+        assert "maxnreg" not in launch("fp16-sr", "fp32", fused_scores=True)            # one launch: no cap
+        flush = dict(flush=True, fold_new=True)
+        assert launch("fp32", "nvfp4", **flush)["RESOLVE"]                             # split: the policy's fold
+        assert not launch("fp32", "nvfp4", **flush, recompute=False)["RESOLVE"]
+        assert not launch("bf16", None, **flush)["RESOLVE"]                             # shared: stored d's
+        assert launch("bf16", None, **flush, window_from_update=False)["RESOLVE"]      # ... after a spec flush round
+        assert not launch("fp32", None, **flush, window_from_update=False)["RESOLVE"]  # fp32 stores S unrounded
+        assert not launch("bf16", None, window_from_update=False)["RESOLVE"]           # no flush, nothing folded
+    finally:
+        gd.gdn_replay_step_kernel, gd.gdn_replay_scores_kernel = keep

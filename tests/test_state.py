@@ -174,6 +174,28 @@ def test_triton_decode_speculative_rounds_match_decode(kind, n_drafts):
                                                                         s0.state.window)
 
 
+def test_shared_lossy_window_after_a_speculative_flush_round_is_re_solved():
+    """A speculative flush round commits GDN d's computed from the unrounded S, which an NVFP4
+    checkpoint does not store (docs/design.md §4.5): the device state marks its window, and the next
+    flush re-solves those d's from U as the reference's recompute fold does. Continued token by token
+    on both engines, the outputs agree; the same kernels told the window came from U (the stored d's
+    folded as they are) do not."""
+    pol = "shared:nvfp4-sr@L8"
+    inp = _inputs("gdn", 19, seed=7)
+    # prefill 3, then four rounds of T = 2 all accepted: W 0 -> 2 -> 4 -> 6, the fourth a flush round (W = 2)
+    y, st = run_layer(_slice(inp, 0, 11), pol, engine="triton-decode", prefill_len=3, drafts=Drafts(n=1, accept=[2] * 4))
+    ds = st.extra["device_state"]
+    assert (ds.window, ds.flushes, ds.window_from_update) == (2, 1, False)
+    rest = _slice(inp, 11, 19)  # W 2 -> 7, then an autoregressive flush and one more token
+    y_ref, ref = run_layer(rest, pol, engine="decode", state=st.state)
+    y_kernel, kst = run_layer(rest, pol, engine="triton-decode", state=ds)
+    assert kst.flushes == 1 == ref.flushes and kst.extra["device_state"].window_from_update
+    assert _rel(y_kernel, y_ref) < 1e-5
+    y_stored, _ = run_layer(rest, pol, engine="triton-decode", state=replace(ds, window_from_update=True))
+    assert _rel(y_stored[:, -2:], y_ref[:, -2:]) > 1e-4
+    assert not DeviceState.from_layer_state(st.state, 2, DEV).window_from_update  # a packed window: unknown
+
+
 @pytest.mark.parametrize("kind", ["mamba2", "gdn"])
 def test_scan_written_nvfp4_state_continues_on_torch_then_returns_to_the_kernels(kind):
     """The Triton scan returns NVFP4 copies as values only, which cannot be packed (NVFP4 values do

@@ -20,7 +20,9 @@ state before position p applied to a vector x is
   (output-only form from the update checkpoint) and closed-form fold, in another fp32 order;
   ``recompute=False`` ("buffered") folds the stored d's in closed form,
   S ← e^{c_W} S + Σ_j e^{c_W − c_j} d_j k_jᵀ, one FMA per element and record — also the fold of
-  every shared-mode flush, whose stored d's came from the checkpoint itself (a chunked form of
+  a shared-mode flush whose stored d's came from the checkpoint itself (all but the records a
+  speculative flush round committed from its unrounded S under a lossy format: ``window_from_update``;
+  a chunked form of
   the recompute fold — every S k_j first, then a forward substitution per row — measured 2.2×
   slower on the H200 and was removed: kernels/gdn/README.md). ``fold_new``
   (autoregressive flush, T = 1) then runs the new token as a conventional step on the fp32 S and
@@ -386,7 +388,7 @@ def gdn_replay_step_kernel(
     q_ptr, k_ptr, qn_ptr, kn_ptr, kq_ptr, kk_ptr, v_ptr, g_ptr, beta_ptr, o_ptr, scale,
     Hk, Hv, R, C, RING,
     T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, SPLIT: tl.constexpr,
-    RECOMPUTE: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
+    RECOMPUTE: tl.constexpr, RESOLVE: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr,
 ):
@@ -419,10 +421,11 @@ def gdn_replay_step_kernel(
 
     if FLUSH:
         s0, s1, s2, s3 = _load4(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, ILV, HW)
-        # In shared mode the stored d's were computed from this same checkpoint (R = U), so they are
-        # the d's the recompute fold would re-solve (docs/design.md §4.5): the flush folds them in
-        # closed form, one FMA per element and record instead of a product, a multiply and an FMA.
-        if RECOMPUTE and SPLIT:
+        # RESOLVE: re-solve the window's d's from U (the recompute fold). The wrapper clears it where the
+        # stored d's already are those d's (shared mode, R = U; docs/design.md §4.5), and the flush then
+        # folds them in closed form, one FMA per element and record instead of a product, a multiply
+        # and an FMA.
+        if RESOLVE:
             s0, s1, s2, s3 = _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R, C,
                                              RING, BC)
         else:
@@ -681,7 +684,8 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
                     events: torch.Tensor | int = 1, seed: int = 0, layer: int = 0,
                     block_r: int | None = None, num_warps: int | None = None,
                     fused_scores: bool | None = None, fp4_decode: str = "fp16",
-                    max_registers: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                    max_registers: int | None = None, window_from_update: bool = True,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM GDN step for T = v.shape[1] tokens (see the module docstring).
 
     update / read: PackedState pools [S, Hv, V, K] (read=None: shared mode); records: ring buffers;
@@ -699,10 +703,14 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     with q̃ and k (``mamba2_replay_step``); "mma" takes both from one tensor-core product (the
     two-launch form's normalised fp32 copies in two fp16 parts each, the one-launch form's bf16
     inputs in one).
-    recompute: the flush's fold in split mode (docs/design.md §4.5); in shared mode (read=None) the
-    stored d's come from the checkpoint itself and the flush folds them either way (the two folds
-    are the same computation there), while ``recompute`` still decides whether v and β are stored
-    with the records. max_registers caps the registers per thread (None: ``_nonflush_max_registers``;
+    recompute: the flush's fold (docs/design.md §4.5), and whether v and β are stored with the
+    records. In shared mode (read=None) the stored d's normally come from the checkpoint itself, so
+    the flush folds them as they are (the two folds are the same computation there): always with an
+    fp32 update checkpoint, and with a lossy one while ``window_from_update`` holds. A speculative
+    flush round computes its committed tokens' d's from the unrounded fold, which a lossy format
+    does not store; the caller then passes ``window_from_update=False`` until the next flush, and a
+    recompute flush re-solves them from U (``precision_lab.engines.triton_decode`` tracks this).
+    max_registers caps the registers per thread (None: ``_nonflush_max_registers``;
     0: no cap).
     """
     check_fp4_decode(fp4_decode)
@@ -728,6 +736,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     q, k = q.contiguous(), k.contiguous()
     scale = float(K ** -0.5 if scale is None else scale)
     fused = fused_scores_launch(Bsz, Hk, T, flush, fold_new, fused_scores)
+    resolve = flush and recompute and not (shared and (update.code == C_FP32 or window_from_update))
     if fused and not flush:  # the window's k records as a [ring, K] tile too: more warps (no spill)
         nw = max(nw, fused_nonflush_warps(bj))
     if max_registers is None:
@@ -749,7 +758,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         records.k.stride(0), records.d.stride(0), records.a.stride(0),
         slots32, start32, wlen32, as_i64(seq_ids, Bsz, dev), as_i64(events, Bsz, dev), sr_seed(seed, layer),
         q, k, qn, kn, kq, kk, v, g.contiguous(), beta.contiguous(), o, scale, Hk, Hv, V, K, records.ring,
-        T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, NORM=qk_l2norm, FUSED=fused,
+        T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, RESOLVE=resolve, NORM=qk_l2norm, FUSED=fused,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode,
         # a step that stores no state may fuse a*b+c into FMAs (its outputs and d records are compared

@@ -94,7 +94,8 @@ def _launch(ds: DeviceState, inputs, t0: int, T: int, *, flush: bool, fold_new: 
     recompute = pol.gdn_fold == "recompute" or not flush
     return gdn_replay_step(ds.update, read, ds.records, ds.slots, ds.start, ds.wlen, inputs.q[:, sl],
                            inputs.k[:, sl], inputs.v[:, sl], inputs.g[:, sl], inputs.beta[:, sl], flush=flush,
-                           fold_new=fold_new, recompute=recompute, **gkw, **common)
+                           fold_new=fold_new, recompute=recompute, window_from_update=ds.window_from_update, **gkw,
+                           **common)
 
 
 def advance(ds: DeviceState, *, tokens: int, accepted: int, flushed: bool) -> None:
@@ -127,6 +128,9 @@ def advance_host(ds: DeviceState, *, tokens: int, accepted: int, flushed: bool) 
     if flushed:
         ds.writes += 1
         ds.flushes += 1
+        # an autoregressive flush empties the window; a speculative flush round commits records whose
+        # d's came from the unrounded fold, not from the stored checkpoint (gdn_replay_step)
+        ds.window_from_update = tokens == 1
     ds.record_writes += 0 if (flushed and tokens == 1) else tokens
     ds.window = commit_window(ds.window, accepted, flushed)
     ds.step += 1 if (flushed and tokens == 1) else accepted
