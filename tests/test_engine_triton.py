@@ -20,6 +20,11 @@ def _tol(device: str, policy: str = "") -> float:
     # (exp, summation order) flips an fp16/bf16 rounding now and then, one ulp (~1e-3) each time.
     if policy.startswith("conventional"):
         return 1e-4 if device == "cpu" else 3e-3
+    if device == "cpu" and "-sr" in policy:
+        # a stochastically rounded copy: the summation order moves a few roundings across their
+        # threshold, one code each (an fp16 code: ~1e-5 of the state's RMS at these shapes), the
+        # room tests/test_kernels_scan.py gives SR-written states
+        return 5e-5
     return 1e-5 if device == "cpu" else 3e-3
 
 
