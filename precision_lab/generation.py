@@ -99,7 +99,12 @@ def step_key(model: nn.Module, cache) -> tuple:
         for st in ctx.states[layer]:
             if not isinstance(st, DeviceState):
                 return ("eager", layer)  # a layer on a torch engine: never captured
-            key.append(bool(st.policy.is_replay and is_flush(st.window, st.policy.buffer_len)))
+            flush = bool(st.policy.is_replay and is_flush(st.window, st.policy.buffer_len))
+            if flush and not st.window_from_update:
+                # a flush that re-solves a window it did not write (gdn_replay_step's
+                # window_from_update) launches another kernel variant, at most once per stream: eager
+                return ("eager", layer)
+            key.append(flush)
     return tuple(key)
 
 
@@ -127,8 +132,8 @@ class StepRunner:
 
         ctx = stream_context(self.cache, create=False)
         mixers = policy_mixers(self.model)
-        dev = [(s, (s.window, s.step, s.writes, s.flushes, s.record_writes)) for s in _device_states(self.model,
-                                                                                                 self.cache)]
+        dev = [(s, (s.window, s.step, s.writes, s.flushes, s.record_writes, s.window_from_update))
+               for s in _device_states(self.model, self.cache)]
         return ([Counter(m.served) for m in mixers], dict(ctx.tokens), dev, mixers, ctx)
 
     def _restore(self, snap) -> tuple:
@@ -141,8 +146,8 @@ class StepRunner:
             m.served = before
         tok_diff = {k: v - tokens.get(k, 0) for k, v in ctx.tokens.items()}
         ctx.tokens = tokens
-        for s, (w, st, wr, fl, rw) in dev:
-            s.window, s.step, s.writes, s.flushes, s.record_writes = w, st, wr, fl, rw
+        for s, (w, st, wr, fl, rw, wu) in dev:
+            s.window, s.step, s.writes, s.flushes, s.record_writes, s.window_from_update = w, st, wr, fl, rw, wu
         return diffs, tok_diff
 
     def _advance_host(self, key: tuple) -> None:

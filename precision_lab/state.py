@@ -454,7 +454,8 @@ class DeviceState:
              (and the window's earlier d's). False after a speculative flush round, whose committed
              tokens' d's come from the unrounded fold, and for a window packed from a LayerState
              (its history is not known): a shared-mode recompute flush then re-solves the d's from U
-             instead of folding the stored ones (``gdn_replay_step``)
+             instead of folding the stored ones (``gdn_replay_step``). Always True for Mamba-2, whose
+             records do not depend on the state
     """
 
     kind: str
@@ -530,7 +531,8 @@ class DeviceState:
                    events=torch.full((B,), st.writes + 1, dtype=torch.int64, device=dev),
                    seq_ids=st.seq_ids.to(dev, torch.int64), slots=torch.arange(B, dtype=torch.int32, device=dev),
                    window=W, step=st.step, writes=st.writes, layer_index=st.layer_index,
-                   prefill_tokens=st.prefill_tokens, groups=groups, window_from_update=W == 0)
+                   prefill_tokens=st.prefill_tokens, groups=groups,
+                   window_from_update=W == 0 or st.kind != "gdn")
 
     def to_layer_state(self, dtype: torch.dtype = torch.float32) -> LayerState:
         """The same state as tensors in the compute dtype (lossless; codes kept)."""

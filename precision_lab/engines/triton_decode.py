@@ -130,7 +130,7 @@ def advance_host(ds: DeviceState, *, tokens: int, accepted: int, flushed: bool) 
         ds.flushes += 1
         # an autoregressive flush empties the window; a speculative flush round commits records whose
         # d's came from the unrounded fold, not from the stored checkpoint (gdn_replay_step)
-        ds.window_from_update = tokens == 1
+        ds.window_from_update = tokens == 1 or ds.kind != "gdn"
     ds.record_writes += 0 if (flushed and tokens == 1) else tokens
     ds.window = commit_window(ds.window, accepted, flushed)
     ds.step += 1 if (flushed and tokens == 1) else accepted
