@@ -226,6 +226,11 @@ CLAIMS: list[tuple[str, str, object]] = [
                 *now_and_before(d, "reports/bench/bench_kernels_round2g_quick.json", "gdn", "L", "16", "nonflush_us"),
                 *now_and_before(d, "reports/bench/bench_kernels_round2g_quick.json", "gdn", "L", "16",
                                 "speedup_vs_conventional"))),
+    ("operators after the fix for windows a speculative flush round leaves: ReplaySSM `shared:fp32` "
+     "{:.2f}× Mamba-2's conventional step and {:.2f}× GDN's",
+     "reports/bench/bench_kernels_round2i_quick.json",
+     lambda d: (target(d, "mamba2", "replay_vs_conventional")["value"],
+                target(d, "gdn", "replay_vs_conventional")["value"])),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))
