@@ -138,3 +138,25 @@ def test_prompt_decoded_by_the_triton_scan_continues_by_name(model_tok, monkeypa
     assert any(k.startswith("triton:") for k in served), served   # the context on the Triton scan
     assert any("without codes" in k and "torch-decode" in k for k in served), served
     assert (res["decode"] - res["auto"]).abs().max() < 1e-4
+
+
+def test_a_flush_that_re_solves_its_window_is_never_captured():
+    """A GDN flush over a window it did not write from the checkpoint (``window_from_update``: after
+    a speculative flush round, or a window packed from a LayerState) launches the re-solving kernel
+    variant: the step key sends it eagerly instead of into a graph captured for ordinary flushes."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from precision_lab.layer import random_inputs, run_layer
+    from precision_lab.models.mixers import stream_context
+    from precision_lab.state import DeviceState
+
+    inp = random_inputs("gdn", batch=2, tokens=6, heads=4, rows=8, cols=16, groups=2, dtype=torch.float32, seed=1)
+    _, st = run_layer(inp, "shared:nvfp4-sr@L8", engine="decode", prefill_len=3)  # W = 3 on the torch engine
+    packed = DeviceState.from_layer_state(st.state, 2, "cpu")
+    assert packed.window == 3 and not packed.window_from_update
+    cache = SimpleNamespace()
+    ctx = stream_context(cache)
+    for window, from_update, key in [(3, False, (False,)), (7, False, ("eager", 0)), (7, True, (True,))]:
+        ctx.states = {0: [replace(packed, window=window, window_from_update=from_update)]}
+        assert step_key(None, cache) == key, (window, from_update)
