@@ -421,6 +421,105 @@ def test_launch_shapes_follow_the_batch():
     assert gd._conventional_launch(128, 128, FMT_NVFP4, None, 2) == (128, 2)   # explicit warps win
 
 
+@pytest.mark.parametrize("upd_fmt,read_fmt,flush,start,W", [
+    ("fp32", "fp32", False, 13, 6), ("fp32", "nvfp4", False, 6, 5), ("fp32", "fp8e4m3", False, 12, 0),
+    ("fp16-sr", "nvfp4-sr", True, 12, 6), ("fp32", None, True, 6, 7),
+])
+def test_overlapped_scores_launch_matches_plain(upd_fmt, read_fmt, flush, start, W, device):
+    """A two-launch one-token step with its step kernel launched as a programmatic dependent launch of
+    the scores kernel (``overlap_scores=True``) against plain launches. A flush, and the output-only
+    step from an fp32 read copy, run the same arithmetic and must agree bit for bit; the output-only
+    step from FP8/NVFP4 codes takes its state products with the raw q, k then (as the one-launch form
+    does), so its outputs and d records agree within fp32 rounding and everything else bit for bit.
+    Then at batch 64 of the real head counts, where step programs start while scores programs run: a
+    step that read its scores, q̃ or k before the scores kernel wrote them would read garbage."""
+    if device == "cpu":
+        pytest.skip("programmatic dependent launch needs a GPU of compute capability 9.0 or newer")
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs compute capability 9.0 or newer")
+    s = _replay_setup(device, upd_fmt, read_fmt or upd_fmt, W=W, T=1, exact=False, start=start)
+    n = s["new"]
+    runs = []
+    for overlap in (False, True):
+        c = _clone_setup(s)
+        rd = c["rd"] if read_fmt is not None else None  # None: shared mode
+        o = gdn_replay_step(c["upd"], rd, c["rec"], c["slots"], c["start"], c["wlen"], *(n[k] for k in NEW),
+                            flush=flush, fold_new=flush, seq_ids=s["seq_ids"].to(device), events=3, seed=5,
+                            layer=2, fused_scores=False, overlap_scores=overlap)
+        runs.append((o, c))
+    (o0, plain), (o1, over) = runs
+    exact = flush or read_fmt == "fp32"
+    assert_same_codes(plain["upd"], over["upd"])
+    if read_fmt is not None:
+        assert_same_codes(plain["rd"], over["rd"])
+    for name in ("k", "v", "a", "beta") + (("d",) if exact else ()):
+        assert torch.equal(_bits(getattr(plain["rec"], name)), _bits(getattr(over["rec"], name))), name
+    if exact:
+        assert torch.equal(_bits(o0), _bits(o1))
+    else:
+        assert rel(plain["rec"].d.nan_to_num(), over["rec"].d.nan_to_num()) < 1e-6
+        assert rel(o0, o1) < 1e-6
+    from precision_lab.bench.problems import PROBLEMS
+
+    prob = PROBLEMS["gdn"](64, torch.device(device), upd=upd_fmt, read=read_fmt, ring=16, W=W)
+    if flush:  # the state is folded in place: every run starts from a copy of the same pools
+        upd0, rd0 = prob.upd.clone(), prob.read.clone() if prob.read is not None else None
+    ys = []
+    for overlap in (False, True, True):
+        if flush:
+            prob.upd = upd0.clone()
+            prob.read = rd0.clone() if rd0 is not None else None
+        ys.append(prob.replay(flush, flush, fused_scores=False, overlap_scores=overlap).clone())
+    tol = 0 if exact else 1e-6
+    assert rel(ys[0], ys[1]) <= tol and rel(ys[0], ys[2]) <= tol
+    if exact:
+        assert torch.equal(ys[0].view(torch.int16), ys[1].view(torch.int16))
+
+
+def test_overlap_scores_launch_rule(monkeypatch):
+    """What ``gdn_replay_step`` hands its kernels, with the kernels stubbed out and the device taken to
+    have programmatic dependent launch: the two-launch one-token steps (output-only, autoregressive
+    flush) overlap (PDL in both kernels, ``launch_pdl`` on the step's launch); the one-launch form,
+    verify and ``overlap_scores=False`` launch plainly. Without the feature (this CPU), asking for it
+    is an error."""
+    from precision_lab.kernels.gdn import decode as gd
+
+    launches = []
+
+    class Grab:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            return lambda *a, **kw: launches.append((self.name, kw))
+
+    B, Hk, Hv, V, K = 2, 2, 4, 16, 32
+    recs = GDNRecords(B, 16, Hk, Hv, V, K)
+    ptr = (torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.full((B,), 5, dtype=torch.int32))
+    st = PackedState.empty("fp32", B, Hv, V, K)
+
+    def launch(T=1, **kw):
+        launches.clear()
+        q, v, g = torch.zeros(B, T, Hk, K), torch.zeros(B, T, Hv, V), torch.zeros(B, T, Hv)
+        gd.gdn_replay_step(st, None, recs, *ptr, q, q, v, g, g, **kw)
+        return dict(launches)
+
+    with pytest.raises(ValueError, match="overlap_scores=True needs"):
+        launch(fused_scores=False, overlap_scores=True)
+    monkeypatch.setattr(gd, "overlap_scores_launch", lambda dev, override: override is not False)
+    monkeypatch.setattr(gd, "gdn_replay_scores_kernel", Grab("scores"))
+    monkeypatch.setattr(gd, "gdn_replay_step_kernel", Grab("step"))
+    for kw in ({}, {"flush": True, "fold_new": True}):
+        k = launch(fused_scores=False, **kw)
+        assert k["scores"]["PDL"] and k["step"]["PDL"] and k["step"]["launch_pdl"], kw
+        k = launch(fused_scores=False, overlap_scores=False, **kw)
+        assert not k["scores"]["PDL"] and not k["step"]["PDL"] and "launch_pdl" not in k["step"], kw
+        k = launch(fused_scores=True, **kw)
+        assert list(k) == ["step"] and not k["step"]["PDL"] and "launch_pdl" not in k["step"], kw
+    k = launch(T=3)                                                    # verify: plain launches
+    assert not k["scores"]["PDL"] and not k["step"]["PDL"] and "launch_pdl" not in k["step"]
+
+
 def test_replay_wrapper_passes_its_rules_to_the_launch():
     """What ``gdn_replay_step`` hands the kernel, with the kernels stubbed out: the output-only
     step's register cap as ``maxnreg`` (0 = none), and RESOLVE — a flush re-solves the window's d's

@@ -312,6 +312,89 @@ def test_fused_scores_matches_two_launches(upd_fmt, read_fmt, flush, start, W, d
     assert torch.equal(y1[1].cpu(), torch.zeros(1, H, P))
 
 
+@pytest.mark.parametrize("read_fmt,start,W", [("fp32", 13, 6), ("nvfp4", 5, 7), ("fp8e4m3", 5, 0)])
+def test_overlapped_scores_launch_matches_plain(read_fmt, start, W, device):
+    """The two-launch non-flush step with its step kernel launched as a programmatic dependent launch
+    of the scores kernel (``overlap_scores=True``) against plain launches: outputs, records and states
+    bit for bit (only where the step waits for the scores differs). At batch 64 of 8 heads so that
+    the step's programs really start while scores programs run: a step reading its scores before the
+    scores kernel wrote them would read the uninitialised buffer."""
+    if device == "cpu":
+        pytest.skip("programmatic dependent launch needs a GPU of compute capability 9.0 or newer")
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs compute capability 9.0 or newer")
+    s = _replay_setup(device, "fp32", read_fmt, W=W, T=1, exact=False, start=start)
+    n = s["new"]
+    runs = []
+    for overlap in (False, True):
+        c = _clone_setup(s)
+        y = mamba2_replay_step(c["upd"], c["rd"], c["rec"], c["slots"], c["start"], c["wlen"], n["x"], n["dt"],
+                               n["A"], n["B"], n["C"], n["D"], n["dt_bias"], n["z"], fused_scores=False,
+                               overlap_scores=overlap, seq_ids=s["seq_ids"].to(device))
+        runs.append((y, c))
+    (y0, plain), (y1, over) = runs
+    assert torch.equal(y0.view(torch.int32), y1.view(torch.int32))
+    for name in ("u", "b", "a"):
+        assert torch.equal(getattr(plain["rec"], name).view(torch.int32), getattr(over["rec"], name).view(torch.int32))
+    assert_same_codes(plain["rd"], over["rd"])
+    # a larger batch of the real head count: many scores programs still running when steps start
+    from precision_lab.bench.problems import PROBLEMS
+
+    prob = PROBLEMS["mamba2"](64, torch.device(device), upd="fp32", read=read_fmt, ring=16, W=W)
+    ys = [prob.replay(False, False, fused_scores=False, overlap_scores=o).clone() for o in (False, True, True)]
+    assert torch.equal(ys[0].view(torch.int16), ys[1].view(torch.int16))
+    assert torch.equal(ys[0].view(torch.int16), ys[2].view(torch.int16))
+
+
+def test_overlap_scores_launch_rule(monkeypatch):
+    """What ``mamba2_replay_step`` hands its kernels, with the kernels stubbed out and the device taken
+    to have programmatic dependent launch: only the two-launch T = 1 non-flush step overlaps (PDL in
+    both kernels, ``launch_pdl`` on the step's launch); an autoregressive flush runs no scores kernel at
+    all; ``overlap_scores=False`` and the one-launch form launch plainly. Without the feature (this
+    CPU), asking for it is an error."""
+    from precision_lab.kernels.mamba2 import decode as md
+
+    launches = []
+
+    class Grab:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            return lambda *a, **kw: launches.append((self.name, kw))
+
+    B, Hh, Gg, Pp, Nn = 2, 8, 2, 16, 32
+    x, dt = torch.zeros(B, 1, Hh, Pp), torch.zeros(B, 1, Hh)
+    bc = torch.zeros(B, 1, Gg, Nn)
+    recs = Mamba2Records(B, 16, Hh, Gg, Pp, Nn)
+    ptr = (torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.full((B,), 5, dtype=torch.int32))
+    st = PackedState.empty("fp32", B, Hh, Pp, Nn)
+
+    def launch(**kw):
+        launches.clear()
+        md.mamba2_replay_step(st, None, recs, *ptr, x, dt, torch.zeros(Hh), bc, bc, **kw)
+        return {name: k for name, k in launches}
+
+    with pytest.raises(ValueError, match="overlap_scores=True needs"):
+        launch(fused_scores=False, overlap_scores=True)
+    monkeypatch.setattr(md, "overlap_scores_launch", lambda dev, override: override is not False)
+    monkeypatch.setattr(md, "mamba2_replay_scores_kernel", Grab("scores"))
+    monkeypatch.setattr(md, "mamba2_replay_step_kernel", Grab("step"))
+    k = launch(fused_scores=False)
+    assert k["scores"]["PDL"] and k["step"]["PDL"] and k["step"]["launch_pdl"]
+    k = launch(fused_scores=False, overlap_scores=False)
+    assert not k["scores"]["PDL"] and not k["step"]["PDL"] and "launch_pdl" not in k["step"]
+    k = launch(fused_scores=True)
+    assert list(k) == ["step"] and not k["step"]["PDL"] and "launch_pdl" not in k["step"]
+    k = launch(fused_scores=False, flush=True, fold_new=True)
+    assert list(k) == ["step"] and not k["step"]["PDL"]          # an autoregressive flush needs no scores
+    xs, dts, bcs = torch.zeros(B, 3, Hh, Pp), torch.zeros(B, 3, Hh), torch.zeros(B, 3, Gg, Nn)
+    launches.clear()
+    md.mamba2_replay_step(st, None, recs, *ptr, xs, dts, torch.zeros(Hh), bcs, bcs)   # verify: plain launches
+    k = dict(launches)
+    assert not k["scores"]["PDL"] and not k["step"]["PDL"] and "launch_pdl" not in k["step"]
+
+
 def test_bad_input_is_an_error(device):
     s = _replay_setup(device, "fp32", "fp32", W=1, T=2, exact=False)
     n = s["new"]

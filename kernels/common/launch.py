@@ -1,6 +1,8 @@
 """Host-side launch helpers every kernel wrapper uses."""
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 
@@ -78,6 +80,33 @@ def replay_scan_buffers(out, like: torch.Tensor, state_shape, u0: torch.Tensor, 
 # one launch faster at batch 1 and 4 (non-flush 5.00 / 7.22 against 7.23 / 8.69), two at batch 16
 # (17.45 against 20.63). One threshold of 128 score rows fits both: Mamba-2 up to batch 16, GDN up to 8.
 FUSED_SCORES_MAX_SCORE_ROWS = 128
+
+
+# The two-launch form's step kernel overlaps its scores kernel (programmatic dependent launch, sm_90+;
+# docs/design.md §7): the scores kernel lets its dependent start at once, and the step program waits
+# for the scores kernel's writes (``await_scores``) only where it first reads them, after it has
+# issued its state and record loads — the bulk of its bytes. Those loads cannot race with the scores
+# kernel: it writes only the new token's B/k record (position W, which a one-token step never reads)
+# and its own outputs (scores, GDN's normalised q/k); and it was itself launched after everything
+# before it had finished, so every other input of the step is complete when the step starts.
+def overlap_scores_launch(device: torch.device, override: bool | None) -> bool:
+    """Whether a two-launch one-token step runs its step kernel as a programmatic dependent launch of
+    its scores kernel. ``override`` None: wherever it exists (a CUDA device of compute capability ≥ 9
+    outside the Triton interpreter); True where it does not is an error; False: plain launches."""
+    possible = (device.type == "cuda" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+                and torch.cuda.get_device_capability(device)[0] >= 9)
+    if override is None:
+        return possible
+    if override and not possible:
+        raise ValueError("overlap_scores=True needs a CUDA device of compute capability 9.0 or newer "
+                         "(programmatic dependent launch) outside the Triton interpreter")
+    return bool(override)
+
+
+def pdl_kwargs(pdl: bool) -> dict:
+    """Launch keywords of a programmatic dependent launch (none for a plain launch, which is also all
+    the interpreter accepts)."""
+    return {"launch_pdl": True} if pdl else {}
 
 
 def fused_scores_launch(batch: int, score_heads: int, T: int, flush: bool, fold_new: bool,

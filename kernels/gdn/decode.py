@@ -58,9 +58,12 @@ from precision_lab.kernels.common.launch import (
     check_fp4_decode,
     fused_nonflush_warps,
     fused_scores_launch,
+    overlap_scores_launch,
+    pdl_kwargs,
     pow2,
     warps_for_tile,
 )
+from precision_lab.kernels.common.overlap import await_scores, release_dependents
 from precision_lab.kernels.common.state_io import column_quarters, load_state_cols, program_slot, store_state4
 from precision_lab.kernels.decode_state import (
     FMT_NVFP4,
@@ -168,13 +171,15 @@ def gdn_replay_scores_kernel(
     rk_ptr, s_rk, slot_ptr, start_ptr, wlen_ptr, q_ptr, k_ptr, qn_ptr, kn_ptr, kq_ptr, kk_ptr, scale,
     Hk, C, RING,
     T: tl.constexpr, SCORES: tl.constexpr, FOLD_NEW: tl.constexpr, NORM: tl.constexpr,
-    BC: tl.constexpr, BJ: tl.constexpr,
+    BC: tl.constexpr, BJ: tl.constexpr, PDL: tl.constexpr,
 ):
     """Per (key head, batch entry): normalise the T new q/k (q̃ = scale·q) into qn, kn [B, T, Hk, K]
     and write the new k records. With SCORES (the output-only step, T = 1) also the scores k_j·q̃,
     k_j·k of every window position j (the new token at j = W) into kq, kk [B, T, Hk, BJ]; otherwise
     only k_t·q̃_t into kq [B, T, Hk]. Once per key head instead of once per value head and row block.
-    The step kernel's one-launch form (FUSED) computes the same with the same helpers."""
+    The step kernel's one-launch form (FUSED) computes the same with the same helpers. PDL: the step
+    kernel after it overlaps it (``await_scores``)."""
+    release_dependents(PDL)
     i_kh, i_b = tl.program_id(0), tl.program_id(1)
     slot = tl.load(slot_ptr + i_b).to(tl.int64)
     start = tl.load(start_ptr + i_b)
@@ -391,6 +396,7 @@ def gdn_replay_step_kernel(
     RECOMPUTE: tl.constexpr, RESOLVE: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
     # normalises the new q, k from the inputs (q_ptr, k_ptr) and computes the scores it needs itself,
@@ -416,7 +422,12 @@ def gdn_replay_step_kernel(
     ILV: tl.constexpr = (not FLUSH) and T == 1 and RFMT != C_FP32
     # the output-only step reads S_b q̃ and S_b k straight from FP8/NVFP4 codes (no decoded tile)
     FROM_CODES: tl.constexpr = (not FLUSH) and T == 1 and (RFMT == C_E4M3 or RFMT == C_NVFP4)
-    if FUSED:  # the new token's q̃, k as the scores kernel computes them (same helper)
+    # PDL: the scores kernel before this launch may still be running. Its outputs (qn .. kk) are read
+    # only after await_scores, which comes after the state and record loads; an output-only step from
+    # stored codes reads the raw q, k instead, as the one-launch form does, so that its state product
+    # need not wait at all.
+    RAW_QK: tl.constexpr = FROM_CODES and (FUSED or PDL)
+    if FUSED or RAW_QK:  # the new token's q̃, k as the scores kernel computes them (same helper)
         n_q, n_k, f_q, f_k = _new_qk(q_ptr, k_ptr, i_b.to(tl.int64) * Hk + i_kh, C, scale, NORM, BC)
 
     if FLUSH:
@@ -442,6 +453,7 @@ def gdn_replay_step_kernel(
                 q0, q1, q2, q3 = _quarters(n_q, BC, ILV)
                 k0, k1, k2, k3 = _quarters(n_k, BC, ILV)
             else:
+                await_scores(PDL)  # the fold above needed nothing from the scores kernel
                 q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
                 k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
             b_v = tl.load(v_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
@@ -476,19 +488,17 @@ def gdn_replay_step_kernel(
                 k0, k1, k2, k3 = _quarters(n_k, BC, ILV)
             t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
             sc_q, sc_k = _scores(tl.where((jj == n_w)[:, None], n_k[None, :], t_k), n_q, n_k)
-        else:
-            if not FROM_CODES:
-                q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
-                k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
-            sc_q = tl.load(kq_ptr + bk * BJ + jj)
-            sc_k = tl.load(kk_ptr + bk * BJ + jj)
+        elif not FROM_CODES:
+            await_scores(PDL)  # the state tile and the records are loaded already
+            q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
+            k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
         b_v = tl.load(v_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
         g = tl.load(g_ptr + bh).to(tl.float32)
         beta = tl.load(beta_ptr + bh).to(tl.float32)
         tot = tl.sum(h_a, 0)
         decay = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
         e_tot = tl.exp(tot)
-        if FROM_CODES and FUSED:
+        if RAW_QK:
             # the products with the raw inputs, scaled by the normalisation factors afterwards (the
             # normalised vectors are in registers here, and read_state_dot reads its vectors from
             # memory): the same values as the two-launch form's up to fp32 rounding
@@ -502,6 +512,10 @@ def gdn_replay_step_kernel(
         else:
             sb_q = _matvec(s0, s1, s2, s3, q0, q1, q2, q3)
             sb_k = _matvec(s0, s1, s2, s3, k0, k1, k2, k3)
+        if not FUSED:
+            await_scores(PDL)  # (returns at once where the state product above has waited)
+            sc_q = tl.load(kq_ptr + bk * BJ + jj)
+            sc_k = tl.load(kk_ptr + bk * BJ + jj)
         s_q = e_tot * sb_q + tl.sum((decay * sc_q)[:, None] * h_d, 0)
         s_k = e_tot * sb_k + tl.sum((decay * sc_k)[:, None] * h_d, 0)
         alpha = tl.exp(g)
@@ -685,7 +699,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
                     block_r: int | None = None, num_warps: int | None = None,
                     fused_scores: bool | None = None, fp4_decode: str = "fp16",
                     max_registers: int | None = None, window_from_update: bool = True,
-                    out: torch.Tensor | None = None) -> torch.Tensor:
+                    overlap_scores: bool | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM GDN step for T = v.shape[1] tokens (see the module docstring).
 
     update / read: PackedState pools [S, Hv, V, K] (read=None: shared mode); records: ring buffers;
@@ -712,6 +726,13 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     recompute flush re-solves them from U (``precision_lab.engines.triton_decode`` tracks this).
     max_registers caps the registers per thread (None: ``_nonflush_max_registers``;
     0: no cap).
+    overlap_scores: in the two-launch form of a one-token step, launch the step kernel as a
+    programmatic dependent launch of the scores kernel, so that it loads its state and records (and
+    folds them, in a flush) while q, k are normalised and scored (``overlap_scores_launch`` in
+    ``kernels/common/launch.py``: None = wherever the GPU has it). The output-only step from FP8 or
+    NVFP4 codes then takes its state products with the raw q, k scaled afterwards, as the one-launch
+    form does: outputs and d records agree with the plain launch up to fp32 rounding; everything
+    else is the same bit for bit.
     """
     check_fp4_decode(fp4_decode)
     Bsz, T, Hk, K = q.shape
@@ -741,6 +762,8 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         nw = max(nw, fused_nonflush_warps(bj))
     if max_registers is None:
         max_registers = _nonflush_max_registers(T, flush, fused, block_r, num_warps, read.code)
+    # a two-launch one-token step overlaps its scores kernel where it can (overlap_scores_launch)
+    pdl = T == 1 and (fold_new or not flush) and not fused and overlap_scores_launch(v.device, overlap_scores)
     if fused:  # no scores kernel: the step programs read q and k themselves (qn .. kk are not read)
         qn = kn = kq = kk = records.a
     else:
@@ -751,7 +774,8 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         kk = torch.empty_like(kq) if scores else kq
         gdn_replay_scores_kernel[(Hk, Bsz)](
             records.k, records.k.stride(0), slots32, start32, wlen32, q, k, qn, kn, kq, kk, scale, Hk, K,
-            records.ring, T=T, SCORES=scores, FOLD_NEW=fold_new, NORM=qk_l2norm, BC=bc, BJ=bj, num_warps=4)
+            records.ring, T=T, SCORES=scores, FOLD_NEW=fold_new, NORM=qk_l2norm, BC=bc, BJ=bj, PDL=pdl,
+            num_warps=4)
     gdn_replay_step_kernel[(triton.cdiv(V, br), Hv, Bsz)](
         *update.kernel_args(), *read.kernel_args(),
         records.k, records.d, records.v, records.a, records.beta,
@@ -760,9 +784,9 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         q, k, qn, kn, kq, kk, v, g.contiguous(), beta.contiguous(), o, scale, Hk, Hv, V, K, records.ring,
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, RESOLVE=resolve, NORM=qk_l2norm, FUSED=fused,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
-        BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode,
+        BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode, PDL=pdl,
         # a step that stores no state may fuse a*b+c into FMAs (its outputs and d records are compared
         # with a tolerance; the k, v, a, beta records are copies); a flush rounds state and must not
         num_warps=num_warps or nw, enable_fp_fusion=not flush,
-        **({"maxnreg": max_registers} if max_registers else {}))
+        **({"maxnreg": max_registers} if max_registers else {}), **pdl_kwargs(pdl))
     return o

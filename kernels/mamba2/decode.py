@@ -47,10 +47,13 @@ from precision_lab.kernels.common.launch import (
     check_fp4_decode,
     fused_nonflush_warps,
     fused_scores_launch,
+    overlap_scores_launch,
+    pdl_kwargs,
     pow2,
     state_product_precision,
     warps_for_tile,
 )
+from precision_lab.kernels.common.overlap import await_scores, release_dependents
 from precision_lab.kernels.common.products import dot_f32
 from precision_lab.kernels.common.state_io import column_quarters, program_slot, store_state4
 from precision_lab.kernels.decode_state import (
@@ -149,12 +152,15 @@ def _scores(t_b, b_c):
 def mamba2_replay_scores_kernel(
     rb_ptr, s_rb, slot_ptr, start_ptr, wlen_ptr, B_ptr, C_ptr, sc_ptr,
     G, C, RING,
-    T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr,
+    T: tl.constexpr, FLUSH: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, PDL: tl.constexpr,
 ):
     """Per (group, batch entry): write the T new B records and the scores B_j·C_t of every window
     position j for every new token t into sc [B, G, T, BJ] — once per group instead of once per
     head and row block (the group's B records would otherwise be re-read by every program). The
-    step kernel's one-launch form (FUSED) computes the same scores with the same helpers."""
+    step kernel's one-launch form (FUSED) computes the same scores with the same helpers. An
+    autoregressive flush needs none of this (it keeps no record and its output window is empty), so
+    it never runs after this kernel. PDL: the step kernel after it overlaps it (``await_scores``)."""
+    release_dependents(PDL)
     i_g, i_b = tl.program_id(0), tl.program_id(1)
     slot = tl.load(slot_ptr + i_b).to(tl.int64)
     start = tl.load(start_ptr + i_b)
@@ -173,9 +179,8 @@ def mamba2_replay_scores_kernel(
         btg = (i_b.to(tl.int64) * T + t) * G + i_g
         n_b = tl.load(B_ptr + btg * C + cols, mask=m_c, other=0).to(tl.float32)
         t_b = tl.where((jj == W + t)[:, None], n_b[None, :], t_b)
-        if not FOLD_NEW:
-            q = ((start + W + t) & (RING - 1)).to(tl.int64)
-            tl.store(rb_ptr + slot * s_rb + (q * G + i_g) * C + cols, n_b, mask=m_cv)
+        q = ((start + W + t) & (RING - 1)).to(tl.int64)
+        tl.store(rb_ptr + slot * s_rb + (q * G + i_g) * C + cols, n_b, mask=m_cv)
     for t in tl.static_range(T):
         btg = (i_b.to(tl.int64) * T + t) * G + i_g
         b_c = tl.load(C_ptr + btg * C + cols, mask=m_c, other=0).to(tl.float32)
@@ -195,7 +200,7 @@ def mamba2_replay_step_kernel(
     HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
     FP4: tl.constexpr, FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, STATE_PREC: tl.constexpr,
-    FUSED: tl.constexpr,
+    FUSED: tl.constexpr, PDL: tl.constexpr,
 ):
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
     # computes the scores it needs itself, and one program per (group, batch entry) writes the new
@@ -414,10 +419,12 @@ def mamba2_replay_step_kernel(
         w_a = tl.where(m_w, t_a, 0.0)
         tot = tl.sum(w_a, 0)
         decay = tl.where(m_w, tl.exp(tot - tl.cumsum(w_a, 0)), 0.0)
-        if not FUSED:
-            score = tl.load(sc_ptr + bg * BJ + jj)
-        elif FOLD_NEW:
+        if FOLD_NEW:
             score = tl.zeros([BJ], dtype=tl.float32)  # the window lo..W is empty: no score is used
+        elif not FUSED:
+            # PDL: the scores kernel may still be running; S_b C and the records are in flight already
+            await_scores(PDL)
+            score = tl.load(sc_ptr + bg * BJ + jj)
         else:
             # the scores kernel's scores, computed here (same helpers, same order): the window's B
             # records (jj < W) with the new token's B at position W, dotted with C_t
@@ -584,7 +591,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
                        num_warps: int | None = None, fold_precision: str = "tf32x3",
                        verify_precision: str = "tf32x3", fused_scores: bool | None = None,
                        fp4_decode: str = "fp16", max_registers: int | None = None,
-                       out: torch.Tensor | None = None) -> torch.Tensor:
+                       overlap_scores: bool | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM step for T = x.shape[1] tokens (T = 1: autoregressive; T > 1: speculative verify).
 
     update / read: PackedState pools [S, H, P, N] (read=None: shared mode, one copy, ``update``);
@@ -604,7 +611,11 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     program computing its scores B_j·C itself, instead of a scores kernel per group followed by the
     step kernel; None = the batch-size rule (``kernels/common/launch.py``, ``fused_scores_launch``,
     measured on the H200). Both forms give the same state codes and records bit for bit and
-    the same outputs up to fp32 rounding.
+    the same outputs up to fp32 rounding. An autoregressive flush runs no scores kernel in either form.
+    overlap_scores: in the two-launch form of the T = 1 non-flush step, launch the step kernel as a
+    programmatic dependent launch of the scores kernel so that it streams its state while the scores
+    are computed (``overlap_scores_launch`` in ``kernels/common/launch.py``: None = wherever the GPU
+    has it; same results bit for bit either way).
     fp4_decode: how the T = 1 non-flush step multiplies an NVFP4 read copy with C: "fp16" (E2M1
     values as fp16 bit patterns converted to fp32, fp32 products), "ptx" (the inline-PTX E4M3
     conversion instead; GPU only, the interpreter runs "fp16") or "mma" (one tensor-core product
@@ -653,13 +664,15 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     slots32, start32, wlen32 = (t.to(torch.int32).contiguous() for t in (slots, start, wlen))
     B = B.contiguous()
     C = C.contiguous()
-    if fused:
-        scores = records.a  # not read: every program computes its scores
+    # the output-only T = 1 step overlaps its scores kernel where it can (overlap_scores_launch)
+    pdl = T == 1 and not flush and not fused and overlap_scores_launch(x.device, overlap_scores)
+    if fused or fold_new:
+        scores = records.a  # not read: every program computes its scores, or (fold_new) needs none
     else:
         scores = torch.empty(Bsz, T, G, bj, dtype=torch.float32, device=dev)
         mamba2_replay_scores_kernel[(G, Bsz)](
             records.b, records.b.stride(0), slots32, start32, wlen32, B, C, scores, G, N, records.ring,
-            T=T, FLUSH=flush, FOLD_NEW=fold_new, BC=bc, BJ=bj, num_warps=4)
+            T=T, FLUSH=flush, BC=bc, BJ=bj, PDL=pdl, num_warps=4)
     grid = (triton.cdiv(P, br), H, Bsz)
     mamba2_replay_step_kernel[grid](
         *update.kernel_args(), *read.kernel_args(),
@@ -673,8 +686,8 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         BR=br, BC=bc, BJ=bj, TP=max(pow2(T), 16), HW=x.is_cuda, FP4=fp4_decode,
         FOLD_PREC=fold_precision,
         VERIFY_PREC=verify_precision, STATE_PREC=state_product_precision(verify_precision, br, P, read.code),
-        FUSED=fused, num_warps=num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32),
-        **({"maxnreg": max_registers} if max_registers else {}),
+        FUSED=fused, PDL=pdl, num_warps=num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32),
+        **({"maxnreg": max_registers} if max_registers else {}), **pdl_kwargs(pdl),
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance
         # and the records are single products); a flush rounds state and must not
         enable_fp_fusion=not flush)
