@@ -478,10 +478,11 @@ def test_overlapped_scores_launch_matches_plain(upd_fmt, read_fmt, flush, start,
 
 def test_overlap_scores_launch_rule(monkeypatch):
     """What ``gdn_replay_step`` hands its kernels, with the kernels stubbed out and the device taken to
-    have programmatic dependent launch: the two-launch one-token steps (output-only, autoregressive
-    flush) overlap (PDL in both kernels, ``launch_pdl`` on the step's launch); the one-launch form,
-    verify and ``overlap_scores=False`` launch plainly. Without the feature (this CPU), asking for it
-    is an error."""
+    have programmatic dependent launch. By default only the two-launch output-only step from an NVFP4
+    read copy overlaps (PDL in both kernels, ``launch_pdl`` on the step's launch): the one format it
+    measured faster for. ``overlap_scores=True`` overlaps any two-launch one-token step (output-only,
+    autoregressive flush); the one-launch form, verify and ``overlap_scores=False`` launch plainly.
+    Without the feature (this CPU), asking for it is an error."""
     from precision_lab.kernels.gdn import decode as gd
 
     launches = []
@@ -497,27 +498,35 @@ def test_overlap_scores_launch_rule(monkeypatch):
     recs = GDNRecords(B, 16, Hk, Hv, V, K)
     ptr = (torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.full((B,), 5, dtype=torch.int32))
     st = PackedState.empty("fp32", B, Hv, V, K)
+    nv = PackedState.empty("nvfp4", B, Hv, V, K)
 
-    def launch(T=1, **kw):
+    def launch(T=1, read=None, **kw):
         launches.clear()
         q, v, g = torch.zeros(B, T, Hk, K), torch.zeros(B, T, Hv, V), torch.zeros(B, T, Hv)
-        gd.gdn_replay_step(st, None, recs, *ptr, q, q, v, g, g, **kw)
+        gd.gdn_replay_step(st, read, recs, *ptr, q, q, v, g, g, **kw)
         return dict(launches)
+
+    def overlapped(k):
+        return k["scores"]["PDL"] and k["step"]["PDL"] and k["step"]["launch_pdl"]
+
+    def plain(k):
+        return not k.get("scores", {}).get("PDL") and not k["step"]["PDL"] and "launch_pdl" not in k["step"]
 
     with pytest.raises(ValueError, match="overlap_scores=True needs"):
         launch(fused_scores=False, overlap_scores=True)
-    monkeypatch.setattr(gd, "overlap_scores_launch", lambda dev, override: override is not False)
+    monkeypatch.setattr(gd, "overlap_scores_launch",
+                        lambda dev, override, measured_faster=True: measured_faster if override is None else override)
     monkeypatch.setattr(gd, "gdn_replay_scores_kernel", Grab("scores"))
     monkeypatch.setattr(gd, "gdn_replay_step_kernel", Grab("step"))
+    assert overlapped(launch(read=nv, fused_scores=False))                 # the rule: NVFP4 reads
+    assert plain(launch(fused_scores=False))                               # fp32 reads measured slower
+    assert plain(launch(read=nv, fused_scores=False, flush=True, fold_new=True))
     for kw in ({}, {"flush": True, "fold_new": True}):
-        k = launch(fused_scores=False, **kw)
-        assert k["scores"]["PDL"] and k["step"]["PDL"] and k["step"]["launch_pdl"], kw
-        k = launch(fused_scores=False, overlap_scores=False, **kw)
-        assert not k["scores"]["PDL"] and not k["step"]["PDL"] and "launch_pdl" not in k["step"], kw
-        k = launch(fused_scores=True, **kw)
-        assert list(k) == ["step"] and not k["step"]["PDL"] and "launch_pdl" not in k["step"], kw
-    k = launch(T=3)                                                    # verify: plain launches
-    assert not k["scores"]["PDL"] and not k["step"]["PDL"] and "launch_pdl" not in k["step"]
+        assert overlapped(launch(fused_scores=False, overlap_scores=True, **kw)), kw
+        assert plain(launch(read=nv, fused_scores=False, overlap_scores=False, **kw)), kw
+        k = launch(read=nv, fused_scores=True, **kw)
+        assert list(k) == ["step"] and plain(k), kw
+    assert plain(launch(T=3, read=nv))                                     # verify
 
 
 def test_replay_wrapper_passes_its_rules_to_the_launch():

@@ -377,7 +377,8 @@ def test_overlap_scores_launch_rule(monkeypatch):
 
     with pytest.raises(ValueError, match="overlap_scores=True needs"):
         launch(fused_scores=False, overlap_scores=True)
-    monkeypatch.setattr(md, "overlap_scores_launch", lambda dev, override: override is not False)
+    monkeypatch.setattr(md, "overlap_scores_launch",
+                        lambda dev, override, measured_faster=True: measured_faster if override is None else override)
     monkeypatch.setattr(md, "mamba2_replay_scores_kernel", Grab("scores"))
     monkeypatch.setattr(md, "mamba2_replay_step_kernel", Grab("step"))
     k = launch(fused_scores=False)

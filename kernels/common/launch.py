@@ -82,21 +82,28 @@ def replay_scan_buffers(out, like: torch.Tensor, state_shape, u0: torch.Tensor, 
 FUSED_SCORES_MAX_SCORE_ROWS = 128
 
 
-# The two-launch form's step kernel overlaps its scores kernel (programmatic dependent launch, sm_90+;
-# docs/design.md §7): the scores kernel lets its dependent start at once, and the step program waits
-# for the scores kernel's writes (``await_scores``) only where it first reads them, after it has
-# issued its state and record loads — the bulk of its bytes. Those loads cannot race with the scores
-# kernel: it writes only the new token's B/k record (position W, which a one-token step never reads)
-# and its own outputs (scores, GDN's normalised q/k); and it was itself launched after everything
-# before it had finished, so every other input of the step is complete when the step starts.
-def overlap_scores_launch(device: torch.device, override: bool | None) -> bool:
+# The two-launch form's step kernel may overlap its scores kernel (programmatic dependent launch,
+# sm_90+; docs/design.md §7): the scores kernel lets its dependent start at once, and the step program
+# waits for the scores kernel's writes (``await_scores``) only where it first reads them, after it has
+# issued its state and record loads. Those loads cannot race with the scores kernel: it writes only the
+# new token's B/k record (position W, which a one-token step never reads) and its own outputs (scores,
+# GDN's normalised q/k); and it was itself launched after everything before it had finished, so every
+# other input of the step is complete when the step starts. The wait costs a memory round trip in every
+# program that follows it, so overlapping pays only where little waits behind it. H200, batch 256,
+# W = 7, both forms in one run each time (reports/diagnostics/overlap-scores.jsonl): Mamba-2's output-only
+# step 275.4 → 273.3 µs (fp32 read), 99.2 → 98.7 (NVFP4), 92.6 → 90.3 (FP8); GDN's 78.4 → 76.2 (NVFP4)
+# but 164.5 → 196.3 (fp32) and 68.0 → 76.9 (FP8), where q̃, k and the scores all wait; GDN's
+# autoregressive flush unchanged (411.7 / 412.0 with an fp32 checkpoint). The wrappers overlap where it
+# measured faster.
+def overlap_scores_launch(device: torch.device, override: bool | None, measured_faster: bool = True) -> bool:
     """Whether a two-launch one-token step runs its step kernel as a programmatic dependent launch of
-    its scores kernel. ``override`` None: wherever it exists (a CUDA device of compute capability ≥ 9
-    outside the Triton interpreter); True where it does not is an error; False: plain launches."""
+    its scores kernel. ``override`` None: where it exists (a CUDA device of compute capability ≥ 9
+    outside the Triton interpreter) and ``measured_faster`` (the wrapper's rule); True where it does not
+    exist is an error; False: plain launches."""
     possible = (device.type == "cuda" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
                 and torch.cuda.get_device_capability(device)[0] >= 9)
     if override is None:
-        return possible
+        return possible and measured_faster
     if override and not possible:
         raise ValueError("overlap_scores=True needs a CUDA device of compute capability 9.0 or newer "
                          "(programmatic dependent launch) outside the Triton interpreter")

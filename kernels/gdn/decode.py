@@ -763,7 +763,10 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     if max_registers is None:
         max_registers = _nonflush_max_registers(T, flush, fused, block_r, num_warps, read.code)
     # a two-launch one-token step overlaps its scores kernel where it can (overlap_scores_launch)
-    pdl = T == 1 and (fold_new or not flush) and not fused and overlap_scores_launch(v.device, overlap_scores)
+    # (by default only the output-only step from an NVFP4 read copy: measured faster there, slower or
+    # the same elsewhere; the comment above overlap_scores_launch)
+    pdl = T == 1 and (fold_new or not flush) and not fused and overlap_scores_launch(
+        v.device, overlap_scores, measured_faster=read.code == C_NVFP4 and not flush)
     if fused:  # no scores kernel: the step programs read q and k themselves (qn .. kk are not read)
         qn = kn = kq = kk = records.a
     else:
