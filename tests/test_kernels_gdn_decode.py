@@ -470,7 +470,7 @@ def test_overlapped_scores_launch_matches_plain(upd_fmt, read_fmt, flush, start,
             prob.upd = upd0.clone()
             prob.read = rd0.clone() if rd0 is not None else None
         ys.append(prob.replay(flush, flush, fused_scores=False, overlap_scores=overlap).clone())
-    tol = 0 if exact else 1e-6
+    tol = 0 if exact else 1e-4  # bf16 outputs: an fp32 rounding apart can move an element by one bf16 ulp
     assert rel(ys[0], ys[1]) <= tol and rel(ys[0], ys[2]) <= tol
     if exact:
         assert torch.equal(ys[0].view(torch.int16), ys[1].view(torch.int16))
