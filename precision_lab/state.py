@@ -437,6 +437,13 @@ def _pack_copy(values: torch.Tensor, codes, spec: str, what: str):
     return codes
 
 
+def records_read_the_state(kind: str) -> bool:
+    """Whether a ReplaySSM record of this operator is computed from the state (GDN: d = β(v − α S k));
+    Mamba-2's records (u, B, a) are inputs only, so its window always counts as computed from the
+    update checkpoint (``DeviceState.window_from_update``)."""
+    return kind in ("gdn", "kda")
+
+
 @dataclass
 class DeviceState:
     """A layer's state in the packed layout of the decode-step kernels (see the module docstring).
@@ -532,7 +539,7 @@ class DeviceState:
                    seq_ids=st.seq_ids.to(dev, torch.int64), slots=torch.arange(B, dtype=torch.int32, device=dev),
                    window=W, step=st.step, writes=st.writes, layer_index=st.layer_index,
                    prefill_tokens=st.prefill_tokens, groups=groups,
-                   window_from_update=W == 0 or st.kind != "gdn")
+                   window_from_update=W == 0 or not records_read_the_state(st.kind))
 
     def to_layer_state(self, dtype: torch.dtype = torch.float32) -> LayerState:
         """The same state as tensors in the compute dtype (lossless; codes kept)."""

@@ -231,6 +231,16 @@ CLAIMS: list[tuple[str, str, object]] = [
      "reports/bench/bench_kernels_round2i_quick.json",
      lambda d: (target(d, "mamba2", "replay_vs_conventional")["value"],
                 target(d, "gdn", "replay_vs_conventional")["value"])),
+    ("the Mamba-2 `shared:fp32` flush {:.1f} µs from {:.1f}, GDN's output-only step from an fp32 read copy "
+     "{:.1f} from {:.1f}, ReplaySSM `shared:fp32` {:.2f}× GDN's conventional step and {:.2f}× its fla peer; "
+     "Mamba-2's stays at {:.2f}×, short of 1.80×",
+     "reports/bench/bench_kernels_round2j_quick.json",
+     lambda d: (*now_and_before(d, "reports/bench/bench_kernels_round2i_quick.json", "mamba2", "batch", "256",
+                                "flush_us"),
+                *now_and_before(d, "reports/bench/bench_kernels_round2i_quick.json", "gdn", "batch", "256",
+                                "nonflush_us"),
+                target(d, "gdn", "replay_vs_conventional")["value"], target(d, "gdn", "replay_vs_fla")["value"],
+                target(d, "mamba2", "replay_vs_conventional")["value"])),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))

@@ -494,8 +494,8 @@ def gdn_replay_step_kernel(
             k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
         # Where the scores are read was measured (H200, batch 256, W = 7, both orders in one run,
         # reports/diagnostics/overlap-scores.jsonl): after the state product for a decoded tile (fp32
-        # read copy 165.5 µs against 179.9 with them read first), first for products from stored codes
-        # (FP8 66.0 against 68.3; NVFP4 78.5 either way).
+        # read copy 165.6 µs against 179.9 with them read first), first for products from stored codes
+        # (FP8 66.0 against 68.3; NVFP4 78.4 late and 78.6 first, in two calls).
         EARLY_SCORES: tl.constexpr = (not FUSED) and FROM_CODES and not PDL
         if EARLY_SCORES:
             sc_q = tl.load(kq_ptr + bk * BJ + jj)

@@ -32,6 +32,7 @@ from precision_lab.state import (
     commit_window,
     is_flush,
     is_spec_flush,
+    records_read_the_state,
     spec_rounds,
     start_state,
 )
@@ -130,7 +131,7 @@ def advance_host(ds: DeviceState, *, tokens: int, accepted: int, flushed: bool) 
         ds.flushes += 1
         # an autoregressive flush empties the window; a speculative flush round commits records whose
         # d's came from the unrounded fold, not from the stored checkpoint (gdn_replay_step)
-        ds.window_from_update = tokens == 1 or ds.kind != "gdn"
+        ds.window_from_update = tokens == 1 or not records_read_the_state(ds.kind)
     ds.record_writes += 0 if (flushed and tokens == 1) else tokens
     ds.window = commit_window(ds.window, accepted, flushed)
     ds.step += 1 if (flushed and tokens == 1) else accepted
