@@ -276,7 +276,19 @@ def mamba2_replay_step_kernel(
         FOLD_BY_HAND: tl.constexpr = HW and (UFMT != C_FP32 or (SPLIT and RFMT != C_FP32))
         tot = tl.sum(h_a, 0)
         w = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
-        b_s = tl.exp(tot) * b_s + dot_f32(tl.trans(w[:, None] * h_u), h_b, FOLD_PREC, FOLD_BY_HAND)
+        fold = dot_f32(tl.trans(w[:, None] * h_u), h_b, FOLD_PREC, FOLD_BY_HAND)
+        # Written e^{c_W}·S + product, the compiler accumulates the product onto the decayed state
+        # tile inside the tensor-core product (the tile goes to the product's layout and back). A flush
+        # that stores NVFP4 (whole head, 64 rows) instead adds the finished product with one FMA, the
+        # tile staying in its load layout: H200, batch 256, both forms in one call (reports/diagnostics/
+        # mamba2-fold-fma.jsonl), fp16-SR/NVFP4 1555-1563 µs against 1592-1608; every other flush
+        # measured slower that way (fp32 862 against 793, fp32/FP8 1073-1076 against 1040-1047,
+        # speculative T = 8 1660-1665 against 1539-1547).
+        FOLD_FMA: tl.constexpr = UFMT == C_NVFP4 or (SPLIT and RFMT == C_NVFP4)
+        if FOLD_FMA:
+            b_s = tl.fma(b_s, tl.exp(tot), fold)
+        else:
+            b_s = tl.exp(tot) * b_s + fold
         if FOLD_NEW:  # T = 1: n_u, n_a hold the new token's record (the T = 1 block above)
             n_b = tl.load(B_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
             b_s = tl.exp(n_a) * b_s + n_u[:, None] * n_b[None, :]
