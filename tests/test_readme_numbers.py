@@ -241,6 +241,13 @@ CLAIMS: list[tuple[str, str, object]] = [
                                 "nonflush_us"),
                 target(d, "gdn", "replay_vs_conventional")["value"], target(d, "gdn", "replay_vs_fla")["value"],
                 target(d, "mamba2", "replay_vs_conventional")["value"])),
+    ("the fp16-SR/NVFP4 flush {:.1f} µs from {:.1f}, `split:fp16-sr/nvfp4` per token {:.2f}× the fp32 "
+     "conventional step. Its `shared:fp32` ratio read {:.2f}× with the tenth run's kernels",
+     "reports/bench/bench_kernels_round2k_mamba2_quick.json",
+     lambda d: (*now_and_before(d, "reports/bench/bench_kernels_round2j_quick.json", "mamba2", "update", "fp16-sr",
+                                "flush_us"),
+                target(d, "mamba2", "split_fp16-sr_nvfp4_vs_conventional")["value"],
+                target(d, "mamba2", "replay_vs_conventional")["value"])),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))

@@ -279,12 +279,15 @@ def mamba2_replay_step_kernel(
         fold = dot_f32(tl.trans(w[:, None] * h_u), h_b, FOLD_PREC, FOLD_BY_HAND)
         # Written e^{c_W}·S + product, the compiler accumulates the product onto the decayed state
         # tile inside the tensor-core product (the tile goes to the product's layout and back). A flush
-        # that stores NVFP4 (whole head, 64 rows) instead adds the finished product with one FMA, the
-        # tile staying in its load layout: H200, batch 256, both forms in one call (reports/diagnostics/
-        # mamba2-fold-fma.jsonl), fp16-SR/NVFP4 1555-1563 µs against 1592-1608; every other flush
-        # measured slower that way (fp32 862 against 793, fp32/FP8 1073-1076 against 1040-1047,
-        # speculative T = 8 1660-1665 against 1539-1547).
-        FOLD_FMA: tl.constexpr = UFMT == C_NVFP4 or (SPLIT and RFMT == C_NVFP4)
+        # with an SR update copy that stores NVFP4 (whole head, 64 rows) instead adds the finished
+        # product with one FMA, the tile staying in its load layout. H200, batch 256, both forms in one
+        # device call each (reports/diagnostics/mamba2-fold-fma.jsonl): fp16-SR/NVFP4 1555-1567 µs
+        # against 1588-1608, FP8-SR/NVFP4 1840-1852 against 1854-1862, the speculative fp16-SR/NVFP4
+        # flush (T = 8) 2203-2218 against 2234-2240, NVFP4-SR shared the same (1346-1357 / 1348-1358);
+        # slower with it: fp32/NVFP4 1483-1488 against 1468-1477, and every flush that stores no
+        # NVFP4 (fp32 862 against 793, fp32/FP8 1073-1076 against 1040-1047, speculative fp32 T = 8
+        # 1660-1665 against 1539-1547).
+        FOLD_FMA: tl.constexpr = UFMT != C_FP32 and (UFMT == C_NVFP4 or (SPLIT and RFMT == C_NVFP4))
         if FOLD_FMA:
             b_s = tl.fma(b_s, tl.exp(tot), fold)
         else:
