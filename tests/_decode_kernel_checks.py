@@ -33,3 +33,22 @@ def assert_same_codes(a: PackedState, b: PackedState):
         elif x.dtype == torch.float32:
             x, y = x.view(torch.int32), y.view(torch.int32)
         assert torch.equal(x, y.to(x.dtype)), f"{name} codes differ in {(x != y).sum().item()} places"
+
+
+class LaunchRecorder:
+    """Stands in for a Triton kernel object: ``kernel[grid](*args, **kw)`` records (name, kw) in
+    ``launches`` and launches nothing (tests of what a wrapper hands its kernels)."""
+
+    def __init__(self, name: str, launches: list):
+        self.name, self.launches = name, launches
+
+    def __getitem__(self, grid):
+        return lambda *a, **kw: self.launches.append((self.name, kw))
+
+
+def skip_without_pdl(device: str) -> None:
+    """Skip a test that needs programmatic dependent launch (a GPU of compute capability ≥ 9)."""
+    import pytest
+
+    if device == "cpu" or torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs a GPU of compute capability 9.0 or newer")

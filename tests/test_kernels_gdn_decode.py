@@ -21,7 +21,7 @@ from precision_lab.kernels.gdn.decode_reference import (
 from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
 
 from precision_lab.policy import StatePolicy
-from tests._decode_kernel_checks import assert_same_codes, gather, rel
+from tests._decode_kernel_checks import LaunchRecorder, assert_same_codes, gather, rel, skip_without_pdl
 from tests._decode_kernel_checks import state_cols as k_for
 
 HK, HV, V = 2, 4, 12
@@ -433,10 +433,7 @@ def test_overlapped_scores_launch_matches_plain(upd_fmt, read_fmt, flush, start,
     does), so its outputs and d records agree within fp32 rounding and everything else bit for bit.
     Then at batch 64 of the real head counts, where step programs start while scores programs run: a
     step that read its scores, q̃ or k before the scores kernel wrote them would read garbage."""
-    if device == "cpu":
-        pytest.skip("programmatic dependent launch needs a GPU of compute capability 9.0 or newer")
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("programmatic dependent launch needs compute capability 9.0 or newer")
+    skip_without_pdl(device)
     s = _replay_setup(device, upd_fmt, read_fmt or upd_fmt, W=W, T=1, exact=False, start=start)
     n = s["new"]
     runs = []
@@ -487,13 +484,6 @@ def test_overlap_scores_launch_rule(monkeypatch):
 
     launches = []
 
-    class Grab:
-        def __init__(self, name):
-            self.name = name
-
-        def __getitem__(self, grid):
-            return lambda *a, **kw: launches.append((self.name, kw))
-
     B, Hk, Hv, V, K = 2, 2, 4, 16, 32
     recs = GDNRecords(B, 16, Hk, Hv, V, K)
     ptr = (torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.full((B,), 5, dtype=torch.int32))
@@ -516,8 +506,8 @@ def test_overlap_scores_launch_rule(monkeypatch):
         launch(fused_scores=False, overlap_scores=True)
     monkeypatch.setattr(gd, "overlap_scores_launch",
                         lambda dev, override, measured_faster=True: measured_faster if override is None else override)
-    monkeypatch.setattr(gd, "gdn_replay_scores_kernel", Grab("scores"))
-    monkeypatch.setattr(gd, "gdn_replay_step_kernel", Grab("step"))
+    monkeypatch.setattr(gd, "gdn_replay_scores_kernel", LaunchRecorder("scores", launches))
+    monkeypatch.setattr(gd, "gdn_replay_step_kernel", LaunchRecorder("step", launches))
     assert overlapped(launch(read=nv, fused_scores=False))                 # the rule: NVFP4 reads
     assert plain(launch(fused_scores=False))                               # fp32 reads measured slower
     assert plain(launch(read=nv, fused_scores=False, flush=True, fold_new=True))

@@ -23,7 +23,7 @@ from precision_lab.kernels.mamba2.decode_reference import (
 from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
 
 from precision_lab.policy import StatePolicy
-from tests._decode_kernel_checks import assert_same_codes, gather, rel
+from tests._decode_kernel_checks import LaunchRecorder, assert_same_codes, gather, rel, skip_without_pdl
 from tests._decode_kernel_checks import state_cols as n_for
 
 H, G, P = 4, 2, 12          # awkward head dim; N is 20 (or 32 where NVFP4 needs C % 16 == 0)
@@ -319,10 +319,7 @@ def test_overlapped_scores_launch_matches_plain(read_fmt, start, W, device):
     bit for bit (only where the step waits for the scores differs). At batch 64 of 8 heads so that
     the step's programs really start while scores programs run: a step reading its scores before the
     scores kernel wrote them would read the uninitialised buffer."""
-    if device == "cpu":
-        pytest.skip("programmatic dependent launch needs a GPU of compute capability 9.0 or newer")
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("programmatic dependent launch needs compute capability 9.0 or newer")
+    skip_without_pdl(device)
     s = _replay_setup(device, "fp32", read_fmt, W=W, T=1, exact=False, start=start)
     n = s["new"]
     runs = []
@@ -356,13 +353,6 @@ def test_overlap_scores_launch_rule(monkeypatch):
 
     launches = []
 
-    class Grab:
-        def __init__(self, name):
-            self.name = name
-
-        def __getitem__(self, grid):
-            return lambda *a, **kw: launches.append((self.name, kw))
-
     B, Hh, Gg, Pp, Nn = 2, 8, 2, 16, 32
     x, dt = torch.zeros(B, 1, Hh, Pp), torch.zeros(B, 1, Hh)
     bc = torch.zeros(B, 1, Gg, Nn)
@@ -379,8 +369,8 @@ def test_overlap_scores_launch_rule(monkeypatch):
         launch(fused_scores=False, overlap_scores=True)
     monkeypatch.setattr(md, "overlap_scores_launch",
                         lambda dev, override, measured_faster=True: measured_faster if override is None else override)
-    monkeypatch.setattr(md, "mamba2_replay_scores_kernel", Grab("scores"))
-    monkeypatch.setattr(md, "mamba2_replay_step_kernel", Grab("step"))
+    monkeypatch.setattr(md, "mamba2_replay_scores_kernel", LaunchRecorder("scores", launches))
+    monkeypatch.setattr(md, "mamba2_replay_step_kernel", LaunchRecorder("step", launches))
     k = launch(fused_scores=False)
     assert k["scores"]["PDL"] and k["step"]["PDL"] and k["step"]["launch_pdl"]
     k = launch(fused_scores=False, overlap_scores=False)

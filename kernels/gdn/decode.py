@@ -737,7 +737,8 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     overlap_scores: in the two-launch form of a one-token step, launch the step kernel as a
     programmatic dependent launch of the scores kernel, so that it loads its state and records (and
     folds them, in a flush) while q, k are normalised and scored (``overlap_scores_launch`` in
-    ``kernels/common/launch.py``: None = wherever the GPU has it). The output-only step from FP8 or
+    ``kernels/common/launch.py``: None = where the GPU has it and it measured faster, i.e. the
+    output-only step from an NVFP4 read copy; True forces it). The output-only step from FP8 or
     NVFP4 codes then takes its state products with the raw q, k scaled afterwards, as the one-launch
     form does: outputs and d records agree with the plain launch up to fp32 rounding; everything
     else is the same bit for bit.
