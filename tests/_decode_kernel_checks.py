@@ -52,3 +52,12 @@ def skip_without_pdl(device: str) -> None:
 
     if device == "cpu" or torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("programmatic dependent launch needs a GPU of compute capability 9.0 or newer")
+
+
+def stub_overlapped_launches(monkeypatch, module, scores_kernel: str, step_kernel: str, launches: list) -> None:
+    """Replace a decode module's scores and step kernels by ``LaunchRecorder``s and take the device to
+    have programmatic dependent launch (the wrapper's ``measured_faster`` rule still applies)."""
+    monkeypatch.setattr(module, "overlap_scores_launch",
+                        lambda dev, override, measured_faster=True: measured_faster if override is None else override)
+    monkeypatch.setattr(module, scores_kernel, LaunchRecorder("scores", launches))
+    monkeypatch.setattr(module, step_kernel, LaunchRecorder("step", launches))

@@ -21,7 +21,13 @@ from precision_lab.kernels.gdn.decode_reference import (
 from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
 
 from precision_lab.policy import StatePolicy
-from tests._decode_kernel_checks import LaunchRecorder, assert_same_codes, gather, rel, skip_without_pdl
+from tests._decode_kernel_checks import (
+    assert_same_codes,
+    gather,
+    rel,
+    skip_without_pdl,
+    stub_overlapped_launches,
+)
 from tests._decode_kernel_checks import state_cols as k_for
 
 HK, HV, V = 2, 4, 12
@@ -504,10 +510,7 @@ def test_overlap_scores_launch_rule(monkeypatch):
 
     with pytest.raises(ValueError, match="overlap_scores=True needs"):
         launch(fused_scores=False, overlap_scores=True)
-    monkeypatch.setattr(gd, "overlap_scores_launch",
-                        lambda dev, override, measured_faster=True: measured_faster if override is None else override)
-    monkeypatch.setattr(gd, "gdn_replay_scores_kernel", LaunchRecorder("scores", launches))
-    monkeypatch.setattr(gd, "gdn_replay_step_kernel", LaunchRecorder("step", launches))
+    stub_overlapped_launches(monkeypatch, gd, "gdn_replay_scores_kernel", "gdn_replay_step_kernel", launches)
     assert overlapped(launch(read=nv, fused_scores=False))                 # the rule: NVFP4 reads
     assert plain(launch(fused_scores=False))                               # fp32 reads measured slower
     assert plain(launch(read=nv, fused_scores=False, flush=True, fold_new=True))

@@ -23,7 +23,13 @@ from precision_lab.kernels.mamba2.decode_reference import (
 from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
 
 from precision_lab.policy import StatePolicy
-from tests._decode_kernel_checks import LaunchRecorder, assert_same_codes, gather, rel, skip_without_pdl
+from tests._decode_kernel_checks import (
+    assert_same_codes,
+    gather,
+    rel,
+    skip_without_pdl,
+    stub_overlapped_launches,
+)
 from tests._decode_kernel_checks import state_cols as n_for
 
 H, G, P = 4, 2, 12          # awkward head dim; N is 20 (or 32 where NVFP4 needs C % 16 == 0)
@@ -367,10 +373,7 @@ def test_overlap_scores_launch_rule(monkeypatch):
 
     with pytest.raises(ValueError, match="overlap_scores=True needs"):
         launch(fused_scores=False, overlap_scores=True)
-    monkeypatch.setattr(md, "overlap_scores_launch",
-                        lambda dev, override, measured_faster=True: measured_faster if override is None else override)
-    monkeypatch.setattr(md, "mamba2_replay_scores_kernel", LaunchRecorder("scores", launches))
-    monkeypatch.setattr(md, "mamba2_replay_step_kernel", LaunchRecorder("step", launches))
+    stub_overlapped_launches(monkeypatch, md, "mamba2_replay_scores_kernel", "mamba2_replay_step_kernel", launches)
     k = launch(fused_scores=False)
     assert k["scores"]["PDL"] and k["step"]["PDL"] and k["step"]["launch_pdl"]
     k = launch(fused_scores=False, overlap_scores=False)
