@@ -398,12 +398,12 @@ def test_launch_shapes_follow_the_batch():
     assert gd._replay_launch(128, 128, (), None, True, 256 * 32, FMT_NVFP4) == (64, 2)  # drafts keep 2 warps
     assert gd._replay_launch(128, 128, (FMT_NVFP4,), None, True, 32)[0] == 128  # NVFP4 stored: the whole head
     assert gd._replay_launch(128, 128, (), 32, True, 32)[0] == 32             # an explicit block_r wins
-    from precision_lab.kernels.common.formats import C_E4M3, C_FP32, C_NVFP4
+    from precision_lab.kernels.common.formats import FMT_BF16, FMT_E4M3, FMT_FP32
     cap = gd._nonflush_max_registers                                           # (T, flush, fused, block_r, warps, read)
-    assert cap(1, False, False, None, None, C_FP32) == cap(1, False, False, None, None, C_NVFP4) == 168
-    assert cap(1, False, False, None, None, C_E4M3) == 0                       # FP8 / BF16 reads: no cap
-    assert cap(1, True, False, None, None, C_FP32) == cap(2, False, False, None, None, C_FP32) == 0  # flush, verify
-    assert cap(1, False, True, None, None, C_FP32) == cap(1, False, False, 32, None, C_FP32) == 0  # one launch; shape given
+    assert cap(1, False, False, None, None, FMT_FP32) == 208 and cap(1, False, False, None, None, FMT_NVFP4) == 168
+    assert cap(1, False, False, None, None, FMT_E4M3) == cap(1, False, False, None, None, FMT_BF16) == 0  # no cap
+    assert cap(1, True, False, None, None, FMT_FP32) == cap(2, False, False, None, None, FMT_FP32) == 0  # flush, verify
+    assert cap(1, False, True, None, None, FMT_FP32) == cap(1, False, False, 32, None, FMT_FP32) == 0  # one launch; shape given
     seen = []
 
     class Grab:
@@ -562,3 +562,14 @@ def test_replay_wrapper_passes_its_rules_to_the_launch():
         assert not launch("bf16", None, window_from_update=False)["RESOLVE"]           # no flush, nothing folded
     finally:
         gd.gdn_replay_step_kernel, gd.gdn_replay_scores_kernel = keep
+
+
+def test_shape_arguments_are_compile_time_constants():
+    """Shape arguments of every GDN decode kernel are constexpr (why: ``assert_shape_constants``)."""
+    from precision_lab.kernels.gdn import decode as gd
+
+    from tests._decode_kernel_checks import assert_shape_constants
+
+    assert_shape_constants(gd.gdn_conventional_step_kernel, ("Hk", "Hv", "R", "C"))
+    assert_shape_constants(gd.gdn_replay_scores_kernel, ("Hk", "C", "RING"))
+    assert_shape_constants(gd.gdn_replay_step_kernel, ("Hk", "Hv", "R", "C", "RING"))

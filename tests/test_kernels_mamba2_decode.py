@@ -523,3 +523,17 @@ def test_conventional_launch_shapes():
     assert md._conventional_launch(64, 128, FMT_NVFP4, None, None, 16 * 128) == (64, 8)
     assert md._conventional_launch(64, 128, FMT_NVFP4, None, None, 256 * 128) == (64, 8)
     assert md._conventional_launch(64, 128, FMT_FP32, 32, None, 16 * 128) == (32, 4)   # explicit block_r
+
+
+def test_shape_arguments_are_compile_time_constants():
+    """Shape arguments of every Mamba-2 decode kernel are constexpr (why: ``assert_shape_constants``),
+    and a slot's records stay within the int32 offsets the step kernel addresses them with."""
+    from precision_lab.kernels.mamba2 import decode as md
+
+    from tests._decode_kernel_checks import assert_shape_constants
+
+    assert_shape_constants(md.mamba2_conventional_step_kernel, ("H", "G", "R", "C"))
+    assert_shape_constants(md.mamba2_replay_scores_kernel, ("G", "C", "RING"))
+    assert_shape_constants(md.mamba2_replay_step_kernel, ("H", "G", "R", "C", "RING"))
+    with pytest.raises(ValueError, match="2\\^31"):
+        md.Mamba2Records(1, 2 ** 16, 2 ** 9, 1, 2 ** 7, 16)  # refused before anything is allocated

@@ -52,7 +52,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from precision_lab.kernels.common.formats import C_E4M3, C_FP32, C_NVFP4
+from precision_lab.kernels.common.formats import C_E4M3, C_FP32, C_NVFP4, FMT_FP32
 from precision_lab.kernels.common.launch import (
     as_i64,
     check_fp4_decode,
@@ -105,7 +105,7 @@ def gdn_conventional_step_kernel(
     st_d, st_sc, st_gs, s_d, s_sc, s_gs,
     slot_ptr, seq_ptr, ev_ptr, seed,
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, o_ptr, scale,
-    Hk, Hv, R, C,
+    Hk: tl.constexpr, Hv: tl.constexpr, R: tl.constexpr, C: tl.constexpr,
     FMT: tl.constexpr, SR: tl.constexpr, NORM: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr,
 ):
@@ -169,7 +169,7 @@ def _scores(t_k, b_q, b_k):
 @triton.jit
 def gdn_replay_scores_kernel(
     rk_ptr, s_rk, slot_ptr, start_ptr, wlen_ptr, q_ptr, k_ptr, qn_ptr, kn_ptr, kq_ptr, kk_ptr, scale,
-    Hk, C, RING,
+    Hk: tl.constexpr, C: tl.constexpr, RING: tl.constexpr,
     T: tl.constexpr, SCORES: tl.constexpr, FOLD_NEW: tl.constexpr, NORM: tl.constexpr,
     BC: tl.constexpr, BJ: tl.constexpr, PDL: tl.constexpr,
 ):
@@ -391,7 +391,7 @@ def gdn_replay_step_kernel(
     rk_ptr, rd_ptr, rv_ptr, ra_ptr, rbeta_ptr, s_rk, s_rd, s_ra,  # records (slot strides; v as d, beta as a)
     slot_ptr, start_ptr, wlen_ptr, seq_ptr, ev_ptr, seed,
     q_ptr, k_ptr, qn_ptr, kn_ptr, kq_ptr, kk_ptr, v_ptr, g_ptr, beta_ptr, o_ptr, scale,
-    Hk, Hv, R, C, RING,
+    Hk: tl.constexpr, Hv: tl.constexpr, R: tl.constexpr, C: tl.constexpr, RING: tl.constexpr,
     T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, SPLIT: tl.constexpr,
     RECOMPUTE: tl.constexpr, RESOLVE: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
@@ -585,12 +585,16 @@ def gdn_replay_step_kernel(
 # µs against 5.57 / 8.35 / 21.99 at 8 × 2 (reports/bench/tune_small_batch.json).
 CONVENTIONAL_BLOCK_R = 4
 CONVENTIONAL_NUM_WARPS = 1
-# The T = 1 output-only step (two-launch form) from an fp32 or NVFP4 read copy runs capped at 168
-# registers: 3 warps per scheduler fit instead of 2 (sm_90: 16K registers each), 6 programs per SM
-# instead of 4. H200, batch 256, W = 7 (reports/diagnostics/gdn-shared-fold-nonflush-cap.jsonl, each
-# row twice): fp32 180-183 µs against 187-190 uncapped (160: 190, 152: 206); NVFP4 79-80 against 83-84.
-# A BF16 or FP8 read copy gains nothing from it (108 against 109; 66.5 against 65.9) and keeps none.
-NONFLUSH_MAX_REGISTERS = 168
+# The T = 1 output-only step (two-launch form) from an fp32 or NVFP4 read copy runs with a register
+# cap (Triton's maxnreg). First measured with the shape arguments as runtime values, both at 168: 3
+# warps per scheduler fit instead of 2 (sm_90: 16K registers each). H200, batch 256, W = 7
+# (reports/diagnostics/gdn-shared-fold-nonflush-cap.jsonl, each row twice): fp32 180-183 µs against
+# 187-190 uncapped (160: 190, 152: 206); NVFP4 79-80 against 83-84. With the shapes as compile-time
+# constants (reports/diagnostics/shape-constants.jsonl, each row twice) the fp32 step is best at 208:
+# 157.4-158.2 µs against 160.6-160.9 at 192, 167.9-168.8 at 168, 172.0-172.8 uncapped; NVFP4 stays at
+# 168 (66.3-66.7 against 71.9 at 192, 74.6-75.2 at 208, 75.0-75.4 uncapped). A BF16 or FP8 read copy
+# gains nothing from a cap (108 against 109; FP8 66.1-66.4 at 168 against 66.4-66.5) and keeps none.
+NONFLUSH_MAX_REGISTERS = {FMT_FP32: 208, FMT_NVFP4: 168}
 # A replay launch with fewer programs than this (about one per SM of an H200) takes smaller row blocks.
 SMALL_GRID_PROGRAMS = 128
 SMALL_GRID_ROWS = 16
@@ -641,11 +645,11 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
 
 def _nonflush_max_registers(T: int, flush: bool, fused: bool, block_r: int | None, num_warps: int | None,
                             read_code: int) -> int:
-    """The register cap of a launch (0: none): NONFLUSH_MAX_REGISTERS for the two-launch T = 1
-    output-only step at its default shape from an fp32 or NVFP4 read copy."""
+    """The register cap of a launch (0: none): NONFLUSH_MAX_REGISTERS[read format] for the two-launch
+    T = 1 output-only step at its default shape from an fp32 or NVFP4 read copy."""
     default_shape = block_r is None and num_warps is None
-    if T == 1 and not flush and not fused and default_shape and read_code in (C_FP32, C_NVFP4):
-        return NONFLUSH_MAX_REGISTERS
+    if T == 1 and not flush and not fused and default_shape:
+        return NONFLUSH_MAX_REGISTERS.get(read_code, 0)
     return 0
 
 
