@@ -248,6 +248,21 @@ CLAIMS: list[tuple[str, str, object]] = [
                                 "flush_us"),
                 target(d, "mamba2", "split_fp16-sr_nvfp4_vs_conventional")["value"],
                 target(d, "mamba2", "replay_vs_conventional")["value"])),
+    ("NVFP4 output-only step {:.1f} µs from {:.1f} (Mamba-2) and {:.1f} from {:.1f} (GDN), `split:fp16-sr/nvfp4` "
+     "per token {:.2f}× Mamba-2's fp32 conventional step (target 3×, met by {:.0f} %, about the run-to-run",
+     "reports/bench/bench_kernels_round2l_quick.json",
+     lambda d: (*now_and_before(d, "reports/bench/bench_kernels_round2k_mamba2_quick.json", "mamba2", "read", "nvfp4",
+                                "nonflush_us"),
+                *now_and_before(d, "reports/bench/bench_kernels_round2j_quick.json", "gdn", "read", "nvfp4",
+                                "nonflush_us"),
+                target(d, "mamba2", "split_fp16-sr_nvfp4_vs_conventional")["value"],
+                100 * (target(d, "mamba2", "split_fp16-sr_nvfp4_vs_conventional")["value"] / 3 - 1))),
+    ("spread) and {:.2f}× GDN's, ReplaySSM `shared:fp32` {:.2f}× GDN's conventional step and {:.2f}× its fla "
+     "peer; Mamba-2's `shared:fp32` reads {:.2f}×, still short of 1.80×",
+     "reports/bench/bench_kernels_round2l_quick.json",
+     lambda d: (target(d, "gdn", "split_fp16-sr_nvfp4_vs_conventional")["value"],
+                target(d, "gdn", "replay_vs_conventional")["value"], target(d, "gdn", "replay_vs_fla")["value"],
+                target(d, "mamba2", "replay_vs_conventional")["value"])),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))
