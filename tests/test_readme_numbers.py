@@ -263,6 +263,10 @@ CLAIMS: list[tuple[str, str, object]] = [
      lambda d: (target(d, "gdn", "split_fp16-sr_nvfp4_vs_conventional")["value"],
                 target(d, "gdn", "replay_vs_conventional")["value"], target(d, "gdn", "replay_vs_fla")["value"],
                 target(d, "mamba2", "replay_vs_conventional")["value"])),
+    ("kernels (`bench_kernels_round2m_mamba2_quick.json`) read `split:fp16-sr/nvfp4` {:.2f}× and `shared:fp32` {:.2f}×",
+     "reports/bench/bench_kernels_round2m_mamba2_quick.json",
+     lambda d: (target(d, "mamba2", "split_fp16-sr_nvfp4_vs_conventional")["value"],
+                target(d, "mamba2", "replay_vs_conventional")["value"])),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))
