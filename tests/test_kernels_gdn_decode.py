@@ -398,7 +398,7 @@ def test_launch_shapes_follow_the_batch():
     assert gd._replay_launch(128, 128, (), None, True, 256 * 32, FMT_NVFP4) == (64, 2)  # drafts keep 2 warps
     assert gd._replay_launch(128, 128, (FMT_NVFP4,), None, True, 32)[0] == 128  # NVFP4 stored: the whole head
     assert gd._replay_launch(128, 128, (), 32, True, 32)[0] == 32             # an explicit block_r wins
-    from precision_lab.kernels.common.formats import FMT_BF16, FMT_E4M3, FMT_FP32
+    from precision_lab.kernels.common.formats import FMT_BF16, FMT_FP32
     cap = gd._nonflush_max_registers                                           # (T, flush, fused, block_r, warps, read)
     assert cap(1, False, False, None, None, FMT_FP32) == 208 and cap(1, False, False, None, None, FMT_NVFP4) == 168
     assert cap(1, False, False, None, None, FMT_E4M3) == cap(1, False, False, None, None, FMT_BF16) == 0  # no cap
