@@ -15,7 +15,7 @@ holding everything before lo, the output of the token at position p is the outpu
   in closed form, S ← e^{c_W} S + Σ_j e^{c_W − c_j} u_j B_jᵀ (c: cumulative log decay; one matrix
   product, on tensor cores with the 3-pass TF32 split by default — see ``mamba2_replay_step``'s
   ``fold_precision``); with ``fold_new`` (autoregressive flush, T = 1) the
-  new token is folded too and y = S C comes from that fp32 result; otherwise (speculative flush) the
+  new token is folded too, as record W of the same product, and y = S C comes from that fp32 result; otherwise (speculative flush) the
   T drafts are verified against S_b = the fp32 S with lo = W. Then round_H(S) is stored as the
   update checkpoint and round_F(S) as the read copy (split mode), both from the same fp32 S.
 * commit is pointer arithmetic on (start, W), done by the caller (``precision_lab.engines.triton_decode.advance``):
@@ -276,6 +276,17 @@ def mamba2_replay_step_kernel(
         b_s = load_state(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC)
         h_b = tl.load(rb_ptr + slot * s_rb + (pos * G + i_g)[:, None] * C + cols[None, :],
                       mask=m_win[:, None] & m_c[None, :], other=0)
+        if FOLD_NEW:
+            # The autoregressive flush folds its own token as the window's record W (weight e^0 = 1;
+            # W < L <= RING = BJ, so the position is free): one product for W + 1 records instead of
+            # the product and then a conventional update of the whole tile (three operations per
+            # element, a second pass over the tile). sm_90 compile of the fp32 flush: ~130 of its
+            # ~1280 PTX instructions were that update.
+            n_b = tl.load(B_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
+            h_a = tl.where(at, n_a, h_a)
+            h_u = tl.where(at[:, None], n_u[None, :], h_u)
+            h_b = tl.where(at[:, None], n_b[None, :], h_b)
+            m_win = m_win | (at & slot_ok)
         # closed-form fold of the W buffered records: S = e^{c_W} S + Σ_j e^{c_W - c_j} u_j B_jᵀ
         # (one matrix product; FOLD_PREC "ieee" = fp32 FMAs, "tf32x3" = tensor cores with the
         # 3-pass split, fp32-level accuracy). W rank-1 FMA updates of the tile, record loads
@@ -301,9 +312,6 @@ def mamba2_replay_step_kernel(
             b_s = tl.fma(b_s, tl.exp(tot), fold)
         else:
             b_s = tl.exp(tot) * b_s + fold
-        if FOLD_NEW:  # T = 1: n_u, n_a hold the new token's record (the T = 1 block above)
-            n_b = tl.load(B_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
-            b_s = tl.exp(n_a) * b_s + n_u[:, None] * n_b[None, :]
         if T == 1:  # the output's S C, taken before the stores so that b_s is not needed after them
             b_c = tl.load(C_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
             s_c = tl.sum(b_s * b_c[None, :], 1)
@@ -439,23 +447,24 @@ def mamba2_replay_step_kernel(
 
     if T == 1:  # the output-only form over positions lo..W
         bg = i_b.to(tl.int64) * G + i_g
-        m_w = (jj >= lo) & (jj <= W)
-        w_a = tl.where(m_w, t_a, 0.0)
-        tot = tl.sum(w_a, 0)
-        decay = tl.where(m_w, tl.exp(tot - tl.cumsum(w_a, 0)), 0.0)
         if FOLD_NEW:
-            score = tl.zeros([BJ], dtype=tl.float32)  # the window lo..W is empty: no score is used
-        elif not FUSED:
-            # PDL: the scores kernel may still be running; S_b C and the records are in flight already
-            await_scores(PDL)
-            score = tl.load(sc_ptr + bg * BJ + jj)
+            b_y = s_c  # the window lo..W is empty: y = S C of the folded S
         else:
-            # the scores kernel's scores, computed here (same helpers, same order): the window's B
-            # records (jj < W) with the new token's B at position W, dotted with C_t
-            b_c = tl.load(C_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
-            t_b = _b_window(rb_ptr + slot * s_rb + i_g * C, start, jj, m_win, cols, m_c, G, C, RING)
-            score = _scores(tl.where((jj == W)[:, None], n_b[None, :], t_b), b_c)
-        b_y = tl.exp(tot) * s_c + tl.sum((decay * score)[:, None] * t_u, 0)
+            m_w = (jj >= lo) & (jj <= W)
+            w_a = tl.where(m_w, t_a, 0.0)
+            tot = tl.sum(w_a, 0)
+            decay = tl.where(m_w, tl.exp(tot - tl.cumsum(w_a, 0)), 0.0)
+            if not FUSED:
+                # PDL: the scores kernel may still be running; S_b C and the records are in flight already
+                await_scores(PDL)
+                score = tl.load(sc_ptr + bg * BJ + jj)
+            else:
+                # the scores kernel's scores, computed here (same helpers, same order): the window's B
+                # records (jj < W) with the new token's B at position W, dotted with C_t
+                b_c = tl.load(C_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
+                t_b = _b_window(rb_ptr + slot * s_rb + i_g * C, start, jj, m_win, cols, m_c, G, C, RING)
+                score = _scores(tl.where((jj == W)[:, None], n_b[None, :], t_b), b_c)
+            b_y = tl.exp(tot) * s_c + tl.sum((decay * score)[:, None] * t_u, 0)
         b_x = tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
         if HAS_D:
             b_y += tl.load(D_ptr + i_h).to(tl.float32) * b_x

@@ -79,16 +79,15 @@ def mamba2_replay_step_ref(S_update, S_read, hist, x, dt, A, B, C, D=None, dt_bi
     new = {"u": dtv[..., None] * x.float(), "b": B.float(), "a": a_new}
     S_new = None
     if flush:
-        # closed-form fold (the kernel's order): e^{c_W} S + (w ⊙ U)ᵀ B, w_j = e^{c_W - c_j}
-        a = hist["a"]
+        # closed-form fold (the kernel's order): e^{c_W} S + (w ⊙ U)ᵀ B, w_j = e^{c_W - c_j}; an
+        # autoregressive flush (fold_new) folds its own token as one more record of the same product
+        k = W + int(fold_new)
+        a, u_f, b_f = (torch.cat([hist[n], new[n][:, :1]], 1)[:, :k] for n in ("a", "u", "b"))
         tot = a.sum(1)
         w = torch.exp(tot[:, None] - torch.cumsum(a, 1))
         S = torch.exp(tot)[..., None, None] * S_update + \
-            torch.einsum("bjhp,bjhn->bhpn", w[..., None] * hist["u"], _heads(hist["b"], H))
-        if fold_new:
-            S = torch.exp(new["a"][:, 0])[..., None, None] * S + \
-                new["u"][:, 0][..., :, None] * _heads(new["b"][:, 0], H)[..., None, :]
-        S_new, lo = S, W + int(fold_new)
+            torch.einsum("bjhp,bjhn->bhpn", w[..., None] * u_f, _heads(b_f, H))
+        S_new, lo = S, k
     else:
         S, lo = S_read, 0
     u = torch.cat([hist["u"], new["u"]], 1)
