@@ -198,13 +198,15 @@ def exhaustive_pool(device, scales):
 
 @triton.jit
 def _load_state_probe_kernel(d_ptr, sc_ptr, gs_ptr, s_d, s_sc, s_gs, out_ptr, R, C,
-                             BR: tl.constexpr, BC: tl.constexpr):
+                             FMT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr):
     i_r, slot = tl.program_id(0), tl.program_id(1)
     rows = i_r * BR + tl.arange(0, BR)
     m_r = rows < R
-    tile = load_state(d_ptr, sc_ptr, gs_ptr, slot.to(tl.int64), s_d, s_sc, s_gs, 0, rows, m_r, R, C, C_NVFP4, BR, BC)
+    tile = load_state(d_ptr, sc_ptr, gs_ptr, slot.to(tl.int64), s_d, s_sc, s_gs, 0, rows, m_r, R, C, FMT, BR, BC, HW)
     cols = tl.arange(0, BC)
-    tl.store(out_ptr + (slot * R + rows)[:, None] * C + cols[None, :], tile, mask=m_r[:, None] & (cols < C)[None, :])
+    # every row of the tile is stored, masked ones too (a launch whose row blocks cover exactly R rows
+    # has none; the FP8 test's has, and checks that they read as 0)
+    tl.store(out_ptr + (slot * R + rows)[:, None] * C + cols[None, :], tile, mask=(cols < C)[None, :])
 
 
 def test_load_state_nvfp4_exhaustive(device):
@@ -214,8 +216,27 @@ def test_load_state_nvfp4_exhaustive(device):
     S = len(GLOBAL_SCALES)
     out = torch.full((S, 256, 512), float("nan"), device=device)
     d, sc, gs, s_d, s_sc, s_gs = pool.kernel_args()
-    _load_state_probe_kernel[(256 // 16, S)](d, sc, gs, s_d, s_sc, s_gs, out, 256, 512, BR=16, BC=512)
+    _load_state_probe_kernel[(256 // 16, S)](d, sc, gs, s_d, s_sc, s_gs, out, 256, 512, FMT=C_NVFP4, BR=16, BC=512,
+                                             HW=out.is_cuda)
     assert_same_values(out, pool.dequantize()[:, 0], "load_state nvfp4", nan_nan_mask(qt))
+
+
+@pytest.mark.parametrize("fmt", ["fp8e4m3", "fp8e5m2"])
+def test_load_state_fp8_every_code(fmt, device):
+    """``load_state`` of an FP8 pool (the flushes' and conventional steps' FP8 checkpoints) decodes
+    every code byte to the reference's value: the integer codec on CPU, the hardware FP8 → f16
+    conversion in compiled GPU kernels (where a NaN code only has to come back as a NaN). Rows past
+    R (masked) read as +0."""
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(1, 1, 16, 16).to(device)
+    pool = PackedState(fmt, codes, None, None, 16, 16)
+    out = torch.full((1, 32, 16), float("nan"), device=device)
+    d, sc, gs, s_d, s_sc, s_gs = pool.kernel_args()
+    _load_state_probe_kernel[(1, 1)](d, sc, gs, s_d, s_sc, s_gs, out, 16, 16, FMT=pool.code, BR=32, BC=16,
+                                     HW=out.is_cuda)
+    want = pool.dequantize()[:, 0]
+    assert torch.isnan(want).sum() == (2 if fmt == "fp8e4m3" else 6)  # the formats' NaN codes are reached
+    assert_same_values(out[:, :16], want, f"load_state {fmt}")
+    assert_same_values(out[:, 16:], torch.zeros(1, 16, 16), f"load_state {fmt}, masked rows")
 
 
 @pytest.mark.parametrize("fp4", FP4_DECODES)

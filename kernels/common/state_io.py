@@ -36,15 +36,16 @@ def program_slot(slot_ptr, R, BR: tl.constexpr):
 
 @triton.jit
 def load_state(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C,
-               FMT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+               FMT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr):
     """fp32 tile [BR, BC] of head h, rows ``rows`` [BR], columns 0..BC-1 of the pool slot ``slot``
-    (int64). Rows outside ``rmask`` and columns >= C read as 0."""
-    return load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, 0, FMT, BR, BC)
+    (int64). Rows outside ``rmask`` and columns >= C read as 0. HW (compiled GPU kernels only):
+    E4M3 codes through the hardware E4M3 → f16 conversion instead of the integer codec."""
+    return load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, 0, FMT, BR, BC, HW)
 
 
 @triton.jit
 def load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, COL0: tl.constexpr,
-                    FMT: tl.constexpr, BR: tl.constexpr, BW: tl.constexpr):
+                    FMT: tl.constexpr, BR: tl.constexpr, BW: tl.constexpr, HW: tl.constexpr):
     """``load_state`` of the column block COL0..COL0+BW-1 (NVFP4: whole blocks of 16) as an fp32
     [BR, BW] tile. A kernel that keeps its state as column blocks loads each block in the layout
     its loads give, as an fp32 pool's plain loads would, instead of splitting a decoded [BR, BC]
@@ -73,6 +74,15 @@ def load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask
             return qc.decode_bf16(v.to(tl.int32) & 0xFFFF)
         elif FMT == C_FP16:
             return qc.decode_fp16(v.to(tl.int32) & 0xFFFF)
+        elif HW and (FMT == C_E4M3 or FMT == C_E5M2):
+            # the hardware FP8 → f16 conversion: the integer codec's values (every FP8 value is an
+            # f16; masked codes load as 0 = +0.0) in about one instruction per element instead of
+            # ~16. An FP8 checkpoint's flush spent ~1000 of its ~6000 PTX instructions per thread
+            # decoding (sm_90 compile). Only a NaN code may come back with another sign or payload.
+            if FMT == C_E4M3:
+                return v.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+            else:
+                return v.to(tl.float8e5, bitcast=True).to(tl.float32)
         elif FMT == C_E4M3:
             return tl.where(mask, qc.decode_e4m3(v.to(tl.int32)), 0.0)
         else:
@@ -386,7 +396,7 @@ def read_state_dot(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask,
             codes = tl.load(d_ptr + slot * s_d + row64[:, None] * C + cols[None, :], mask=m, other=0)
             tile = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
         else:
-            tile = load_state(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, FMT, BR, BC)
+            tile = load_state(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, FMT, BR, BC, HW)
         sv = tl.sum(tile * tl.load(v_ptr + cols, mask=cols < C, other=0).to(tl.float32)[None, :], 1)
         if TWO:
             sw = tl.sum(tile * tl.load(w_ptr + cols, mask=cols < C, other=0).to(tl.float32)[None, :], 1)

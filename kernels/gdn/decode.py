@@ -107,7 +107,7 @@ def gdn_conventional_step_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, o_ptr, scale,
     Hk: tl.constexpr, Hv: tl.constexpr, R: tl.constexpr, C: tl.constexpr,
     FMT: tl.constexpr, SR: tl.constexpr, NORM: tl.constexpr,
-    BR: tl.constexpr, BC: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr,
 ):
     i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
     i_kh = i_h // (Hv // Hk)
@@ -124,7 +124,7 @@ def gdn_conventional_step_kernel(
     alpha = tl.exp(tl.load(g_ptr + bh).to(tl.float32))
     beta = tl.load(beta_ptr + bh).to(tl.float32)
 
-    b_s = load_state(st_d, st_sc, st_gs, slot, s_d, s_sc, s_gs, i_h, rows, m_r, R, C, FMT, BR, BC)
+    b_s = load_state(st_d, st_sc, st_gs, slot, s_d, s_sc, s_gs, i_h, rows, m_r, R, C, FMT, BR, BC, HW)
     b_d = beta * (b_v - alpha * tl.sum(b_s * b_k[None, :], 1))
     b_s = alpha * b_s + b_d[:, None] * b_k[None, :]
     b_o = tl.sum(b_s * b_q[None, :], 1)
@@ -264,11 +264,11 @@ def _load4(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C,
         # layout of the fp32 pool's quarter loads below: splitting a decoded [BR, BC] tile instead
         # went through shared memory and left the fold loop in another layout, 42% more
         # instructions per record (sm_90 compile of the fp16-SR/NVFP4 flush at 4 warps: 819 vs 576)
-        return (load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C, 0, FMT, BR, QW),
-                load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C, QW, FMT, BR, QW),
-                load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C, 2 * QW, FMT, BR, QW),
+        return (load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C, 0, FMT, BR, QW, HW),
+                load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C, QW, FMT, BR, QW, HW),
+                load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C, 2 * QW, FMT, BR, QW, HW),
                 load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C, 3 * QW, FMT, BR,
-                                QW))
+                                QW, HW))
     elif FMT == C_FP32:
         p = d_ptr + slot * s_d + (h * R + rows).to(tl.int64)[:, None] * C
         c0, c1, c2, c3 = _cols4(0, BC, ILV), _cols4(1, BC, ILV), _cols4(2, BC, ILV), _cols4(3, BC, ILV)
@@ -277,7 +277,7 @@ def _load4(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C,
                 tl.load(p + c2[None, :], mask=m_r[:, None] & (c2 < C)[None, :], other=0),
                 tl.load(p + c3[None, :], mask=m_r[:, None] & (c3 < C)[None, :], other=0))
     else:
-        return _split4(load_state(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C, FMT, BR, BC),
+        return _split4(load_state(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C, FMT, BR, BC, HW),
                        BR, BC, ILV)
 
 
@@ -697,7 +697,7 @@ def gdn_conventional_step(state: PackedState, slots: torch.Tensor, q: torch.Tens
         as_i64(events, Bsz, dev), sr_seed(seed, layer),
         q.contiguous(), k.contiguous(), v, g.contiguous(), beta.contiguous(), o,
         float(K ** -0.5 if scale is None else scale), Hk, Hv, V, K,
-        FMT=state.code, SR=state.sr, NORM=qk_l2norm, BR=br, BC=bc, num_warps=num_warps,
+        FMT=state.code, SR=state.sr, NORM=qk_l2norm, BR=br, BC=bc, HW=v.is_cuda, num_warps=num_warps,
         enable_fp_fusion=False)
     return o
 

@@ -100,7 +100,7 @@ def mamba2_conventional_step_kernel(
     H: tl.constexpr, G: tl.constexpr, R: tl.constexpr, C: tl.constexpr,
     FMT: tl.constexpr, SR: tl.constexpr,
     HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
-    BR: tl.constexpr, BC: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr,
 ):
     i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
     i_g = i_h // (H // G)
@@ -120,7 +120,7 @@ def mamba2_conventional_step_kernel(
     b_B = tl.load(B_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
     b_C = tl.load(C_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
 
-    b_s = load_state(st_d, st_sc, st_gs, slot, s_d, s_sc, s_gs, i_h, rows, m_r, R, C, FMT, BR, BC)
+    b_s = load_state(st_d, st_sc, st_gs, slot, s_d, s_sc, s_gs, i_h, rows, m_r, R, C, FMT, BR, BC, HW)
     b_s = alpha * b_s + (dt * b_x)[:, None] * b_B[None, :]
     b_y = tl.sum(b_s * b_C[None, :], 1)
     if HAS_D:
@@ -273,7 +273,7 @@ def mamba2_replay_step_kernel(
                 tl.store(rb_ptr + slot * s_rb + (q * G + i_g) * C + cols, n_b, mask=m_own)
 
     if FLUSH:
-        b_s = load_state(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC)
+        b_s = load_state(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, HW)
         h_b = tl.load(rb_ptr + slot * s_rb + (pos * G + i_g)[:, None] * C + cols[None, :],
                       mask=m_win[:, None] & m_c[None, :], other=0)
         if FOLD_NEW:
@@ -345,7 +345,7 @@ def mamba2_replay_step_kernel(
         else:
             lo = W
     elif T > 1:
-        b_s = load_state(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC)
+        b_s = load_state(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, HW)
     else:  # autoregressive non-flush: S_b C is all it needs, read straight from the codes
         c_ptr = C_ptr + (i_b.to(tl.int64) * G + i_g) * C
         s_c, _ = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, c_ptr, c_ptr,
@@ -610,7 +610,7 @@ def mamba2_conventional_step(state: PackedState, slots: torch.Tensor, x: torch.T
         x, dt.contiguous(), A.contiguous(), B.contiguous(), C.contiguous(), _opt(D, A), _opt(dt_bias, A),
         _opt(z, x), y, H, G, P, N,
         FMT=state.code, SR=state.sr, HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
-        BR=br, BC=bc, num_warps=num_warps, enable_fp_fusion=False)
+        BR=br, BC=bc, HW=x.is_cuda, num_warps=num_warps, enable_fp_fusion=False)
     return y
 
 
