@@ -216,7 +216,7 @@ def test_large_batch_launch_rules_switch_the_small_batch_rule_off_and_back():
     assert keep > 0
     with bench_kernels.large_batch_launch_rules():
         assert md.SMALL_BATCH_HEAD_MATRICES == 0
-        assert md._flush_launch(2 * 128 > md.SMALL_BATCH_HEAD_MATRICES, (0, 0), None, None, None) == (16, 2, 128)
+        assert md._flush_launch(2 * 128 > md.SMALL_BATCH_HEAD_MATRICES, (0, 0), None, None, None) == (32, 4, 128)
     assert md.SMALL_BATCH_HEAD_MATRICES == keep
     with bench_kernels.large_batch_launch_rules(False):
         assert md.SMALL_BATCH_HEAD_MATRICES == keep

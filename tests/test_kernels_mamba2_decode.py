@@ -453,15 +453,19 @@ def test_verify_refuses_more_warps_than_it_ran_at():
 
 
 def test_flush_register_cap_rule(monkeypatch):
-    """The autoregressive flush above the small-batch rule runs capped (Triton's maxnreg): 16 rows x 2
-    warps at 128 registers when it stores only fp32, its usual shape at 128 otherwise, at 168 when it
-    stores NVFP4; an explicit shape or cap wins, and other launches stay uncapped."""
+    """The autoregressive flush above the small-batch rule runs capped (Triton's maxnreg): 32 rows x 4
+    warps at 128 registers when it stores only fp32, its usual shape at 128 otherwise; when it stores
+    NVFP4, by its update format: fp16-SR 144, FP8-SR 128, others 168. An explicit shape or cap wins,
+    and other launches stay uncapped."""
     from precision_lab.kernels.decode_state import FMT_E4M3, FMT_FP16, FMT_FP32, FMT_NVFP4
     from precision_lab.kernels.mamba2 import decode as md
 
-    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, None) == (16, 2, 128)
+    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, None) == (32, 4, 128)
     assert md._flush_launch(True, (FMT_FP16, FMT_E4M3), None, None, None) == (None, None, 128)
-    assert md._flush_launch(True, (FMT_FP16, FMT_NVFP4), None, None, None) == (None, None, 168)
+    assert md._flush_launch(True, (FMT_FP16, FMT_NVFP4), None, None, None) == (None, None, 144)
+    assert md._flush_launch(True, (FMT_E4M3, FMT_NVFP4), None, None, None) == (None, None, 128)
+    assert md._flush_launch(True, (FMT_FP32, FMT_NVFP4), None, None, None) == (None, None, 168)
+    assert md._flush_launch(True, (FMT_NVFP4, FMT_NVFP4), None, None, None) == (None, None, 168)
     assert md._flush_launch(True, (FMT_FP32, FMT_FP32), 32, None, None) == (32, None, 0)      # explicit shape
     assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, 0) == (None, None, 0)     # explicit: no cap
     assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, 96) == (None, None, 96)
@@ -482,12 +486,13 @@ def test_flush_register_cap_rule(monkeypatch):
     mamba2_replay_step(*args, flush=True, fold_new=True, seq_ids=s["seq_ids"], fused_scores=True)
     mamba2_replay_step(*args, flush=True, fold_new=True, seq_ids=s["seq_ids"], fused_scores=True, max_registers=0)
     mamba2_replay_step(*args, seq_ids=s["seq_ids"], fused_scores=True)
-    assert seen[0] == (16, 2, 128)
+    assert seen[0] == (32, 4, 128)
     assert seen[1][2] is None and seen[2][2] is None
 
 
 @pytest.mark.parametrize("upd_fmt,read_fmt,block_r,num_warps", [
-    ("fp32", "fp32", 16, 2), ("fp16-sr", "fp8e4m3", 32, 4), ("fp16-sr", "nvfp4", None, 4)])
+    ("fp32", "fp32", 32, 4), ("fp16-sr", "fp8e4m3", 32, 4), ("fp16-sr", "nvfp4", None, 4),
+    ("fp8e4m3-sr", "nvfp4", None, 4)])
 def test_flush_register_cap_changes_no_bit(upd_fmt, read_fmt, block_r, num_warps, device):
     """A register cap changes how the flush is compiled, not what it computes: at the rule's cap and
     uncapped, the same launch shape stores the same codes and scales and returns the same outputs,

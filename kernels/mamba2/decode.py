@@ -41,7 +41,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from precision_lab.kernels.common.formats import C_FP32, C_NVFP4
+from precision_lab.kernels.common.formats import C_FP32, C_NVFP4, FMT_E4M3, FMT_FP16
 from precision_lab.kernels.common.launch import (
     as_i64,
     check_fp4_decode,
@@ -507,17 +507,22 @@ SMALL_BATCH_FLUSH = (16, 1)
 # register cap (Triton's ``maxnreg``). Uncapped it held 158 registers at 32 rows × 4 warps (sm_90),
 # 3 programs per SM, and waited with no eligible warp 60 % of cycles (Nsight Compute, reports/
 # diagnostics/ncu-decode-99c947d.json): a latency-bound kernel, for which more resident warps beat
-# a few spilled registers. H200, batch 256, W = 15 with the new token folded (reports/diagnostics/
-# flush-register-cap.jsonl, each row twice): a flush storing only fp32 at 16 rows × 2 warps capped
-# at 128 registers 809-812 µs, against 1000-1003 at the uncapped 32 × 4 (32 × 4 capped at 128: 892-894;
-# 16 × 2 at 112 / 96 / 80: 836-838 / 862-865 / 946-960; 16 × 2 uncapped 997-998); an fp16-SR update copy with
-# an FP8 read copy at 32 × 4 capped at 128 1191-1193 against 1230-1238 uncapped (16 × 2 capped: 1326-1328);
-# a flush storing NVFP4 (whole head, 4 warps) capped at 168: 1622 against 1862-1865 (fp16-SR update copy;
-# 128: 1625-1635, 192: 1895-1908) and 1918-1931 against 2004-2016 (FP8-SR). An explicit block_r,
-# num_warps or max_registers replaces the rule.
-FLUSH_FP32_SHAPE = (16, 2)
+# a few spilled registers (reports/diagnostics/flush-register-cap.jsonl: fp32 809-812 µs at 16 × 2
+# capped at 128 against 1000-1003 uncapped at 32 × 4). With the new token folded inside the fold
+# product (no spill left at these caps in an sm_90 compile), H200, batch 256, W = 15, every row twice
+# (reports/diagnostics/mamba2-fold-new.jsonl and fp8-hw-decode.jsonl):
+# * a flush storing only fp32: 32 rows × 4 warps capped at 128, 705-714 µs (112: 723-733, 144:
+#   798-800; 16 × 2 at 128: 745-769, at 144: 789-792; 32 × 2 at 128 / 168: 1057 / 714-721; 64 × 4 at
+#   168: 788-793; 64 × 8 at 128: 1063-1064);
+# * a flush storing NVFP4 (whole head, 4 warps) capped by its update format: fp32 at 168, 1167-1175
+#   (144: 1360-1367); fp16-SR at 144, 1319-1334 (128: 1353-1367, 136: 1339-1349, 168: 1346-1359,
+#   192: 1382-1389); FP8-SR at 128, 1390-1404 (112: 1436-1445, 144: 1439-1449, 168: 1441-1448);
+# * others (an SR update copy with an FP8 read copy: 32 × 4) capped at 128.
+# An explicit block_r, num_warps or max_registers replaces the rule.
+FLUSH_FP32_SHAPE = (32, 4)
 FLUSH_MAX_REGISTERS = 128
 FLUSH_NVFP4_MAX_REGISTERS = 168
+FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE = {FMT_FP16: 144, FMT_E4M3: 128}
 # The T = 1 output-only step (whole head, 64 rows; two-launch form): 2 warps from an fp32 read copy,
 # 1 from a stored format. H200, batch 256 ("tune" rows of reports/bench/bench_kernels_round2c_quick.json):
 # fp32 275.5 µs at 2 warps, 303.3 at 1, 278.8 at 4; NVFP4 109.1 at 1 warp, 117.2 at 2, 153.1 at 4;
@@ -548,13 +553,14 @@ def _flush_launch(autoregressive_flush: bool, stored: tuple[int, ...], block_r: 
                   num_warps: int | None, max_registers: int | None) -> tuple[int | None, int | None, int]:
     """(block_r, num_warps, max_registers) of a launch after the register-cap rule (the comment at
     FLUSH_MAX_REGISTERS): an autoregressive flush above the small-batch rule with no explicit shape
-    or cap takes FLUSH_FP32_SHAPE when it stores only fp32 and a cap of FLUSH_MAX_REGISTERS
-    (FLUSH_NVFP4_MAX_REGISTERS when it stores NVFP4); every other launch keeps what it was given,
-    uncapped unless max_registers says otherwise (0: no cap)."""
+    or cap takes FLUSH_FP32_SHAPE when it stores only fp32 and a cap of FLUSH_MAX_REGISTERS (when it
+    stores NVFP4: FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE of its update format, ``stored[0]``, or
+    FLUSH_NVFP4_MAX_REGISTERS); every other launch keeps what it was given, uncapped unless
+    max_registers says otherwise (0: no cap)."""
     if max_registers is not None or not autoregressive_flush or block_r is not None or num_warps is not None:
         return block_r, num_warps, max_registers or 0
     if FMT_NVFP4 in stored:
-        return None, None, FLUSH_NVFP4_MAX_REGISTERS
+        return None, None, FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE.get(stored[0], FLUSH_NVFP4_MAX_REGISTERS)
     if all(f == FMT_FP32 for f in stored):
         return (*FLUSH_FP32_SHAPE, FLUSH_MAX_REGISTERS)
     return None, None, FLUSH_MAX_REGISTERS
