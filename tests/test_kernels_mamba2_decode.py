@@ -490,6 +490,34 @@ def test_flush_register_cap_rule(monkeypatch):
     assert seen[1][2] is None and seen[2][2] is None
 
 
+def test_small_batch_flush_launch(monkeypatch):
+    """Up to SMALL_BATCH_HEAD_MATRICES a flush that stores no NVFP4 runs SMALL_BATCH_FLUSH = 32 rows x 4
+    warps, uncapped (the fastest small-batch shape on the H200, reports/bench/tune_small_batch_round2n.json);
+    one that stores NVFP4 keeps the whole head and the large-batch cap rule; an explicit shape wins."""
+    from precision_lab.kernels.mamba2 import decode as md
+
+    seen = []
+
+    class Grab:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append((kw["BR"], kw["num_warps"], kw.get("maxnreg")))
+
+    monkeypatch.setattr(md, "mamba2_replay_step_kernel", Grab())
+    for read_fmt, cfg in (("fp32", {}), ("fp8e4m3", {}), ("nvfp4", {}), ("fp32", dict(block_r=16, num_warps=2))):
+        s = _replay_setup("cpu", "fp32", read_fmt, W=5, T=1, exact=False)
+        n = s["new"]
+        assert n["x"].shape[0] * n["x"].shape[2] <= md.SMALL_BATCH_HEAD_MATRICES   # batch x heads
+        mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
+                           n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=True, fold_new=True,
+                           seq_ids=s["seq_ids"], fused_scores=True, **cfg)
+    P = s["upd"].R
+    assert md.SMALL_BATCH_FLUSH == (32, 4)
+    assert seen[0] == (32, 4, None)
+    assert seen[1] == (32, 4, None)
+    assert seen[2] == (md.pow2(P), 4, md.FLUSH_NVFP4_MAX_REGISTERS)     # NVFP4 stored: whole head, capped
+    assert seen[3] == (16, 2, None)
+
+
 @pytest.mark.parametrize("upd_fmt,read_fmt,block_r,num_warps", [
     ("fp32", "fp32", 32, 4), ("fp16-sr", "fp8e4m3", 32, 4), ("fp16-sr", "nvfp4", None, 4),
     ("fp8e4m3-sr", "nvfp4", None, 4)])

@@ -496,13 +496,15 @@ CONVENTIONAL_BLOCK_R = 16
 CONVENTIONAL_NUM_WARPS = 8
 FLUSH_BLOCK_R = 32
 # At small batch (batch × heads ≤ SMALL_BATCH_HEAD_MATRICES, batch 16 of Nemotron-3-Super's 128 heads)
-# the conventional step runs 4 rows × 1 warp and a flush that stores no NVFP4 16 rows × 1 warp
-# (H200, reports/bench/tune_small_batch.json, batch 1 / 4 / 16: conventional 4.96 / 11.22 / 36.07 µs
-# against 5.37 / 11.36 / 37.31 at 16 × 8; fp32 flush 8.23 / 21.34 / 64.83 against 8.40 / 24.04 /
-# 71.13 at 32 × 4).
+# the conventional step runs 4 rows × 1 warp (H200, reports/bench/tune_small_batch.json, batch 1 / 4 /
+# 16: 4.96 / 11.22 / 36.07 µs against 5.37 / 11.36 / 37.31 at 16 × 8) and a flush that stores no NVFP4
+# 32 rows × 4 warps, uncapped: since the flush folds its new token inside the fold product, 32 × 4
+# is the fastest shape of the small-batch space at all three batches (reports/bench/
+# tune_small_batch_round2n.json: fp32 flush 7.05 / 16.48 / 49.99 µs against 7.59 / 18.59 / 55.67 at
+# the 16 × 1 this rule held before, and 7.13 / 17.98 / 53.72 at 16 × 2).
 SMALL_BATCH_HEAD_MATRICES = 2048
 SMALL_BATCH_CONVENTIONAL = (4, 1)
-SMALL_BATCH_FLUSH = (16, 1)
+SMALL_BATCH_FLUSH = (32, 4)
 # The autoregressive flush (T = 1) at the default shapes above the small-batch rule runs with a
 # register cap (Triton's ``maxnreg``). Uncapped it held 158 registers at 32 rows × 4 warps (sm_90),
 # 3 programs per SM, and waited with no eligible warp 60 % of cycles (Nsight Compute, reports/
