@@ -206,6 +206,43 @@ def test_small_batch_tuning_times_the_wrappers_defaults_and_the_small_space(tmp_
     assert {s[2] for s in seen} == {1, 4}
 
 
+def test_format_flush_rows_take_the_wrappers_rule_not_the_fp32_flush_shape(tmp_path, monkeypatch):
+    """The flush is tuned on the shared fp32 flush; when an uncapped shape wins there, the flush rows of
+    the read and update formats still run the wrappers' per-format rule (no block_r, num_warps or
+    max_registers), while the fp32 rows (batch, L and draft sweeps) take the winner."""
+    dk = bench_kernels
+    monkeypatch.setenv("PRECISION_LAB_GIT", "abc1234")
+    monkeypatch.setattr(dk, "check_correctness", lambda dev, ops: {f"{op}:fp32": {"rel_err": {"y": 0.0}, "tol": 1e-5,
+                                                                               "ok": True} for op in ops})
+    monkeypatch.setattr(dk, "copy_ceiling", lambda dev: Ceiling(method="fixture", bytes=8, us=1.0, GBps=4000.0,
+                                                               timing="fixture"))
+    seen = []
+
+    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
+                nbytes):
+        cfg = dict(cfg or {})
+        seen.append((kind, B, upd, read, T, cfg))
+        us = 1.0 if cfg.get("max_registers") == 0 else 2.0   # the uncapped candidate wins the tuning
+        return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
+                "cfg": cfg, "us": us, "bytes": 1.0, "GBps": 1.0, "timing": "fixture", "buffer_sets": 1,
+                "fused_scores": None}
+
+    monkeypatch.setattr(dk, "measure", measure)
+    monkeypatch.setattr(dk, "fla_peer", lambda op, B, dev: {"op": op, "kernel": "fla", "batch": B, "us": 3.0,
+                                                            "bytes": 1.0, "GBps": 1.0, "implementation": "fla.fixture"})
+    monkeypatch.setattr(dk, "fla_versions", lambda: {})
+    res = dk.run(output=tmp_path / "k.json", quick=True, ops=("mamba2",))
+    flushes = [r for r in res.rows if r.kernel == "flush"]
+    fmt_rows = [r for r in flushes if r.tag in ("read", "update")]
+    assert {(r.update, r.read) for r in fmt_rows} >= {("fp32", "nvfp4"), ("fp16-sr", "nvfp4"), ("fp32", "bf16")}
+    assert all(not set(r.cfg) & set(dk.FLUSH_SHAPE_KEYWORDS) for r in fmt_rows)
+    fp32_rows = [r for r in flushes if r.tag in ("L16", "T1", "T8") or (r.tag == "batch" and r.batch == 256)]
+    assert len(fp32_rows) >= 4 and all(r.cfg.get("max_registers") == 0 for r in fp32_rows)
+    assert len([c for *_, c in seen]) == len(res.rows) - sum(r.kernel == "fla" for r in res.rows)
+    assert dk.format_flush_cfg({"max_registers": 0, "block_r": 16, "num_warps": 2, "fold_precision": "tf32x3"}) == {
+        "fold_precision": "tf32x3"}
+
+
 def test_large_batch_launch_rules_switch_the_small_batch_rule_off_and_back():
     """The correctness streams run at batch 2 under Mamba-2's large-batch launch rules (the
     register-capped flush the batch-256 rows time): the rule is off inside, restored after, even on

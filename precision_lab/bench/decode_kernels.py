@@ -129,6 +129,20 @@ TUNE_SPACE_SMALL = {
 }
 
 
+# Launch keywords the flush is tuned over on the shared fp32 flush only. The flush rows of the other
+# formats (read and update sweeps) leave them out and run the wrappers' per-format rule (Mamba-2's
+# register caps are measured per stored format, ``_flush_launch``): the fp32 flush's winner says
+# nothing about them. (It once did: once the uncapped and capped fp32 flushes timed within noise,
+# max_registers=0 won its tuning by 0.7 % and every format's flush row ran uncapped, NVFP4-storing
+# and split ones 4-13 % slower than the rule.)
+FLUSH_SHAPE_KEYWORDS = ("block_r", "num_warps", "max_registers")
+
+
+def format_flush_cfg(cfg: dict) -> dict:
+    """The tuned fp32-flush keywords that a flush of another format takes (``FLUSH_SHAPE_KEYWORDS`` left out)."""
+    return {k: v for k, v in cfg.items() if k not in FLUSH_SHAPE_KEYWORDS}
+
+
 def launch_form(op, kind, B, T=1, fold_new=None, fused=None) -> bool | None:
     """The launch form a replay row runs in (``fused_scores`` of the wrappers: True one launch,
     False a scores kernel then the step kernel; ``fused`` None = the wrappers' batch-size rule);
@@ -451,14 +465,15 @@ def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool =
                         nbytes=bytes_nonflush(op, 256, "fp32", 8, T)), f"T{T}")
             rec(measure(op, "flush", 256, dev, W=16, T=T, ring=ring, fold_new=False, cfg=best["flush"],
                         nbytes=bytes_flush(op, 256, "fp32", "fp32", 16, T, split=False)), f"T{T}")
-        # read formats (split, fp32 update) and update formats (NVFP4 read), batch 256, L = 16
+        # read formats (split, fp32 update) and update formats (NVFP4 read), batch 256, L = 16; their
+        # flushes at the wrappers' per-format launch rule (format_flush_cfg)
         for rf in READ_FMTS:
             rec(measure(op, "nonflush", 256, dev, upd="fp32", read=rf, W=Lmid(16), cfg=best["nonflush", rf],
                         nbytes=bytes_nonflush(op, 256, rf, Lmid(16))), "read")
-            rec(measure(op, "flush", 256, dev, upd="fp32", read=rf, W=15, cfg=best["flush"],
+            rec(measure(op, "flush", 256, dev, upd="fp32", read=rf, W=15, cfg=format_flush_cfg(best["flush"]),
                         nbytes=bytes_flush(op, 256, "fp32", rf, 15)), "read")
         for uf in UPDATE_FMTS:
-            rec(measure(op, "flush", 256, dev, upd=uf, read="nvfp4", W=15, cfg=best["flush"],
+            rec(measure(op, "flush", 256, dev, upd=uf, read="nvfp4", W=15, cfg=format_flush_cfg(best["flush"]),
                         nbytes=bytes_flush(op, 256, uf, "nvfp4", 15)), "update")
         for cf in CONV_FMTS:
             # the tuned shape is a row block; an NVFP4 state owns whole heads and takes the wrapper's
