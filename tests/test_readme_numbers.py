@@ -267,6 +267,26 @@ CLAIMS: list[tuple[str, str, object]] = [
      "reports/bench/bench_kernels_round2m_mamba2_quick.json",
      lambda d: (target(d, "mamba2", "split_fp16-sr_nvfp4_vs_conventional")["value"],
                 target(d, "mamba2", "replay_vs_conventional")["value"])),
+    ("FP8 states decoded by the hardware FP8 conversion: the FP8-SR/NVFP4 flush {:.1f} µs from {:.1f}, "
+     "the fp16-SR/NVFP4 one {:.1f} from {:.1f}, `split:fp16-sr/nvfp4` and `split:fp8e4m3-sr/nvfp4` per "
+     "token {:.2f}× and {:.2f}× Mamba-2's fp32 conventional step (target 3×: both met), `shared:fp32` {:.2f}×",
+     "reports/bench/bench_kernels_round2o_quick.json",
+     lambda d: (*now_and_before(d, "reports/bench/bench_kernels_round2l_quick.json", "mamba2", "update", "fp8e4m3-sr",
+                                "flush_us"),
+                *now_and_before(d, "reports/bench/bench_kernels_round2l_quick.json", "mamba2", "update", "fp16-sr",
+                                "flush_us"),
+                target(d, "mamba2", "split_fp16-sr_nvfp4_vs_conventional")["value"],
+                target(d, "mamba2", "split_fp8e4m3-sr_nvfp4_vs_conventional")["value"],
+                target(d, "mamba2", "replay_vs_conventional")["value"])),
+    ("(target 1.80×; {:.2f}× in the first run at these kernels, `bench_kernels_round2n_quick.json`",
+     "reports/bench/bench_kernels_round2n_quick.json",
+     lambda d: (target(d, "mamba2", "replay_vs_conventional")["value"],)),
+    ("move (`shared:fp32` {:.2f}×)", "reports/bench/bench_kernels_round2o_quick.json",
+     lambda d: (target(d, "gdn", "replay_vs_conventional")["value"],)),
+    ("(`bench_kernels_round2p_mamba2_quick.json`) read `shared:fp32` {:.2f}× and `split:fp8e4m3-sr/nvfp4` {:.2f}×",
+     "reports/bench/bench_kernels_round2p_mamba2_quick.json",
+     lambda d: (target(d, "mamba2", "replay_vs_conventional")["value"],
+                target(d, "mamba2", "split_fp8e4m3-sr_nvfp4_vs_conventional")["value"])),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))

@@ -9,14 +9,17 @@ bits, and a compare and select that keep Inf and NaN unchanged). ``dot_tf32x3`` 
 big parts with the add and the mask alone and runs the same three TF32 products in the same
 order, so the products are bit for bit those of ``tf32x3`` for every finite operand; only an
 operand that is Inf or NaN, or whose rounding overflows to Inf, comes out differently (the
-state is then beyond fp32 either way). In a flush the split is a third of the fold product's
-instructions (Mamba-2: 40 splits per thread at 16 rows × 2 warps).
+state is then beyond fp32 either way). In a flush the split was a third of the fold product's
+instructions when it was measured (Mamba-2: 40 splits per thread at 16 rows × 2 warps, the fp32
+flush's launch shape then).
 
 ``BY_HAND=False`` keeps Triton's split. Callers pass False in the interpreter, which multiplies fp32
 tiles exactly (it has no TF32: the CPU tests see the product the split approximates), and where the
 hand split measured slower: in Mamba-2's fp32-only flush, capped at 128 registers, the split parts
 live as whole tiles before their layout conversion and the spill stack grew from 32 to 40 bytes
-(H200, batch 256: 826 µs against 810; ``reports/diagnostics/mamba2-tf32-split.jsonl``).
+(H200, batch 256: 826 µs against 810; ``reports/diagnostics/mamba2-tf32-split.jsonl``), and again
+after the flush took its new token into the product (777-800 µs against 745-756 at 16 rows × 2
+warps; ``reports/diagnostics/mamba2-fold-new.jsonl``).
 """
 from __future__ import annotations
 
