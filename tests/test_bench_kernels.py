@@ -216,12 +216,10 @@ def test_format_flush_rows_take_the_wrappers_rule_not_the_fp32_flush_shape(tmp_p
                                                                                "ok": True} for op in ops})
     monkeypatch.setattr(dk, "copy_ceiling", lambda dev: Ceiling(method="fixture", bytes=8, us=1.0, GBps=4000.0,
                                                                timing="fixture"))
-    seen = []
 
     def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
                 nbytes):
         cfg = dict(cfg or {})
-        seen.append((kind, B, upd, read, T, cfg))
         us = 1.0 if cfg.get("max_registers") == 0 else 2.0   # the uncapped candidate wins the tuning
         return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
                 "cfg": cfg, "us": us, "bytes": 1.0, "GBps": 1.0, "timing": "fixture", "buffer_sets": 1,
@@ -238,7 +236,6 @@ def test_format_flush_rows_take_the_wrappers_rule_not_the_fp32_flush_shape(tmp_p
     assert all(not set(r.cfg) & set(dk.FLUSH_SHAPE_KEYWORDS) for r in fmt_rows)
     fp32_rows = [r for r in flushes if r.tag in ("L16", "T1", "T8") or (r.tag == "batch" and r.batch == 256)]
     assert len(fp32_rows) >= 4 and all(r.cfg.get("max_registers") == 0 for r in fp32_rows)
-    assert len([c for *_, c in seen]) == len(res.rows) - sum(r.kernel == "fla" for r in res.rows)
     assert dk.format_flush_cfg({"max_registers": 0, "block_r": 16, "num_warps": 2, "fold_precision": "tf32x3"}) == {
         "fold_precision": "tf32x3"}
 

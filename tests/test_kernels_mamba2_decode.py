@@ -452,6 +452,20 @@ def test_verify_refuses_more_warps_than_it_ran_at():
                            n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"], num_warps=8)
 
 
+def _grab_step_launches(monkeypatch) -> list:
+    """Replace the replay step kernel by a recorder: each launch appends (BR, num_warps, maxnreg)."""
+    from precision_lab.kernels.mamba2 import decode as md
+
+    seen = []
+
+    class Grab:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append((kw["BR"], kw["num_warps"], kw.get("maxnreg")))
+
+    monkeypatch.setattr(md, "mamba2_replay_step_kernel", Grab())
+    return seen
+
+
 def test_flush_register_cap_rule(monkeypatch):
     """The autoregressive flush above the small-batch rule runs capped (Triton's maxnreg): 32 rows x 4
     warps at 128 registers when it stores only fp32, its usual shape at 128 otherwise; when it stores
@@ -471,13 +485,7 @@ def test_flush_register_cap_rule(monkeypatch):
     assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, 96) == (None, None, 96)
     assert md._flush_launch(False, (), None, None, None) == (None, None, 0)                   # not a T = 1 flush
     # the wrapper hands the cap to the launch (large-batch rules forced on a small problem)
-    seen = []
-
-    class Grab:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: seen.append((kw["BR"], kw["num_warps"], kw.get("maxnreg")))
-
-    monkeypatch.setattr(md, "mamba2_replay_step_kernel", Grab())
+    seen = _grab_step_launches(monkeypatch)
     monkeypatch.setattr(md, "SMALL_BATCH_HEAD_MATRICES", 0)
     s = _replay_setup("cpu", "fp32", "fp32", W=5, T=1, exact=False)
     n = s["new"]
@@ -496,13 +504,7 @@ def test_small_batch_flush_launch(monkeypatch):
     one that stores NVFP4 keeps the whole head and the large-batch cap rule; an explicit shape wins."""
     from precision_lab.kernels.mamba2 import decode as md
 
-    seen = []
-
-    class Grab:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: seen.append((kw["BR"], kw["num_warps"], kw.get("maxnreg")))
-
-    monkeypatch.setattr(md, "mamba2_replay_step_kernel", Grab())
+    seen = _grab_step_launches(monkeypatch)
     for read_fmt, cfg in (("fp32", {}), ("fp8e4m3", {}), ("nvfp4", {}), ("fp32", dict(block_r=16, num_warps=2))):
         s = _replay_setup("cpu", "fp32", read_fmt, W=5, T=1, exact=False)
         n = s["new"]
