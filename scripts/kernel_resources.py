@@ -105,7 +105,7 @@ class _Compile:
         def call(*args, num_warps=4, enable_fp_fusion=True, maxnreg=None, **kw):  # Triton's defaults when not given
             r = resources(self.fn, args, kw, num_warps, enable_fp_fusion, maxnreg)
             keys = ("T", "FLUSH", "FOLD_NEW", "FUSED", "UFMT", "USR", "RFMT", "RSR", "FMT", "BR", "BJ", "RECOMPUTE", "UPD_FMT", "UPD_SR",
-                    "READ_FMT", "READ_SR", "SPLIT", "SR", "BLOCK", "ONE_TILE", "RB", "BLOCK_R")
+                    "READ_FMT", "READ_SR", "SPLIT", "SR", "BLOCK", "ONE_TILE", "RB", "BLOCK_R", "TILES")
             shape = " ".join(f"{k}={kw[k]}" for k in keys if k in kw)
             shape += f" maxnreg={maxnreg}" if maxnreg else ""
             print(f"{self.label:16s} warps={num_warps:<2d} {shape:60s} REG={r['regs']:<4} STACK={r['stack']:<5} "
@@ -134,7 +134,7 @@ def mamba2_configs(B=2, flush_kw=None, fp4_decode="fp16"):
     from precision_lab.kernels.decode_state import PackedState
 
     H, G, P, N = 128, 8, 64, 128
-    saved = _patched(m2, [("mamba2_replay_step_kernel", "mamba2 replay"),
+    saved = _patched(m2, [("mamba2_replay_step_kernel", "mamba2 replay"), ("mamba2_flush_kernel", "mamba2 flush"),
                           ("mamba2_conventional_step_kernel", "mamba2 conv")], skip=["mamba2_replay_scores_kernel"])
     z = (lambda *s: torch.zeros(*s, dtype=torch.bfloat16))  # noqa: E731
     try:
@@ -220,8 +220,8 @@ def flush_configs(policies=FLUSH_POLICIES, B=2, L=16, flush_kw=None):
     ints = [torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.zeros(B, dtype=torch.int32)]
     pairs = [p.split("/") for p in policies]
     H, G, P, N = 128, 8, 64, 128
-    saved = _patched(m2, [("mamba2_replay_step_kernel", "mamba2 flush"), ("mamba2_conventional_step_kernel", "mamba2 conv")],
-                     skip=["mamba2_replay_scores_kernel"])
+    saved = _patched(m2, [("mamba2_flush_kernel", "mamba2 flush"), ("mamba2_conventional_step_kernel", "mamba2 conv")],
+                     skip=["mamba2_replay_scores_kernel", "mamba2_replay_step_kernel"])
     try:
         for upd, read in pairs:
             print(f"# mamba2 split:{upd}/{read}")

@@ -239,13 +239,23 @@ def test_replay_flush_exact_codes_column_quarters(upd_fmt, read_fmt, T, device):
     _flush_exact_codes(upd_fmt, read_fmt, T, T == 1, False, device, N=64)
 
 
-def _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, fused, device, N=None):
+# The autoregressive flush with several (row block, head) tiles per program, the next tile's inputs
+# prefetched: 4-row blocks of P = 12 give 3 row blocks × 2 heads = 6 tiles per group, so 3 tiles cross
+# from one head to the next inside a program and 6 cover the whole group; slot 1 is a NULL entry
+@pytest.mark.parametrize("upd_fmt,read_fmt,tiles", [("fp32", "fp32", 3), ("fp32", "fp32", 6),
+                                                    ("fp16-sr", "fp8e4m3", 2), ("bf16-sr", "fp32", 6)])
+def test_flush_tiles_per_program_exact_codes(upd_fmt, read_fmt, tiles, device):
+    _flush_exact_codes(upd_fmt, read_fmt, 1, True, False, device, block_r=4, tiles_per_program=tiles)
+
+
+def _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, fused, device, N=None, **launch):
     s = _replay_setup(device, upd_fmt, read_fmt, W=6, T=T, exact=True, N=N)
     n = s["new"]
     out = torch.full((3, T, H, P), float("nan"), device=device)
     y = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
                            n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=True, fold_new=fold_new,
-                           seq_ids=s["seq_ids"].to(device), events=7, seed=3, layer=1, out=out, fused_scores=fused)
+                           seq_ids=s["seq_ids"].to(device), events=7, seed=3, layer=1, out=out, fused_scores=fused,
+                           **launch)
     y_ref, _, S = mamba2_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() if n[k] is not None else None
                                          for k in ("x", "dt", "A", "B", "C", "D", "dt_bias", "z")),
                                          flush=True, fold_new=fold_new)
@@ -452,40 +462,50 @@ def test_verify_refuses_more_warps_than_it_ran_at():
                            n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"], num_warps=8)
 
 
-def _grab_step_launches(monkeypatch) -> list:
-    """Replace the replay step kernel by a recorder: each launch appends (BR, num_warps, maxnreg)."""
+def _grab_step_launches(monkeypatch, tiles: bool = False) -> list:
+    """Replace the replay step and flush kernels by a recorder: each launch appends (BR, num_warps,
+    maxnreg), with ``tiles`` also the flush kernel's TILES (None for the step kernel)."""
     from precision_lab.kernels.mamba2 import decode as md
 
     seen = []
 
     class Grab:
         def __getitem__(self, grid):
-            return lambda *a, **kw: seen.append((kw["BR"], kw["num_warps"], kw.get("maxnreg")))
+            def record(*a, **kw):
+                seen.append((kw["BR"], kw["num_warps"], kw.get("maxnreg")) + ((kw.get("TILES"),) if tiles else ()))
+            return record
 
     monkeypatch.setattr(md, "mamba2_replay_step_kernel", Grab())
+    monkeypatch.setattr(md, "mamba2_flush_kernel", Grab())
     return seen
 
 
 def test_flush_register_cap_rule(monkeypatch):
-    """The autoregressive flush above the small-batch rule runs capped (Triton's maxnreg): 32 rows x 4
-    warps at 128 registers when it stores only fp32, its usual shape at 128 otherwise; when it stores
-    NVFP4, by its update format: fp16-SR 144, FP8-SR 128, others 168. An explicit shape or cap wins,
-    and other launches stay uncapped."""
-    from precision_lab.kernels.decode_state import FMT_E4M3, FMT_FP16, FMT_FP32, FMT_NVFP4
+    """The autoregressive flush above the small-batch rule: with an fp32 update copy and an fp32 or E4M3
+    read copy, 4 tiles per program of 32 rows x 4 warps at 168 registers (the multi-tile flush kernel);
+    otherwise one tile, capped (Triton's maxnreg): 32 rows x 4 warps at 128 registers when it stores
+    only fp32, its usual shape at 128 otherwise; when it stores NVFP4, by its update format: fp16-SR
+    144, FP8-SR 128, others 168. An explicit shape, cap or tile count wins, and other launches stay
+    uncapped at one tile."""
+    from precision_lab.kernels.decode_state import FMT_BF16, FMT_E4M3, FMT_FP16, FMT_FP32, FMT_NVFP4
     from precision_lab.kernels.mamba2 import decode as md
 
-    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, None) == (32, 4, 128)
-    assert md._flush_launch(True, (FMT_FP16, FMT_E4M3), None, None, None) == (None, None, 128)
-    assert md._flush_launch(True, (FMT_FP16, FMT_NVFP4), None, None, None) == (None, None, 144)
-    assert md._flush_launch(True, (FMT_E4M3, FMT_NVFP4), None, None, None) == (None, None, 128)
-    assert md._flush_launch(True, (FMT_FP32, FMT_NVFP4), None, None, None) == (None, None, 168)
-    assert md._flush_launch(True, (FMT_NVFP4, FMT_NVFP4), None, None, None) == (None, None, 168)
-    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), 32, None, None) == (32, None, 0)      # explicit shape
-    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, 0) == (None, None, 0)     # explicit: no cap
-    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, 96) == (None, None, 96)
-    assert md._flush_launch(False, (), None, None, None) == (None, None, 0)                   # not a T = 1 flush
-    # the wrapper hands the cap to the launch (large-batch rules forced on a small problem)
-    seen = _grab_step_launches(monkeypatch)
+    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, None) == (32, 4, 168, 4)
+    assert md._flush_launch(True, (FMT_FP32, FMT_E4M3), None, None, None) == (32, 4, 168, 4)
+    assert md._flush_launch(True, (FMT_FP32, FMT_BF16), None, None, None) == (None, None, 128, 1)
+    assert md._flush_launch(True, (FMT_FP16, FMT_E4M3), None, None, None) == (None, None, 128, 1)
+    assert md._flush_launch(True, (FMT_FP16, FMT_NVFP4), None, None, None) == (None, None, 144, 1)
+    assert md._flush_launch(True, (FMT_E4M3, FMT_NVFP4), None, None, None) == (None, None, 128, 1)
+    assert md._flush_launch(True, (FMT_FP32, FMT_NVFP4), None, None, None) == (None, None, 168, 1)
+    assert md._flush_launch(True, (FMT_NVFP4, FMT_NVFP4), None, None, None) == (None, None, 168, 1)
+    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), 32, None, None) == (32, None, 0, 1)      # explicit shape
+    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, 0) == (None, None, 0, 1)     # explicit: no cap
+    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, 96) == (None, None, 96, 1)
+    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, None, 1) == (None, None, 0, 1)  # one tile
+    assert md._flush_launch(False, (), None, None, None) == (None, None, 0, 1)                   # not a T = 1 flush
+    # the wrapper hands the rule to the launch (large-batch rules forced on a small problem): the
+    # multi-tile kernel at 2 tiles, the largest divisor of this problem's 2 heads per group up to 4
+    seen = _grab_step_launches(monkeypatch, tiles=True)
     monkeypatch.setattr(md, "SMALL_BATCH_HEAD_MATRICES", 0)
     s = _replay_setup("cpu", "fp32", "fp32", W=5, T=1, exact=False)
     n = s["new"]
@@ -494,8 +514,20 @@ def test_flush_register_cap_rule(monkeypatch):
     mamba2_replay_step(*args, flush=True, fold_new=True, seq_ids=s["seq_ids"], fused_scores=True)
     mamba2_replay_step(*args, flush=True, fold_new=True, seq_ids=s["seq_ids"], fused_scores=True, max_registers=0)
     mamba2_replay_step(*args, seq_ids=s["seq_ids"], fused_scores=True)
-    assert seen[0] == (32, 4, 128)
-    assert seen[1][2] is None and seen[2][2] is None
+    assert seen[0] == (32, 4, 168, 2)
+    assert seen[1][2:] == (None, None) and seen[2][2:] == (None, None)
+
+
+def test_tiles_per_program_is_checked(device):
+    s = _replay_setup(device, "fp32", "fp32", W=6, T=1, exact=True)
+    n = s["new"]
+    args = (s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"], n["B"], n["C"])
+    with pytest.raises(ValueError, match="tiles_per_program must divide"):
+        mamba2_replay_step(*args, flush=True, fold_new=True, block_r=4, tiles_per_program=4)  # 6 tiles per group
+    with pytest.raises(ValueError, match="at least 1"):
+        mamba2_replay_step(*args, flush=True, fold_new=True, tiles_per_program=0)
+    with pytest.raises(ValueError, match="needs the autoregressive flush"):
+        mamba2_replay_step(*args, tiles_per_program=2)
 
 
 def test_small_batch_flush_launch(monkeypatch):
@@ -544,6 +576,30 @@ def test_flush_register_cap_changes_no_bit(upd_fmt, read_fmt, block_r, num_warps
         results.append([y] + [t for st in (s["upd"], s["rd"]) for t in (st.data, st.scale, st.gscale) if t is not None])
     for a, b in zip(*results):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+@pytest.mark.parametrize("upd_fmt,read_fmt", [("fp32", "fp32"), ("fp32", "fp8e4m3"), ("fp16-sr", "bf16-sr")])
+def test_flush_tiles_change_no_bit(upd_fmt, read_fmt, device):
+    """Random inputs (decays != 1): the multi-tile flush kernel (2 and 6 tiles per program, 4-row
+    blocks) stores the same codes and returns the same outputs as one tile per program in the replay
+    step kernel, bit for bit, at the tiled rule's register cap (on a GPU: different compiled kernels
+    running the same operations in the same order)."""
+    from precision_lab.kernels.mamba2 import decode as md
+
+    results = []
+    for tiles in (1, 2, 6):
+        torch.manual_seed(0)  # the setup draws its checkpoint from the global generator
+        s = _replay_setup(device, upd_fmt, read_fmt, W=5, T=1, exact=False, start=13)
+        n = s["new"]
+        y = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"],
+                               n["A"], n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=True, fold_new=True,
+                               seq_ids=s["seq_ids"].to(device), events=2, seed=4, layer=1, block_r=4, num_warps=4,
+                               max_registers=md.FLUSH_TILED_MAX_REGISTERS, tiles_per_program=tiles)
+        results.append([y] + [t for st in (s["upd"], s["rd"]) for t in (st.data, st.scale, st.gscale) if t is not None])
+    assert not torch.isnan(results[0][0]).any()
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
 def test_conventional_launch_shapes():

@@ -190,6 +190,65 @@ def mamba2_replay_scores_kernel(
 
 
 @triton.jit
+def _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC: tl.constexpr, FOLD_BY_HAND: tl.constexpr,
+                 FOLD_FMA: tl.constexpr):
+    """The closed-form fold of a window's records into the state tile b_s [BR, BC]:
+    S = e^{c_W} S + Σ_j e^{c_W - c_j} u_j B_jᵀ over the positions ``m_win`` (h_a [BJ] log decays,
+    h_u [BJ, BR], h_b [BJ, BC]; c: cumulative log decay). One matrix product (FOLD_PREC "ieee" = fp32
+    FMAs, "tf32x3" = tensor cores with the 3-pass split, fp32-level accuracy; FOLD_BY_HAND: the split
+    of ``products.py``). W rank-1 FMA updates of the tile, record loads software-pipelined, measured
+    1.5× slower on the H200 (1543 µs against 1027; bench README).
+    Written e^{c_W}·S + product, the compiler accumulates the product onto the decayed state tile
+    inside the tensor-core product (the tile goes to the product's layout and back); FOLD_FMA instead
+    adds the finished product with one FMA, the tile staying in its load layout. H200, batch 256,
+    both forms in one device call each (reports/diagnostics/mamba2-fold-fma.jsonl): FOLD_FMA won for
+    a flush with an SR update copy that stores NVFP4 (fp16-SR/NVFP4 1555-1567 µs against 1588-1608,
+    FP8-SR/NVFP4 1840-1852 against 1854-1862, the speculative fp16-SR/NVFP4 flush (T = 8) 2203-2218
+    against 2234-2240, NVFP4-SR shared the same, 1346-1357 / 1348-1358) and lost elsewhere
+    (fp32/NVFP4 1483-1488 against 1468-1477, fp32 862 against 793, fp32/FP8 1073-1076 against
+    1040-1047, speculative fp32 T = 8 1660-1665 against 1539-1547)."""
+    tot = tl.sum(h_a, 0)
+    w = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
+    fold = dot_f32(tl.trans(w[:, None] * h_u), h_b, FOLD_PREC, FOLD_BY_HAND)
+    if FOLD_FMA:
+        return tl.fma(b_s, tl.exp(tot), fold)
+    else:
+        return tl.exp(tot) * b_s + fold
+
+
+@triton.jit
+def _store_flushed(b_s, u_d, u_sc, u_gs, su_d, su_sc, su_gs, r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,
+                   slot, i_h, rows, m_r, R, C, seed, seq, ev, SPLIT: tl.constexpr,
+                   UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
+                   BR: tl.constexpr, BC: tl.constexpr):
+    """A flush's stores of the folded fp32 tile: round_H(S) → update checkpoint, and in split mode
+    round_F(S) → read copy, both from the same S.
+    A stored format is rounded column quarter by column quarter where the quarters are whole SR
+    groups (and NVFP4 blocks): one quarter's SR values and rounding temporaries live at a time
+    instead of the whole tile's (store_state4; same codes). Rounding the [64, 128] tile at once held
+    255 registers at 4 warps with an fp16-SR checkpoint and an NVFP4 read copy (sm_90 compile,
+    scripts/kernel_resources.py --ops flush)."""
+    QW: tl.constexpr = BC // 4
+    Q_OK: tl.constexpr = (QW // 8) * 8 == QW
+    Q_UPD: tl.constexpr = UFMT != C_FP32 and Q_OK and (UFMT != C_NVFP4 or (QW // 16) * 16 == QW)
+    Q_READ: tl.constexpr = SPLIT and RFMT != C_FP32 and Q_OK and (RFMT != C_NVFP4 or (QW // 16) * 16 == QW)
+    if Q_UPD or Q_READ:
+        x0, x1, x2, x3 = column_quarters(b_s, BR, BC)
+    if Q_UPD:
+        store_state4(x0, x1, x2, x3, u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C,
+                     seed, seq, ev, False, UFMT, USR, BR, QW)
+    else:
+        store_state(b_s, u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C,
+                    seed, seq, ev, False, UFMT, USR, BR, BC)
+    if Q_READ:
+        store_state4(x0, x1, x2, x3, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
+                     seed, seq, ev, True, RFMT, RSR, BR, QW)
+    elif SPLIT:
+        store_state(b_s, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
+                    seed, seq, ev, True, RFMT, RSR, BR, BC)
+
+
+@triton.jit
 def mamba2_replay_step_kernel(
     u_d, u_sc, u_gs, su_d, su_sc, su_gs,          # update checkpoint
     r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,          # read copy
@@ -287,59 +346,18 @@ def mamba2_replay_step_kernel(
             h_u = tl.where(at[:, None], n_u[None, :], h_u)
             h_b = tl.where(at[:, None], n_b[None, :], h_b)
             m_win = m_win | (at & slot_ok)
-        # closed-form fold of the W buffered records: S = e^{c_W} S + Σ_j e^{c_W - c_j} u_j B_jᵀ
-        # (one matrix product; FOLD_PREC "ieee" = fp32 FMAs, "tf32x3" = tensor cores with the
-        # 3-pass split, fp32-level accuracy). W rank-1 FMA updates of the tile, record loads
-        # software-pipelined, measured 1.5× slower on the H200 (1543 µs against 1027; bench README).
-        # Its TF32 split is done by hand (common/products.py: the same bits in fewer instructions)
-        # except where only fp32 is stored, whose 128-register launch measured slower with it.
+        # the split of the fold's TF32 parts by hand (common/products.py: the same bits in fewer
+        # instructions) except where only fp32 is stored, whose 128-register launch measured slower with it
         FOLD_BY_HAND: tl.constexpr = HW and (UFMT != C_FP32 or (SPLIT and RFMT != C_FP32))
-        tot = tl.sum(h_a, 0)
-        w = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
-        fold = dot_f32(tl.trans(w[:, None] * h_u), h_b, FOLD_PREC, FOLD_BY_HAND)
-        # Written e^{c_W}·S + product, the compiler accumulates the product onto the decayed state
-        # tile inside the tensor-core product (the tile goes to the product's layout and back). A flush
-        # with an SR update copy that stores NVFP4 (whole head, 64 rows) instead adds the finished
-        # product with one FMA, the tile staying in its load layout. H200, batch 256, both forms in one
-        # device call each (reports/diagnostics/mamba2-fold-fma.jsonl): fp16-SR/NVFP4 1555-1567 µs
-        # against 1588-1608, FP8-SR/NVFP4 1840-1852 against 1854-1862, the speculative fp16-SR/NVFP4
-        # flush (T = 8) 2203-2218 against 2234-2240, NVFP4-SR shared the same (1346-1357 / 1348-1358);
-        # slower with it: fp32/NVFP4 1483-1488 against 1468-1477, and every flush that stores no
-        # NVFP4 (fp32 862 against 793, fp32/FP8 1073-1076 against 1040-1047, speculative fp32 T = 8
-        # 1660-1665 against 1539-1547).
         FOLD_FMA: tl.constexpr = UFMT != C_FP32 and (UFMT == C_NVFP4 or (SPLIT and RFMT == C_NVFP4))
-        if FOLD_FMA:
-            b_s = tl.fma(b_s, tl.exp(tot), fold)
-        else:
-            b_s = tl.exp(tot) * b_s + fold
+        b_s = _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC, FOLD_BY_HAND, FOLD_FMA)
         if T == 1:  # the output's S C, taken before the stores so that b_s is not needed after them
             b_c = tl.load(C_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
             s_c = tl.sum(b_s * b_c[None, :], 1)
         seq = tl.load(seq_ptr + i_b)
         ev = tl.load(ev_ptr + i_b)
-        # A stored format is rounded column quarter by column quarter where the quarters are whole SR
-        # groups (and NVFP4 blocks): one quarter's SR values and rounding temporaries live at a time
-        # instead of the whole tile's (store_state4; same codes). Rounding the [64, 128] tile at once
-        # held 255 registers at 4 warps with an fp16-SR checkpoint and an NVFP4 read copy (sm_90
-        # compile, scripts/kernel_resources.py --ops flush).
-        QW: tl.constexpr = BC // 4
-        Q_OK: tl.constexpr = (QW // 8) * 8 == QW
-        Q_UPD: tl.constexpr = UFMT != C_FP32 and Q_OK and (UFMT != C_NVFP4 or (QW // 16) * 16 == QW)
-        Q_READ: tl.constexpr = SPLIT and RFMT != C_FP32 and Q_OK and (RFMT != C_NVFP4 or (QW // 16) * 16 == QW)
-        if Q_UPD or Q_READ:
-            x0, x1, x2, x3 = column_quarters(b_s, BR, BC)
-        if Q_UPD:
-            store_state4(x0, x1, x2, x3, u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C,
-                         seed, seq, ev, False, UFMT, USR, BR, QW)
-        else:
-            store_state(b_s, u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C,
-                        seed, seq, ev, False, UFMT, USR, BR, BC)
-        if Q_READ:
-            store_state4(x0, x1, x2, x3, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
-                         seed, seq, ev, True, RFMT, RSR, BR, QW)
-        elif SPLIT:
-            store_state(b_s, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
-                        seed, seq, ev, True, RFMT, RSR, BR, BC)
+        _store_flushed(b_s, u_d, u_sc, u_gs, su_d, su_sc, su_gs, r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,
+                       slot, i_h, rows, m_r, R, C, seed, seq, ev, SPLIT, UFMT, USR, RFMT, RSR, BR, BC)
         if FOLD_NEW:
             lo = W + 1
         else:
@@ -474,6 +492,120 @@ def mamba2_replay_step_kernel(
         tl.store(y_ptr + bh * R + rows, tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=rows < R)
 
 
+@triton.jit
+def _flush_tile_inputs(u_d, u_sc, u_gs, su_d, su_sc, su_gs, ru_ptr, ra_ptr, s_ru, s_ra, x_ptr, dt_ptr, A_ptr,
+                       dtb_ptr, slot, start, W, i_b, t, live,
+                       H: tl.constexpr, R: tl.constexpr, C: tl.constexpr, RING: tl.constexpr, UFMT: tl.constexpr,
+                       HAS_DTB: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr,
+                       HW: tl.constexpr):
+    """What tile t of an autoregressive flush program reads for its own head and rows (tile t: rows
+    block t % (R/BR) of head t // (R/BR)): the update checkpoint's rows as fp32 [BR, BC], the
+    head's window records a [BJ] and u [BJ, BR], its new token's raw dt and x [BR] and the head's A.
+    ``live`` False (a prefetch past the program's last tile) loads nothing."""
+    NRB: tl.constexpr = (R + BR - 1) // BR
+    i_h = t // NRB
+    rows = (t % NRB) * BR + tl.arange(0, BR)
+    jj = tl.arange(0, BJ)
+    m_r = (rows < R) & ((rows * 0 + slot) >= 0) & live
+    m_win = (jj < W) & ((jj * 0 + slot) >= 0) & live
+    slot = tl.maximum(slot, 0)
+    b_s = load_state(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, HW)
+    pos = (start + jj) & (RING - 1)
+    h_a = tl.load((ra_ptr + slot * s_ra) + (pos * H + i_h), mask=m_win, other=0)
+    h_u = tl.load((ru_ptr + slot * s_ru) + ((pos * H + i_h)[:, None] * R + rows[None, :]),
+                  mask=m_win[:, None] & m_r[None, :], other=0)
+    bh = i_b.to(tl.int64) * H + i_h
+    dt = tl.load(dt_ptr + bh, mask=live, other=0).to(tl.float32)
+    if HAS_DTB:
+        dt += tl.load(dtb_ptr + i_h, mask=live, other=0).to(tl.float32)
+    x = tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
+    A = tl.load(A_ptr + i_h, mask=live, other=0).to(tl.float32)
+    return b_s, h_a, h_u, dt, x, A
+
+
+@triton.jit
+def mamba2_flush_kernel(
+    u_d, u_sc, u_gs, su_d, su_sc, su_gs,          # update checkpoint
+    r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,          # read copy
+    ru_ptr, rb_ptr, ra_ptr, s_ru, s_rb, s_ra,     # records u, B, a (slot strides)
+    slot_ptr, start_ptr, wlen_ptr, seq_ptr, ev_ptr, seed,
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dtb_ptr, z_ptr, y_ptr,
+    H: tl.constexpr, G: tl.constexpr, R: tl.constexpr, C: tl.constexpr, RING: tl.constexpr,
+    SPLIT: tl.constexpr, UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
+    HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FOLD_PREC: tl.constexpr,
+    TILES: tl.constexpr,
+):
+    """The autoregressive flush (T = 1, the new token folded too): S ← the window's W records and the
+    new token folded into the update checkpoint (``_fold_window``; the new token is record W, weight
+    e^0 = 1), y = S C + D x from that fp32 S, both copies stored (``_store_flushed``). No record is
+    kept and no scores are needed.
+
+    A program owns TILES consecutive (row block, head) tiles of one batch entry and one group
+    (grid: (R/BR · H / TILES, batch)): the slot, the window pointers, the group's B records with the
+    new token's B, and C are read once, and each tile's own inputs (checkpoint rows, u and a records,
+    x, dt) are loaded one tile ahead — issued before the current tile's fold product, so that their
+    memory latency overlaps it instead of stalling the program (``_flush_tile_inputs``). The wrapper
+    launches it with two or more tiles per program: one tile per program runs in the replay step
+    kernel, whose straight-line form measured faster than this loop at one tile (FLUSH_TILES)."""
+    NRB: tl.constexpr = (R + BR - 1) // BR
+    tl.static_assert((NRB * (H // G)) % TILES == 0, "a program's tiles must lie in one group")
+    t0 = tl.program_id(0) * TILES
+    i_b = tl.program_id(1)
+    i_g = (t0 // NRB) // (H // G)
+    slot = tl.load(slot_ptr + i_b).to(tl.int64)
+    start = tl.load(start_ptr + i_b)
+    W = tl.load(wlen_ptr + i_b)
+    valid = slot >= 0
+    cols = tl.arange(0, BC)
+    jj = tl.arange(0, BJ)
+    m_c = cols < C
+    slot_ok = (jj * 0 + slot) >= 0
+    at = jj == W
+    m_win = ((jj < W) & slot_ok) | (at & slot_ok)
+    bg = i_b.to(tl.int64) * G + i_g
+    # the group's window of B records with the new token's B as record W (W < L <= RING = BJ, so the
+    # position is free)
+    pos = ((start + jj) & (RING - 1)).to(tl.int64)
+    h_b = tl.load(rb_ptr + tl.maximum(slot, 0) * s_rb + (pos * G + i_g)[:, None] * C + cols[None, :],
+                  mask=((jj < W) & slot_ok)[:, None] & m_c[None, :], other=0)
+    n_b = tl.load(B_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
+    h_b = tl.where(at[:, None], n_b[None, :], h_b)
+    b_c = tl.load(C_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
+    seq = tl.load(seq_ptr + i_b)
+    ev = tl.load(ev_ptr + i_b)
+    FOLD_BY_HAND: tl.constexpr = HW and (UFMT != C_FP32 or (SPLIT and RFMT != C_FP32))
+    FOLD_FMA: tl.constexpr = UFMT != C_FP32 and (UFMT == C_NVFP4 or (SPLIT and RFMT == C_NVFP4))
+    nxt = _flush_tile_inputs(u_d, u_sc, u_gs, su_d, su_sc, su_gs, ru_ptr, ra_ptr, s_ru, s_ra, x_ptr, dt_ptr, A_ptr,
+                             dtb_ptr, slot, start, W, i_b, t0, True, H, R, C, RING, UFMT, HAS_DTB, BR, BC, BJ, HW)
+    for k in range(TILES):
+        b_s, h_a, h_u, dt, b_x, A = nxt
+        if TILES > 1:  # the next tile's inputs, in flight during this tile's fold
+            nxt = _flush_tile_inputs(u_d, u_sc, u_gs, su_d, su_sc, su_gs, ru_ptr, ra_ptr, s_ru, s_ra, x_ptr, dt_ptr,
+                                     A_ptr, dtb_ptr, slot, start, W, i_b, t0 + k + 1, k + 1 < TILES,
+                                     H, R, C, RING, UFMT, HAS_DTB, BR, BC, BJ, HW)
+        t = t0 + k
+        i_h = t // NRB
+        rows = (t % NRB) * BR + tl.arange(0, BR)
+        m_r = (rows < R) & ((rows * 0 + slot) >= 0)
+        dt = softplus(dt)
+        n_u = dt * b_x
+        n_a = A * dt
+        h_a = tl.where(at, n_a, h_a)
+        h_u = tl.where(at[:, None], n_u[None, :], h_u)
+        b_s = _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC, FOLD_BY_HAND, FOLD_FMA)
+        b_y = tl.sum(b_s * b_c[None, :], 1)  # S C of the folded S, before the stores
+        _store_flushed(b_s, u_d, u_sc, u_gs, su_d, su_sc, su_gs, r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,
+                       tl.maximum(slot, 0), i_h, rows, m_r, R, C, seed, seq, ev, SPLIT, UFMT, USR, RFMT, RSR, BR, BC)
+        bh = i_b.to(tl.int64) * H + i_h
+        if HAS_D:
+            b_y += tl.load(D_ptr + i_h).to(tl.float32) * b_x
+        if HAS_Z:
+            b_z = tl.load(z_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
+            b_y = b_y * (b_z / (1.0 + tl.exp(-b_z)))
+        tl.store(y_ptr + bh * R + rows, tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=rows < R)
+
+
 # ---------------------------------------------------------------------------------------------
 # Host wrappers
 # ---------------------------------------------------------------------------------------------
@@ -525,6 +657,21 @@ FLUSH_FP32_SHAPE = (32, 4)
 FLUSH_MAX_REGISTERS = 128
 FLUSH_NVFP4_MAX_REGISTERS = 168
 FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE = {FMT_FP16: 144, FMT_E4M3: 128}
+# Above the small-batch rule, an autoregressive flush with an fp32 update copy and an fp32 or E4M3 read
+# copy (FLUSH_TILED_FORMATS; shared fp32 too) runs FLUSH_TILES (row block, head) tiles per program in
+# ``mamba2_flush_kernel``, the next tile's inputs in flight during the current tile's fold: 32 rows ×
+# 4 warps capped at FLUSH_TILED_MAX_REGISTERS. H200, batch 256, W = 15, two timings each (reports/
+# diagnostics/mamba2-flush-tiles.jsonl): fp32 shared 666-667 µs at 4 tiles and 168 registers (2 tiles
+# at 168: 721; 4 at 128 / 200 / uncapped: 858 / 769 / 765; 8 at 200: 723; 16-row tiles, cap 128: 4 ×
+# 2 warps 840, 8 × 2 warps 817, 4 × 4 warps 783); fp32/E4M3 809-813 (4 tiles at 200: 926-931);
+# fp32/BF16 at 4 tiles and 200 932-933, no better than one tile in the replay kernel (938 in the
+# thirteenth kernel run), so not tiled. One tile per program stays in the replay kernel: the loop
+# kernel at one tile measured 786 µs (fp32) and 1293 (fp32/NVFP4) where the replay kernel ran 707 and
+# 1179. A flush storing NVFP4 holds the whole head's [64, 128] tile, which prefetched spills 750-940
+# bytes per thread in an sm_90 compile (scripts/kernel_resources.py), so it is not tiled.
+FLUSH_TILES = 4
+FLUSH_TILED_MAX_REGISTERS = 168
+FLUSH_TILED_FORMATS = {(FMT_FP32, FMT_FP32), (FMT_FP32, FMT_E4M3)}
 # The T = 1 output-only step (whole head, 64 rows; two-launch form): 2 warps from an fp32 read copy,
 # 1 from a stored format. H200, batch 256 ("tune" rows of reports/bench/bench_kernels_round2c_quick.json):
 # fp32 275.5 µs at 2 warps, 303.3 at 1, 278.8 at 4; NVFP4 109.1 at 1 warp, 117.2 at 2, 153.1 at 4;
@@ -552,20 +699,26 @@ def _replay_warps(T: int, flush: bool, fused: bool = False, bj: int = 16, read_f
 
 
 def _flush_launch(autoregressive_flush: bool, stored: tuple[int, ...], block_r: int | None,
-                  num_warps: int | None, max_registers: int | None) -> tuple[int | None, int | None, int]:
-    """(block_r, num_warps, max_registers) of a launch after the register-cap rule (the comment at
-    FLUSH_MAX_REGISTERS): an autoregressive flush above the small-batch rule with no explicit shape
-    or cap takes FLUSH_FP32_SHAPE when it stores only fp32 and a cap of FLUSH_MAX_REGISTERS (when it
-    stores NVFP4: FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE of its update format, ``stored[0]``, or
-    FLUSH_NVFP4_MAX_REGISTERS); every other launch keeps what it was given, uncapped unless
-    max_registers says otherwise (0: no cap)."""
-    if max_registers is not None or not autoregressive_flush or block_r is not None or num_warps is not None:
-        return block_r, num_warps, max_registers or 0
+                  num_warps: int | None, max_registers: int | None,
+                  tiles_per_program: int | None = None) -> tuple[int | None, int | None, int, int]:
+    """(block_r, num_warps, max_registers, tiles per program) of a flush launch after the rules (the
+    comments at FLUSH_MAX_REGISTERS and FLUSH_TILES): an autoregressive flush above the small-batch
+    rule with no explicit shape, cap or tile count takes FLUSH_TILES tiles of FLUSH_FP32_SHAPE at
+    FLUSH_TILED_MAX_REGISTERS when its (update, read) formats ``stored`` are in FLUSH_TILED_FORMATS;
+    otherwise one tile, FLUSH_FP32_SHAPE when it stores only fp32, and a cap of FLUSH_MAX_REGISTERS
+    (when it stores NVFP4: FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE of its update format, ``stored[0]``, or
+    FLUSH_NVFP4_MAX_REGISTERS). Every other launch keeps what it was given, one tile unless
+    ``tiles_per_program`` says otherwise, uncapped unless max_registers says otherwise (0: no cap)."""
+    explicit = (max_registers, block_r, num_warps, tiles_per_program)
+    if not autoregressive_flush or any(v is not None for v in explicit):
+        return block_r, num_warps, max_registers or 0, tiles_per_program or 1
+    if tuple(stored) in FLUSH_TILED_FORMATS:
+        return (*FLUSH_FP32_SHAPE, FLUSH_TILED_MAX_REGISTERS, FLUSH_TILES)
     if FMT_NVFP4 in stored:
-        return None, None, FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE.get(stored[0], FLUSH_NVFP4_MAX_REGISTERS)
+        return None, None, FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE.get(stored[0], FLUSH_NVFP4_MAX_REGISTERS), 1
     if all(f == FMT_FP32 for f in stored):
-        return (*FLUSH_FP32_SHAPE, FLUSH_MAX_REGISTERS)
-    return None, None, FLUSH_MAX_REGISTERS
+        return (*FLUSH_FP32_SHAPE, FLUSH_MAX_REGISTERS, 1)
+    return None, None, FLUSH_MAX_REGISTERS, 1
 
 
 def _conventional_launch(P: int, C: int, code: int, block_r: int | None, num_warps: int | None,
@@ -632,7 +785,8 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
                        num_warps: int | None = None, fold_precision: str = "tf32x3",
                        verify_precision: str = "tf32x3", fused_scores: bool | None = None,
                        fp4_decode: str = "fp16", max_registers: int | None = None,
-                       overlap_scores: bool | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                       overlap_scores: bool | None = None, tiles_per_program: int | None = None,
+                       out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM step for T = x.shape[1] tokens (T = 1: autoregressive; T > 1: speculative verify).
 
     update / read: PackedState pools [S, H, P, N] (read=None: shared mode, one copy, ``update``);
@@ -657,6 +811,10 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     programmatic dependent launch of the scores kernel so that it streams its state while the scores
     are computed (``overlap_scores_launch`` in ``kernels/common/launch.py``: None = wherever the GPU
     has it; same results bit for bit either way).
+    tiles_per_program: (row block, head) tiles each program of an autoregressive flush folds, the next
+    tile's inputs loaded during the current tile's fold (``mamba2_flush_kernel``; must divide a group's
+    row blocks × heads); None = the rule (``_flush_launch``: FLUSH_TILES for an fp32 update copy with an
+    fp32 or E4M3 read copy above the small-batch rule, else 1). Same codes and outputs bit for bit.
     fp4_decode: how the T = 1 non-flush step multiplies an NVFP4 read copy with C: "fp16" (E2M1
     values as fp16 bit patterns converted to fp32, fp32 products), "ptx" (the inline-PTX E4M3
     conversion instead; GPU only, the interpreter runs "fp16") or "mma" (one tensor-core product
@@ -687,8 +845,12 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     fmts = (update.code, read.code) if flush else ()
     small_flush = flush and Bsz * H <= SMALL_BATCH_HEAD_MATRICES and block_r is None and FMT_NVFP4 not in fmts
-    block_r, num_warps, max_registers = _flush_launch(flush and T == 1 and not small_flush, fmts, block_r,
-                                                      num_warps, max_registers)
+    block_r, num_warps, max_registers, tiles = _flush_launch(flush and T == 1 and not small_flush, fmts, block_r,
+                                                             num_warps, max_registers, tiles_per_program)
+    if tiles_per_program is not None and tiles_per_program < 1:
+        raise ValueError(f"tiles_per_program must be at least 1, got {tiles_per_program}")
+    if tiles > 1 and not fold_new:
+        raise ValueError("tiles_per_program > 1 needs the autoregressive flush (flush=True, fold_new=True)")
     br = _block_rows(P, N, fmts, (SMALL_BATCH_FLUSH[0] if small_flush else FLUSH_BLOCK_R) if flush and block_r is None
                      else block_r)
     if small_flush and num_warps is None:
@@ -707,6 +869,27 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     C = C.contiguous()
     # the output-only T = 1 step overlaps its scores kernel where it can (overlap_scores_launch)
     pdl = T == 1 and not flush and not fused and overlap_scores_launch(x.device, overlap_scores)
+    if tiles > 1:  # the autoregressive flush, several tiles per program (no record kept, no scores)
+        nrb = triton.cdiv(P, br)
+        group_tiles = nrb * (H // G)  # a program's tiles lie in one group
+        if tiles_per_program is None:  # the rule's count, or its largest divisor of the group's tiles
+            tiles = max(d for d in range(1, tiles + 1) if group_tiles % d == 0)
+        elif group_tiles % tiles:
+            raise ValueError(f"tiles_per_program must divide the {group_tiles} (row block, head) tiles of a "
+                             f"group, got {tiles}")
+    if tiles > 1:
+        mamba2_flush_kernel[(nrb * H // tiles, Bsz)](
+            *update.kernel_args(), *read.kernel_args(),
+            records.u, records.b, records.a, records.u.stride(0), records.b.stride(0), records.a.stride(0),
+            slots32, start32, wlen32, as_i64(seq_ids, Bsz, dev), as_i64(events, Bsz, dev), sr_seed(seed, layer),
+            x, dt.contiguous(), A.contiguous(), B, C, _opt(D, A), _opt(dt_bias, A), _opt(z, x), y,
+            H, G, P, N, records.ring,
+            SPLIT=not shared, UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
+            HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
+            BR=br, BC=bc, BJ=bj, HW=x.is_cuda, FOLD_PREC=fold_precision, TILES=tiles,
+            num_warps=num_warps or _replay_warps(T, flush), **({"maxnreg": max_registers} if max_registers else {}),
+            enable_fp_fusion=False)  # a flush rounds state: no a*b+c fused into FMAs
+        return y
     if fused or fold_new:
         scores = records.a  # not read: every program computes its scores, or (fold_new) needs none
     else:
