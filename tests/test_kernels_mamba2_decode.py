@@ -481,8 +481,8 @@ def _grab_step_launches(monkeypatch, tiles: bool = False) -> list:
 
 
 def test_flush_register_cap_rule(monkeypatch):
-    """The autoregressive flush above the small-batch rule: with an fp32 update copy and an fp32 or E4M3
-    read copy, 4 tiles per program of 32 rows x 4 warps at 168 registers (the multi-tile flush kernel);
+    """The autoregressive flush above the small-batch rule: with an fp32 update copy and an fp32, E4M3 or
+    BF16 read copy, 8 tiles per program of 32 rows x 4 warps at 168 registers (the multi-tile flush kernel);
     otherwise one tile, capped (Triton's maxnreg): 32 rows x 4 warps at 128 registers when it stores
     only fp32, its usual shape at 128 otherwise; when it stores NVFP4, by its update format: fp16-SR
     144, FP8-SR 128, others 168. An explicit shape, cap or tile count wins, and other launches stay
@@ -490,9 +490,11 @@ def test_flush_register_cap_rule(monkeypatch):
     from precision_lab.kernels.decode_state import FMT_BF16, FMT_E4M3, FMT_FP16, FMT_FP32, FMT_NVFP4
     from precision_lab.kernels.mamba2 import decode as md
 
-    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, None) == (32, 4, 168, 4)
-    assert md._flush_launch(True, (FMT_FP32, FMT_E4M3), None, None, None) == (32, 4, 168, 4)
-    assert md._flush_launch(True, (FMT_FP32, FMT_BF16), None, None, None) == (None, None, 128, 1)
+    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, None) == (32, 4, 168, 8)
+    assert md._flush_launch(True, (FMT_FP32, FMT_E4M3), None, None, None) == (32, 4, 168, 8)
+    assert md._flush_launch(True, (FMT_FP32, FMT_BF16), None, None, None) == (32, 4, 168, 8)
+    # a one-token flush that keeps its token as a record (the speculative flush's T = 1) is not tiled
+    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, None, None, False) == (32, 4, 128, 1)
     assert md._flush_launch(True, (FMT_FP16, FMT_E4M3), None, None, None) == (None, None, 128, 1)
     assert md._flush_launch(True, (FMT_FP16, FMT_NVFP4), None, None, None) == (None, None, 144, 1)
     assert md._flush_launch(True, (FMT_E4M3, FMT_NVFP4), None, None, None) == (None, None, 128, 1)
@@ -504,7 +506,7 @@ def test_flush_register_cap_rule(monkeypatch):
     assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, None, 1) == (None, None, 0, 1)  # one tile
     assert md._flush_launch(False, (), None, None, None) == (None, None, 0, 1)                   # not a T = 1 flush
     # the wrapper hands the rule to the launch (large-batch rules forced on a small problem): the
-    # multi-tile kernel at 2 tiles, the largest divisor of this problem's 2 heads per group up to 4
+    # multi-tile kernel at 2 tiles, the largest divisor of this problem's 2 heads per group up to 8
     seen = _grab_step_launches(monkeypatch, tiles=True)
     monkeypatch.setattr(md, "SMALL_BATCH_HEAD_MATRICES", 0)
     s = _replay_setup("cpu", "fp32", "fp32", W=5, T=1, exact=False)
@@ -514,8 +516,10 @@ def test_flush_register_cap_rule(monkeypatch):
     mamba2_replay_step(*args, flush=True, fold_new=True, seq_ids=s["seq_ids"], fused_scores=True)
     mamba2_replay_step(*args, flush=True, fold_new=True, seq_ids=s["seq_ids"], fused_scores=True, max_registers=0)
     mamba2_replay_step(*args, seq_ids=s["seq_ids"], fused_scores=True)
+    mamba2_replay_step(*args, flush=True, seq_ids=s["seq_ids"], fused_scores=False)   # T = 1, token kept
     assert seen[0] == (32, 4, 168, 2)
     assert seen[1][2:] == (None, None) and seen[2][2:] == (None, None)
+    assert seen[3] == (32, 4, 128, None)
 
 
 def test_tiles_per_program_is_checked(device):

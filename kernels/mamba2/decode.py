@@ -41,7 +41,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from precision_lab.kernels.common.formats import C_FP32, C_NVFP4, FMT_E4M3, FMT_FP16
+from precision_lab.kernels.common.formats import C_FP32, C_NVFP4, FMT_BF16, FMT_E4M3, FMT_FP16
 from precision_lab.kernels.common.launch import (
     as_i64,
     check_fp4_decode,
@@ -657,21 +657,24 @@ FLUSH_FP32_SHAPE = (32, 4)
 FLUSH_MAX_REGISTERS = 128
 FLUSH_NVFP4_MAX_REGISTERS = 168
 FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE = {FMT_FP16: 144, FMT_E4M3: 128}
-# Above the small-batch rule, an autoregressive flush with an fp32 update copy and an fp32 or E4M3 read
-# copy (FLUSH_TILED_FORMATS; shared fp32 too) runs FLUSH_TILES (row block, head) tiles per program in
-# ``mamba2_flush_kernel``, the next tile's inputs in flight during the current tile's fold: 32 rows ×
-# 4 warps capped at FLUSH_TILED_MAX_REGISTERS. H200, batch 256, W = 15, two timings each (reports/
-# diagnostics/mamba2-flush-tiles.jsonl): fp32 shared 666-667 µs at 4 tiles and 168 registers (2 tiles
-# at 168: 721; 4 at 128 / 200 / uncapped: 858 / 769 / 765; 8 at 200: 723; 16-row tiles, cap 128: 4 ×
-# 2 warps 840, 8 × 2 warps 817, 4 × 4 warps 783); fp32/E4M3 809-813 (4 tiles at 200: 926-931);
-# fp32/BF16 at 4 tiles and 200 932-933, no better than one tile in the replay kernel (938 in the
-# thirteenth kernel run), so not tiled. One tile per program stays in the replay kernel: the loop
-# kernel at one tile measured 786 µs (fp32) and 1293 (fp32/NVFP4) where the replay kernel ran 707 and
-# 1179. A flush storing NVFP4 holds the whole head's [64, 128] tile, which prefetched spills 750-940
-# bytes per thread in an sm_90 compile (scripts/kernel_resources.py), so it is not tiled.
-FLUSH_TILES = 4
+# Above the small-batch rule, an autoregressive flush with an fp32 update copy and an fp32, E4M3 or BF16
+# read copy (FLUSH_TILED_FORMATS; shared fp32 too) runs FLUSH_TILES (row block, head) tiles per program
+# in ``mamba2_flush_kernel``, the next tile's inputs in flight during the current tile's fold: 32 rows
+# × 4 warps capped at FLUSH_TILED_MAX_REGISTERS. H200, batch 256, W = 15, two timings each at commit
+# 577b1a9 (reports/diagnostics/mamba2-flush-tiles.jsonl, run 2), against one tile per program in the
+# replay kernel at the previous rule (32 × 4, 128 registers): fp32 shared 633 µs at 8 tiles, 666 at 4,
+# 721-723 at 2, against 711-712 (4 tiles at 152 / 184 registers: 733-734 / 776); fp32/E4M3 808-810 at
+# 4 tiles against 856-858; fp32/BF16 836-837 at 4 tiles against 940-942; split fp32/fp32 898-900
+# against 902-903. In the first run (8bdbedc with the loop kernel also at one tile): 4 tiles uncapped
+# or at 128 / 200 registers 765 / 858 / 769; 16-row tiles at 128 registers, 4 × 2 warps 840, 8 × 2
+# warps 817, 4 × 4 warps 783. One tile per program stays in the replay kernel: the loop kernel at one
+# tile measured 786 µs (fp32) and 1293 (fp32/NVFP4) there, against 707 and 1179 for the replay kernel
+# in the thirteenth kernel run. A flush storing NVFP4 holds the whole head's [64, 128] tile, which
+# prefetched spills 750-940 bytes per thread in an sm_90 compile (scripts/kernel_resources.py), so it
+# is not tiled.
+FLUSH_TILES = 8
 FLUSH_TILED_MAX_REGISTERS = 168
-FLUSH_TILED_FORMATS = {(FMT_FP32, FMT_FP32), (FMT_FP32, FMT_E4M3)}
+FLUSH_TILED_FORMATS = {(FMT_FP32, FMT_FP32), (FMT_FP32, FMT_E4M3), (FMT_FP32, FMT_BF16)}
 # The T = 1 output-only step (whole head, 64 rows; two-launch form): 2 warps from an fp32 read copy,
 # 1 from a stored format. H200, batch 256 ("tune" rows of reports/bench/bench_kernels_round2c_quick.json):
 # fp32 275.5 µs at 2 warps, 303.3 at 1, 278.8 at 4; NVFP4 109.1 at 1 warp, 117.2 at 2, 153.1 at 4;
@@ -700,11 +703,12 @@ def _replay_warps(T: int, flush: bool, fused: bool = False, bj: int = 16, read_f
 
 def _flush_launch(autoregressive_flush: bool, stored: tuple[int, ...], block_r: int | None,
                   num_warps: int | None, max_registers: int | None,
-                  tiles_per_program: int | None = None) -> tuple[int | None, int | None, int, int]:
+                  tiles_per_program: int | None = None, fold_new: bool = True) -> tuple[int | None, int | None, int, int]:
     """(block_r, num_warps, max_registers, tiles per program) of a flush launch after the rules (the
     comments at FLUSH_MAX_REGISTERS and FLUSH_TILES): an autoregressive flush above the small-batch
     rule with no explicit shape, cap or tile count takes FLUSH_TILES tiles of FLUSH_FP32_SHAPE at
-    FLUSH_TILED_MAX_REGISTERS when its (update, read) formats ``stored`` are in FLUSH_TILED_FORMATS;
+    FLUSH_TILED_MAX_REGISTERS when its (update, read) formats ``stored`` are in FLUSH_TILED_FORMATS
+    and it folds its new token (``fold_new``: only that flush has the multi-tile kernel);
     otherwise one tile, FLUSH_FP32_SHAPE when it stores only fp32, and a cap of FLUSH_MAX_REGISTERS
     (when it stores NVFP4: FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE of its update format, ``stored[0]``, or
     FLUSH_NVFP4_MAX_REGISTERS). Every other launch keeps what it was given, one tile unless
@@ -712,7 +716,7 @@ def _flush_launch(autoregressive_flush: bool, stored: tuple[int, ...], block_r: 
     explicit = (max_registers, block_r, num_warps, tiles_per_program)
     if not autoregressive_flush or any(v is not None for v in explicit):
         return block_r, num_warps, max_registers or 0, tiles_per_program or 1
-    if tuple(stored) in FLUSH_TILED_FORMATS:
+    if fold_new and tuple(stored) in FLUSH_TILED_FORMATS:
         return (*FLUSH_FP32_SHAPE, FLUSH_TILED_MAX_REGISTERS, FLUSH_TILES)
     if FMT_NVFP4 in stored:
         return None, None, FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE.get(stored[0], FLUSH_NVFP4_MAX_REGISTERS), 1
@@ -814,7 +818,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     tiles_per_program: (row block, head) tiles each program of an autoregressive flush folds, the next
     tile's inputs loaded during the current tile's fold (``mamba2_flush_kernel``; must divide a group's
     row blocks × heads); None = the rule (``_flush_launch``: FLUSH_TILES for an fp32 update copy with an
-    fp32 or E4M3 read copy above the small-batch rule, else 1). Same codes and outputs bit for bit.
+    fp32, E4M3 or BF16 read copy above the small-batch rule, else 1). Same codes and outputs bit for bit.
     fp4_decode: how the T = 1 non-flush step multiplies an NVFP4 read copy with C: "fp16" (E2M1
     values as fp16 bit patterns converted to fp32, fp32 products), "ptx" (the inline-PTX E4M3
     conversion instead; GPU only, the interpreter runs "fp16") or "mma" (one tensor-core product
@@ -846,7 +850,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     fmts = (update.code, read.code) if flush else ()
     small_flush = flush and Bsz * H <= SMALL_BATCH_HEAD_MATRICES and block_r is None and FMT_NVFP4 not in fmts
     block_r, num_warps, max_registers, tiles = _flush_launch(flush and T == 1 and not small_flush, fmts, block_r,
-                                                             num_warps, max_registers, tiles_per_program)
+                                                             num_warps, max_registers, tiles_per_program, fold_new)
     if tiles_per_program is not None and tiles_per_program < 1:
         raise ValueError(f"tiles_per_program must be at least 1, got {tiles_per_program}")
     if tiles > 1 and not fold_new:

@@ -80,8 +80,9 @@ TUNE_SPACE = {
         # 64-row blocks (fewer programs, more of the state in flight each) were tried against the
         # latency-bound flush and measured slower: 1179 µs at 4 warps, 1748 at 8, against 1001 at
         # 32 x 4 (batch 256, bench_kernels_round2d_quick.json)
-        # the wrapper's register-capped rule ({}) against the uncapped 32 x 4 it replaced (max_registers=0);
-        # the other shapes were measured in reports/diagnostics/flush-register-cap.jsonl
+        # the wrapper's rule ({}: for the fp32 flush 8 tiles per program at 168 registers) against one
+        # tile per program, 32 x 4 uncapped (max_registers=0); the other shapes were measured in
+        # reports/diagnostics/flush-register-cap.jsonl and mamba2-flush-tiles.jsonl
         "flush": dict(max_registers=[None, 0], fold_precision=["tf32x3"]),
         "nonflush": dict(block_r=[None], num_warps=[1, 2, 4], fp4_decode=["fp16", "ptx", "mma"]),
         "verify": dict(block_r=[64], num_warps=[4]),   # 8 warps faulted (docs/pitfalls.md §14)
