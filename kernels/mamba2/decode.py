@@ -18,6 +18,9 @@ holding everything before lo, the output of the token at position p is the outpu
   new token is folded too, as record W of the same product, and y = S C comes from that fp32 result; otherwise (speculative flush) the
   T drafts are verified against S_b = the fp32 S with lo = W. Then round_H(S) is stored as the
   update checkpoint and round_F(S) as the read copy (split mode), both from the same fp32 S.
+* at large batch the autoregressive flush of an fp32 update copy runs in ``mamba2_flush_kernel``,
+  several (row block, head) tiles per program with each tile's inputs loaded during the previous
+  tile's fold (``tiles_per_program``; same fold and stores, ``_fold_window`` / ``_store_flushed``).
 * commit is pointer arithmetic on (start, W), done by the caller (``precision_lab.engines.triton_decode.advance``):
   rejected records are overwritten.
 
