@@ -287,6 +287,18 @@ CLAIMS: list[tuple[str, str, object]] = [
      "reports/bench/bench_kernels_round2p_mamba2_quick.json",
      lambda d: (target(d, "mamba2", "replay_vs_conventional")["value"],
                 target(d, "mamba2", "split_fp8e4m3-sr_nvfp4_vs_conventional")["value"])),
+    ("program, each tile's inputs loaded while the previous tile folds: the `shared:fp32` flush {:.1f} µs "
+     "from {:.1f}, ReplaySSM `shared:fp32` {:.2f}× its fla peer (target 2.0×: met) and {:.4f}× its "
+     "conventional step, short of 1.80× by {:.2f} %",
+     "reports/bench/bench_kernels_round2q_mamba2_quick.json",
+     lambda d: (*now_and_before(d, "reports/bench/bench_kernels_round2o_quick.json", "mamba2", "L", "16", "flush_us"),
+                target(d, "mamba2", "replay_vs_fla")["value"], target(d, "mamba2", "replay_vs_conventional")["value"],
+                100 * (1 - target(d, "mamba2", "replay_vs_conventional")["value"] / 1.8))),
+    ("on a machine whose copy ceiling read {:.1f} % lower than the thirteenth run's",
+     "reports/bench/bench_kernels_round2q_mamba2_quick.json",
+     lambda d: (100 * (1 - d["ceiling"]["GBps"] / load("reports/bench/bench_kernels_round2o_quick.json")["ceiling"]["GBps"]),)),
+    ("(the output-only step, at the copy ceiling, read {:.1f} µs", "reports/bench/bench_kernels_round2q_mamba2_quick.json",
+     lambda d: (summ(d, "mamba2")["L"]["16"]["nonflush_us"],)),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))
