@@ -193,23 +193,27 @@ def mamba2_replay_scores_kernel(
 
 
 @triton.jit
-def _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC: tl.constexpr, FOLD_BY_HAND: tl.constexpr,
-                 FOLD_FMA: tl.constexpr):
-    """The closed-form fold of a window's records into the state tile b_s [BR, BC]:
-    S = e^{c_W} S + Σ_j e^{c_W - c_j} u_j B_jᵀ over the positions ``m_win`` (h_a [BJ] log decays,
-    h_u [BJ, BR], h_b [BJ, BC]; c: cumulative log decay). One matrix product (FOLD_PREC "ieee" = fp32
-    FMAs, "tf32x3" = tensor cores with the 3-pass split, fp32-level accuracy; FOLD_BY_HAND: the split
-    of ``products.py``). W rank-1 FMA updates of the tile, record loads software-pipelined, measured
-    1.5× slower on the H200 (1543 µs against 1027; bench README).
+def _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC: tl.constexpr, HW: tl.constexpr, SPLIT: tl.constexpr,
+                 UFMT: tl.constexpr, RFMT: tl.constexpr):
+    """The closed-form fold of a window's records into the state tile b_s [BR, BC] of a flush that
+    stores UFMT (and RFMT in SPLIT mode): S = e^{c_W} S + Σ_j e^{c_W - c_j} u_j B_jᵀ over the
+    positions ``m_win`` (h_a [BJ] log decays, h_u [BJ, BR], h_b [BJ, BC]; c: cumulative log decay).
+    One matrix product (FOLD_PREC "ieee" = fp32 FMAs, "tf32x3" = tensor cores with the 3-pass split,
+    fp32-level accuracy), its TF32 split done by hand on the GPU (common/products.py: the same bits in
+    fewer instructions) except where only fp32 is stored, whose 128-register launch measured slower
+    with it. W rank-1 FMA updates of the tile, record loads software-pipelined, measured 1.5× slower
+    on the H200 (1543 µs against 1027; bench README).
     Written e^{c_W}·S + product, the compiler accumulates the product onto the decayed state tile
-    inside the tensor-core product (the tile goes to the product's layout and back); FOLD_FMA instead
-    adds the finished product with one FMA, the tile staying in its load layout. H200, batch 256,
-    both forms in one device call each (reports/diagnostics/mamba2-fold-fma.jsonl): FOLD_FMA won for
-    a flush with an SR update copy that stores NVFP4 (fp16-SR/NVFP4 1555-1567 µs against 1588-1608,
+    inside the tensor-core product (the tile goes to the product's layout and back); a flush with an
+    SR update copy that stores NVFP4 instead adds the finished product with one FMA (FOLD_FMA), the
+    tile staying in its load layout. H200, batch 256, both forms in one device call each
+    (reports/diagnostics/mamba2-fold-fma.jsonl): FOLD_FMA won there (fp16-SR/NVFP4 1555-1567 µs against 1588-1608,
     FP8-SR/NVFP4 1840-1852 against 1854-1862, the speculative fp16-SR/NVFP4 flush (T = 8) 2203-2218
     against 2234-2240, NVFP4-SR shared the same, 1346-1357 / 1348-1358) and lost elsewhere
     (fp32/NVFP4 1483-1488 against 1468-1477, fp32 862 against 793, fp32/FP8 1073-1076 against
     1040-1047, speculative fp32 T = 8 1660-1665 against 1539-1547)."""
+    FOLD_BY_HAND: tl.constexpr = HW and (UFMT != C_FP32 or (SPLIT and RFMT != C_FP32))
+    FOLD_FMA: tl.constexpr = UFMT != C_FP32 and (UFMT == C_NVFP4 or (SPLIT and RFMT == C_NVFP4))
     tot = tl.sum(h_a, 0)
     w = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
     fold = dot_f32(tl.trans(w[:, None] * h_u), h_b, FOLD_PREC, FOLD_BY_HAND)
@@ -349,11 +353,7 @@ def mamba2_replay_step_kernel(
             h_u = tl.where(at[:, None], n_u[None, :], h_u)
             h_b = tl.where(at[:, None], n_b[None, :], h_b)
             m_win = m_win | (at & slot_ok)
-        # the split of the fold's TF32 parts by hand (common/products.py: the same bits in fewer
-        # instructions) except where only fp32 is stored, whose 128-register launch measured slower with it
-        FOLD_BY_HAND: tl.constexpr = HW and (UFMT != C_FP32 or (SPLIT and RFMT != C_FP32))
-        FOLD_FMA: tl.constexpr = UFMT != C_FP32 and (UFMT == C_NVFP4 or (SPLIT and RFMT == C_NVFP4))
-        b_s = _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC, FOLD_BY_HAND, FOLD_FMA)
+        b_s = _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC, HW, SPLIT, UFMT, RFMT)
         if T == 1:  # the output's S C, taken before the stores so that b_s is not needed after them
             b_c = tl.load(C_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
             s_c = tl.sum(b_s * b_c[None, :], 1)
@@ -577,8 +577,6 @@ def mamba2_flush_kernel(
     b_c = tl.load(C_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
     seq = tl.load(seq_ptr + i_b)
     ev = tl.load(ev_ptr + i_b)
-    FOLD_BY_HAND: tl.constexpr = HW and (UFMT != C_FP32 or (SPLIT and RFMT != C_FP32))
-    FOLD_FMA: tl.constexpr = UFMT != C_FP32 and (UFMT == C_NVFP4 or (SPLIT and RFMT == C_NVFP4))
     nxt = _flush_tile_inputs(u_d, u_sc, u_gs, su_d, su_sc, su_gs, ru_ptr, ra_ptr, s_ru, s_ra, x_ptr, dt_ptr, A_ptr,
                              dtb_ptr, slot, start, W, i_b, t0, True, H, R, C, RING, UFMT, HAS_DTB, BR, BC, BJ, HW)
     for k in range(TILES):
@@ -596,7 +594,7 @@ def mamba2_flush_kernel(
         n_a = A * dt
         h_a = tl.where(at, n_a, h_a)
         h_u = tl.where(at[:, None], n_u[None, :], h_u)
-        b_s = _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC, FOLD_BY_HAND, FOLD_FMA)
+        b_s = _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC, HW, SPLIT, UFMT, RFMT)
         b_y = tl.sum(b_s * b_c[None, :], 1)  # S C of the folded S, before the stores
         _store_flushed(b_s, u_d, u_sc, u_gs, su_d, su_sc, su_gs, r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,
                        tl.maximum(slot, 0), i_h, rows, m_r, R, C, seed, seq, ev, SPLIT, UFMT, USR, RFMT, RSR, BR, BC)
