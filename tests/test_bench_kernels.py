@@ -242,15 +242,15 @@ def test_format_flush_rows_take_the_wrappers_rule_not_the_fp32_flush_shape(tmp_p
 
 def test_large_batch_launch_rules_switch_the_small_batch_rule_off_and_back():
     """The correctness streams run at batch 2 under Mamba-2's large-batch launch rules (the
-    register-capped flush the batch-256 rows time): the rule is off inside, restored after, even on
-    an error, and untouched when not asked for."""
+    multi-tile, register-capped flush the batch-256 rows time): the rule is off inside, restored
+    after, even on an error, and untouched when not asked for."""
     from precision_lab.kernels.mamba2 import decode as md
 
     keep = md.SMALL_BATCH_HEAD_MATRICES
     assert keep > 0
     with bench_kernels.large_batch_launch_rules():
         assert md.SMALL_BATCH_HEAD_MATRICES == 0
-        assert md._flush_launch(2 * 128 > md.SMALL_BATCH_HEAD_MATRICES, (0, 0), None, None, None) == (32, 4, 128)
+        assert md._flush_launch(2 * 128 > md.SMALL_BATCH_HEAD_MATRICES, (0, 0), None, None, None) == (32, 4, 168, 8)
     assert md.SMALL_BATCH_HEAD_MATRICES == keep
     with bench_kernels.large_batch_launch_rules(False):
         assert md.SMALL_BATCH_HEAD_MATRICES == keep
