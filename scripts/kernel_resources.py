@@ -220,8 +220,9 @@ def flush_configs(policies=FLUSH_POLICIES, B=2, L=16, flush_kw=None):
     ints = [torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.zeros(B, dtype=torch.int32)]
     pairs = [p.split("/") for p in policies]
     H, G, P, N = 128, 8, 64, 128
-    saved = _patched(m2, [("mamba2_flush_kernel", "mamba2 flush"), ("mamba2_conventional_step_kernel", "mamba2 conv")],
-                     skip=["mamba2_replay_scores_kernel", "mamba2_replay_step_kernel"])
+    # (one tile per program runs in the replay step kernel, several in the multi-tile flush kernel)
+    saved = _patched(m2, [("mamba2_replay_step_kernel", "mamba2 flush"), ("mamba2_flush_kernel", "mamba2 flush"),
+                          ("mamba2_conventional_step_kernel", "mamba2 conv")], skip=["mamba2_replay_scores_kernel"])
     try:
         for upd, read in pairs:
             print(f"# mamba2 split:{upd}/{read}")

@@ -672,7 +672,8 @@ FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE = {FMT_FP16: 144, FMT_E4M3: 128}
 # tile measured 786 µs (fp32) and 1293 (fp32/NVFP4) there, against 707 and 1179 for the replay kernel
 # in the thirteenth kernel run. A flush storing NVFP4 holds the whole head's [64, 128] tile, which
 # prefetched spills 750-940 bytes per thread in an sm_90 compile (scripts/kernel_resources.py), so it
-# is not tiled.
+# is not tiled. (The tiled flushes themselves keep a small spill stack at 168 registers in that compile:
+# 56 bytes per thread for fp32, 104 for fp32/E4M3; uncapped, 208 registers and none, measured slower.)
 FLUSH_TILES = 8
 FLUSH_TILED_MAX_REGISTERS = 168
 FLUSH_TILED_FORMATS = {(FMT_FP32, FMT_FP32), (FMT_FP32, FMT_E4M3), (FMT_FP32, FMT_BF16)}
