@@ -875,15 +875,15 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     C = C.contiguous()
     # the output-only T = 1 step overlaps its scores kernel where it can (overlap_scores_launch)
     pdl = T == 1 and not flush and not fused and overlap_scores_launch(x.device, overlap_scores)
-    if tiles > 1:  # the autoregressive flush, several tiles per program (no record kept, no scores)
-        nrb = triton.cdiv(P, br)
-        group_tiles = nrb * (H // G)  # a program's tiles lie in one group
+    nrb = triton.cdiv(P, br)
+    if tiles > 1:  # a program's tiles lie in one group: the count must divide the group's tiles
+        group_tiles = nrb * (H // G)
         if tiles_per_program is None:  # the rule's count, or its largest divisor of the group's tiles
             tiles = max(d for d in range(1, tiles + 1) if group_tiles % d == 0)
         elif group_tiles % tiles:
             raise ValueError(f"tiles_per_program must divide the {group_tiles} (row block, head) tiles of a "
                              f"group, got {tiles}")
-    if tiles > 1:
+    if tiles > 1:  # the autoregressive flush, several tiles per program (no record kept, no scores)
         mamba2_flush_kernel[(nrb * H // tiles, Bsz)](
             *update.kernel_args(), *read.kernel_args(),
             records.u, records.b, records.a, records.u.stride(0), records.b.stride(0), records.a.stride(0),
@@ -903,7 +903,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         mamba2_replay_scores_kernel[(G, Bsz)](
             records.b, records.b.stride(0), slots32, start32, wlen32, B, C, scores, G, N, records.ring,
             T=T, FLUSH=flush, BC=bc, BJ=bj, PDL=pdl, num_warps=4)
-    grid = (triton.cdiv(P, br), H, Bsz)
+    grid = (nrb, H, Bsz)
     mamba2_replay_step_kernel[grid](
         *update.kernel_args(), *read.kernel_args(),
         records.u, records.b, records.a, records.u.stride(0), records.b.stride(0), records.a.stride(0),
