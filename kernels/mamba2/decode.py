@@ -44,7 +44,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from precision_lab.kernels.common.formats import C_FP32, C_NVFP4, FMT_BF16, FMT_E4M3, FMT_FP16
+from precision_lab.kernels.common.formats import C_BF16, C_E4M3, C_FP32, C_NVFP4, FMT_BF16, FMT_E4M3, FMT_FP16
 from precision_lab.kernels.common.launch import (
     as_i64,
     check_fp4_decode,
@@ -194,7 +194,7 @@ def mamba2_replay_scores_kernel(
 
 @triton.jit
 def _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC: tl.constexpr, HW: tl.constexpr, SPLIT: tl.constexpr,
-                 UFMT: tl.constexpr, RFMT: tl.constexpr):
+                 UFMT: tl.constexpr, RFMT: tl.constexpr, FOLD_NEW: tl.constexpr):
     """The closed-form fold of a window's records into the state tile b_s [BR, BC] of a flush that
     stores UFMT (and RFMT in SPLIT mode): S = e^{c_W} S + Σ_j e^{c_W - c_j} u_j B_jᵀ over the
     positions ``m_win`` (h_a [BJ] log decays, h_u [BJ, BR], h_b [BJ, BC]; c: cumulative log decay).
@@ -211,9 +211,17 @@ def _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC: tl.constexpr, HW: tl.cons
     FP8-SR/NVFP4 1840-1852 against 1854-1862, the speculative fp16-SR/NVFP4 flush (T = 8) 2203-2218
     against 2234-2240, NVFP4-SR shared the same, 1346-1357 / 1348-1358) and lost elsewhere
     (fp32/NVFP4 1483-1488 against 1468-1477, fp32 862 against 793, fp32/FP8 1073-1076 against
-    1040-1047, speculative fp32 T = 8 1660-1665 against 1539-1547)."""
+    1040-1047, speculative fp32 T = 8 1660-1665 against 1539-1547). Those losses were one tile per
+    program; in the multi-tile kernel (``mamba2_flush_kernel``, 8 tiles at 168 registers) FOLD_FMA
+    wins for every format it runs: fp32 614-615 µs against 632-634, fp32/E4M3 737-747 against
+    792-793, fp32/BF16 761 against 819-820, split fp32/fp32 889 against 891 (reports/diagnostics/
+    mamba2-flush-tiles.jsonl, run 5). So an autoregressive flush (FOLD_NEW) of those formats takes
+    it in both kernels (``TILED``): one tile per program and several stay equal bit for bit."""
     FOLD_BY_HAND: tl.constexpr = HW and (UFMT != C_FP32 or (SPLIT and RFMT != C_FP32))
-    FOLD_FMA: tl.constexpr = UFMT != C_FP32 and (UFMT == C_NVFP4 or (SPLIT and RFMT == C_NVFP4))
+    # the autoregressive flushes of FLUSH_TILED_FORMATS (an fp32 update copy, shared or with an fp32,
+    # E4M3 or BF16 read copy)
+    TILED: tl.constexpr = FOLD_NEW and UFMT == C_FP32 and (RFMT == C_FP32 or RFMT == C_E4M3 or RFMT == C_BF16)
+    FOLD_FMA: tl.constexpr = TILED or (UFMT != C_FP32 and (UFMT == C_NVFP4 or (SPLIT and RFMT == C_NVFP4)))
     tot = tl.sum(h_a, 0)
     w = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
     fold = dot_f32(tl.trans(w[:, None] * h_u), h_b, FOLD_PREC, FOLD_BY_HAND)
@@ -353,7 +361,7 @@ def mamba2_replay_step_kernel(
             h_u = tl.where(at[:, None], n_u[None, :], h_u)
             h_b = tl.where(at[:, None], n_b[None, :], h_b)
             m_win = m_win | (at & slot_ok)
-        b_s = _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC, HW, SPLIT, UFMT, RFMT)
+        b_s = _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC, HW, SPLIT, UFMT, RFMT, FOLD_NEW)
         if T == 1:  # the output's S C, taken before the stores so that b_s is not needed after them
             b_c = tl.load(C_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
             s_c = tl.sum(b_s * b_c[None, :], 1)
@@ -594,7 +602,7 @@ def mamba2_flush_kernel(
         n_a = A * dt
         h_a = tl.where(at, n_a, h_a)
         h_u = tl.where(at[:, None], n_u[None, :], h_u)
-        b_s = _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC, HW, SPLIT, UFMT, RFMT)
+        b_s = _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC, HW, SPLIT, UFMT, RFMT, True)
         b_y = tl.sum(b_s * b_c[None, :], 1)  # S C of the folded S, before the stores
         _store_flushed(b_s, u_d, u_sc, u_gs, su_d, su_sc, su_gs, r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,
                        tl.maximum(slot, 0), i_h, rows, m_r, R, C, seed, seq, ev, SPLIT, UFMT, USR, RFMT, RSR, BR, BC)
@@ -674,6 +682,8 @@ FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE = {FMT_FP16: 144, FMT_E4M3: 128}
 # prefetched spills 750-940 bytes per thread in an sm_90 compile (scripts/kernel_resources.py), so it
 # is not tiled. (The tiled flushes themselves keep a small spill stack at 168 registers in that compile:
 # 56 bytes per thread for fp32, 104 for fp32/E4M3; uncapped, 208 registers and none, measured slower.)
+# Run 5 of that file, with the fold added by one FMA (``_fold_window``, FOLD_FMA): 8 tiles 614-615 µs,
+# 16 tiles 619-620 (runs 4-5 without it: 16 tiles 624-632 against 633-635 at 8, 32 tiles 644).
 FLUSH_TILES = 8
 FLUSH_TILED_MAX_REGISTERS = 168
 FLUSH_TILED_FORMATS = {(FMT_FP32, FMT_FP32), (FMT_FP32, FMT_E4M3), (FMT_FP32, FMT_BF16)}
