@@ -561,6 +561,42 @@ def test_small_batch_flush_launch(monkeypatch):
     assert seen[3] == (16, 2, None)
 
 
+def test_small_batch_tiled_flush_rule(monkeypatch):
+    """Inside the small-batch rule, from SMALL_BATCH_TILED_MIN_HEAD_MATRICES on, the autoregressive flush of
+    an fp32 update copy with an fp32 / E4M3 / BF16 read copy (or shared) runs SMALL_BATCH_FLUSH_TILES tiles
+    per program at the tiled cap; below it, for other formats, for the speculative flush and with an
+    explicit keyword it keeps one tile, uncapped."""
+    from precision_lab.kernels.decode_state import FMT_BF16, FMT_E4M3, FMT_FP16, FMT_FP32, FMT_NVFP4
+    from precision_lab.kernels.mamba2 import decode as md
+
+    lo = md.SMALL_BATCH_TILED_MIN_HEAD_MATRICES
+    assert 0 < lo <= md.SMALL_BATCH_HEAD_MATRICES and md.SMALL_BATCH_FLUSH_TILES == 4
+    none = (None, None, None)
+    for fmts in ((FMT_FP32, FMT_FP32), (FMT_FP32, FMT_E4M3), (FMT_FP32, FMT_BF16)):
+        assert md._small_batch_tiled(lo, fmts, True, none)
+        assert not md._small_batch_tiled(lo - 1, fmts, True, none)
+        assert not md._small_batch_tiled(lo, fmts, False, none)            # the speculative flush
+        for i in range(3):                                                 # an explicit keyword wins
+            assert not md._small_batch_tiled(lo, fmts, True, tuple(2 if j == i else None for j in range(3)))
+    for fmts in ((FMT_FP16, FMT_E4M3), (FMT_FP32, FMT_NVFP4), (FMT_FP32, FMT_FP16)):
+        assert not md._small_batch_tiled(lo, fmts, True, none)
+
+    # through the wrapper (3 batch entries x H heads, the threshold at and just above that): a 32-row
+    # block holds a whole head of P = 12 rows, so a group has H / G = 2 tiles and the rule's 4 falls back
+    # to its largest divisor
+    seen = _grab_step_launches(monkeypatch, tiles=True)
+    for batch_heads in (3 * H, 3 * H + 1):
+        monkeypatch.setattr(md, "SMALL_BATCH_TILED_MIN_HEAD_MATRICES", batch_heads)
+        s = _replay_setup("cpu", "fp32", "fp32", W=5, T=1, exact=False)
+        n = s["new"]
+        assert n["x"].shape[0] * n["x"].shape[2] == 3 * H
+        mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
+                           n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=True, fold_new=True,
+                           seq_ids=s["seq_ids"], fused_scores=True)
+    assert seen[0] == (32, 4, md.FLUSH_TILED_MAX_REGISTERS, H // G)
+    assert seen[1] == (32, 4, None, None)
+
+
 @pytest.mark.parametrize("upd_fmt,read_fmt,block_r,num_warps", [
     ("fp32", "fp32", 32, 4), ("fp16-sr", "fp8e4m3", 32, 4), ("fp16-sr", "nvfp4", None, 4),
     ("fp8e4m3-sr", "nvfp4", None, 4)])

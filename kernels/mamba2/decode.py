@@ -646,6 +646,19 @@ FLUSH_BLOCK_R = 32
 SMALL_BATCH_HEAD_MATRICES = 2048
 SMALL_BATCH_CONVENTIONAL = (4, 1)
 SMALL_BATCH_FLUSH = (32, 4)
+# Inside the small-batch rule, from SMALL_BATCH_TILED_MIN_HEAD_MATRICES (batch 4 of 128 heads) on, the
+# autoregressive flush of FLUSH_TILED_FORMATS runs SMALL_BATCH_FLUSH_TILES tiles per program of that
+# shape in the multi-tile kernel at FLUSH_TILED_MAX_REGISTERS. Those flushes add their fold product
+# by one FMA in both kernels (``_fold_window``), which one tile per program, uncapped, ran slower at
+# these batches than the fold accumulated inside the product did. H200, two timings each
+# (reports/diagnostics/mamba2-flush-tiles.jsonl, run 6), fp32 flush at batch 1 / 4 / 16:
+# one tile 7.3-7.4 / 20.2-20.5 / 69.6-69.8 µs (at 128 registers 7.4-7.5 / 17.5-17.7 / 58.4-58.9);
+# 2 tiles 8.1-8.2 / 18.5-18.6 / 51.4-51.9; 4 tiles 11.4-11.5 / 15.6 / 50.0-50.2; 8 tiles 18.5 / 19.4-19.6
+# / 54.5-54.9; the fold inside the product, one tile (the previous rule) 7.1-7.2 / 16.1-16.3 / 50.1-50.7.
+# Batch 1 keeps one tile (its 256 programs do not fill the GPU even before tiling); batch 2 was not
+# measured and keeps one tile too.
+SMALL_BATCH_TILED_MIN_HEAD_MATRICES = 512
+SMALL_BATCH_FLUSH_TILES = 4
 # The autoregressive flush (T = 1) at the default shapes above the small-batch rule runs with a
 # register cap (Triton's ``maxnreg``). Uncapped it held 158 registers at 32 rows × 4 warps (sm_90),
 # 3 programs per SM, and waited with no eligible warp 60 % of cycles (Nsight Compute, reports/
@@ -735,6 +748,15 @@ def _flush_launch(autoregressive_flush: bool, stored: tuple[int, ...], block_r: 
     if all(f == FMT_FP32 for f in stored):
         return (*FLUSH_FP32_SHAPE, FLUSH_MAX_REGISTERS, 1)
     return None, None, FLUSH_MAX_REGISTERS, 1
+
+
+def _small_batch_tiled(head_matrices: int, stored: tuple[int, ...], fold_new: bool, explicit: tuple) -> bool:
+    """Whether a flush inside the small-batch rule (``head_matrices``: batch × heads, at most
+    SMALL_BATCH_HEAD_MATRICES) runs SMALL_BATCH_FLUSH_TILES tiles per program: an autoregressive flush
+    (``fold_new``) of FLUSH_TILED_FORMATS from SMALL_BATCH_TILED_MIN_HEAD_MATRICES on, when none of the
+    ``explicit`` launch keywords (num_warps, max_registers, tiles_per_program) was given."""
+    return (fold_new and tuple(stored) in FLUSH_TILED_FORMATS and head_matrices >= SMALL_BATCH_TILED_MIN_HEAD_MATRICES
+            and all(v is None for v in explicit))
 
 
 def _conventional_launch(P: int, C: int, code: int, block_r: int | None, num_warps: int | None,
@@ -830,7 +852,8 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     tiles_per_program: (row block, head) tiles each program of an autoregressive flush folds, the next
     tile's inputs loaded during the current tile's fold (``mamba2_flush_kernel``; must divide a group's
     row blocks × heads); None = the rule (``_flush_launch``: FLUSH_TILES for an fp32 update copy with an
-    fp32, E4M3 or BF16 read copy above the small-batch rule, else 1). Same codes and outputs bit for bit.
+    fp32, E4M3 or BF16 read copy above the small-batch rule, SMALL_BATCH_FLUSH_TILES inside it from
+    SMALL_BATCH_TILED_MIN_HEAD_MATRICES on, else 1). Same codes and outputs bit for bit.
     fp4_decode: how the T = 1 non-flush step multiplies an NVFP4 read copy with C: "fp16" (E2M1
     values as fp16 bit patterns converted to fp32, fp32 products), "ptx" (the inline-PTX E4M3
     conversion instead; GPU only, the interpreter runs "fp16") or "mma" (one tensor-core product
@@ -861,8 +884,12 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     fmts = (update.code, read.code) if flush else ()
     small_flush = flush and Bsz * H <= SMALL_BATCH_HEAD_MATRICES and block_r is None and FMT_NVFP4 not in fmts
+    small_tiled = small_flush and _small_batch_tiled(Bsz * H, fmts, fold_new, (num_warps, max_registers,
+                                                                               tiles_per_program))
     block_r, num_warps, max_registers, tiles = _flush_launch(flush and T == 1 and not small_flush, fmts, block_r,
                                                              num_warps, max_registers, tiles_per_program, fold_new)
+    if small_tiled:
+        max_registers, tiles = FLUSH_TILED_MAX_REGISTERS, SMALL_BATCH_FLUSH_TILES
     if tiles_per_program is not None and tiles_per_program < 1:
         raise ValueError(f"tiles_per_program must be at least 1, got {tiles_per_program}")
     if tiles > 1 and not fold_new:
