@@ -299,6 +299,19 @@ CLAIMS: list[tuple[str, str, object]] = [
      lambda d: (100 * (1 - d["ceiling"]["GBps"] / load("reports/bench/bench_kernels_round2o_quick.json")["ceiling"]["GBps"]),)),
     ("(the output-only step, at the copy ceiling, read {:.1f} µs", "reports/bench/bench_kernels_round2q_mamba2_quick.json",
      lambda d: (summ(d, "mamba2")["L"]["16"]["nonflush_us"],)),
+    ("the `shared:fp32` flush {:.1f} µs from {:.1f}, the fp32/E4M3 and fp32/BF16 flushes {:.1f} and {:.1f} µs "
+     "from {:.1f} and {:.1f}", "reports/bench/bench_kernels_round2r_mamba2_quick.json",
+     lambda d: (*now_and_before(d, "reports/bench/bench_kernels_round2q_mamba2_quick.json", "mamba2", "L", "16", "flush_us"),
+                summ(d, "mamba2")["read"]["fp8e4m3"]["flush_us"], summ(d, "mamba2")["read"]["bf16"]["flush_us"],
+                summ(load("reports/bench/bench_kernels_round2q_mamba2_quick.json"), "mamba2")["read"]["fp8e4m3"]["flush_us"],
+                summ(load("reports/bench/bench_kernels_round2q_mamba2_quick.json"), "mamba2")["read"]["bf16"]["flush_us"])),
+    ("ReplaySSM `shared:fp32` {:.4f}× its conventional step (target 1.80×: met, by {:.2f} %) and {:.2f}× its fla peer",
+     "reports/bench/bench_kernels_round2r_mamba2_quick.json",
+     lambda d: (target(d, "mamba2", "replay_vs_conventional")["value"],
+                100 * (target(d, "mamba2", "replay_vs_conventional")["value"] / 1.8 - 1),
+                target(d, "mamba2", "replay_vs_fla")["value"])),
+    ("flushes (batch 16: {:.1f} µs from {:.1f})", "reports/bench/bench_kernels_round2r_mamba2_quick.json",
+     lambda d: now_and_before(d, "reports/bench/bench_kernels_round2q_mamba2_quick.json", "mamba2", "batch", "16", "flush_us")),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))

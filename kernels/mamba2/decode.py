@@ -213,7 +213,7 @@ def _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC: tl.constexpr, HW: tl.cons
     (fp32/NVFP4 1483-1488 against 1468-1477, fp32 862 against 793, fp32/FP8 1073-1076 against
     1040-1047, speculative fp32 T = 8 1660-1665 against 1539-1547). Those losses were one tile per
     program; in the multi-tile kernel (``mamba2_flush_kernel``, 8 tiles at 168 registers) FOLD_FMA
-    wins for every format it runs: fp32 614-615 µs against 632-634, fp32/E4M3 737-747 against
+    wins for every format it runs: fp32 614-615 µs against 633-634, fp32/E4M3 737-747 against
     792-793, fp32/BF16 761 against 819-820, split fp32/fp32 889 against 891 (reports/diagnostics/
     mamba2-flush-tiles.jsonl, run 5). So an autoregressive flush (FOLD_NEW) of those formats takes
     it in both kernels (``TILED``): one tile per program and several stay equal bit for bit."""
