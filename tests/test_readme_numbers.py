@@ -312,6 +312,15 @@ CLAIMS: list[tuple[str, str, object]] = [
                 target(d, "mamba2", "replay_vs_fla")["value"])),
     ("flushes (batch 16: {:.1f} µs from {:.1f})", "reports/bench/bench_kernels_round2r_mamba2_quick.json",
      lambda d: now_and_before(d, "reports/bench/bench_kernels_round2q_mamba2_quick.json", "mamba2", "batch", "16", "flush_us")),
+    ("the batch-4 and batch-16 flushes {:.1f} and {:.1f} µs, the `shared:fp32` flush at batch 256 {:.1f} µs, "
+     "ReplaySSM `shared:fp32` {:.4f}× its conventional step and {:.2f}× its fla peer, `split:fp16-sr/nvfp4` and "
+     "`split:fp8e4m3-sr/nvfp4` per token {:.2f}× and {:.2f}× the fp32 conventional step",
+     "reports/bench/bench_kernels_round2s_mamba2_quick.json",
+     lambda d: (summ(d, "mamba2")["launch_forms"]["4"]["flush_one_launch_us"], summ(d, "mamba2")["batch"]["16"]["flush_us"],
+                summ(d, "mamba2")["L"]["16"]["flush_us"], target(d, "mamba2", "replay_vs_conventional")["value"],
+                target(d, "mamba2", "replay_vs_fla")["value"],
+                target(d, "mamba2", "split_fp16-sr_nvfp4_vs_conventional")["value"],
+                target(d, "mamba2", "split_fp8e4m3-sr_nvfp4_vs_conventional")["value"])),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))
