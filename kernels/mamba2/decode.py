@@ -44,7 +44,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from precision_lab.kernels.common.formats import C_BF16, C_E4M3, C_FP32, C_NVFP4, FMT_BF16, FMT_E4M3, FMT_FP16
+from precision_lab.kernels.common.formats import C_FP32, C_NVFP4, FMT_BF16, FMT_E4M3, FMT_FP16
 from precision_lab.kernels.common.launch import (
     as_i64,
     check_fp4_decode,
@@ -194,7 +194,7 @@ def mamba2_replay_scores_kernel(
 
 @triton.jit
 def _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC: tl.constexpr, HW: tl.constexpr, SPLIT: tl.constexpr,
-                 UFMT: tl.constexpr, RFMT: tl.constexpr, FOLD_NEW: tl.constexpr):
+                 UFMT: tl.constexpr, RFMT: tl.constexpr, TILED_FMT: tl.constexpr):
     """The closed-form fold of a window's records into the state tile b_s [BR, BC] of a flush that
     stores UFMT (and RFMT in SPLIT mode): S = e^{c_W} S + Σ_j e^{c_W - c_j} u_j B_jᵀ over the
     positions ``m_win`` (h_a [BJ] log decays, h_u [BJ, BR], h_b [BJ, BC]; c: cumulative log decay).
@@ -215,13 +215,11 @@ def _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC: tl.constexpr, HW: tl.cons
     program; in the multi-tile kernel (``mamba2_flush_kernel``, 8 tiles at 168 registers) FOLD_FMA
     wins for every format it runs: fp32 614-615 µs against 633-634, fp32/E4M3 737-747 against
     792-793, fp32/BF16 761 against 819-820, split fp32/fp32 889 against 891 (reports/diagnostics/
-    mamba2-flush-tiles.jsonl, run 5). So an autoregressive flush (FOLD_NEW) of those formats takes
-    it in both kernels (``TILED``): one tile per program and several stay equal bit for bit."""
+    mamba2-flush-tiles.jsonl, run 5). So an autoregressive flush of those formats (TILED_FMT, set by
+    the wrapper from FLUSH_TILED_FORMATS) takes it in both kernels: one tile per program and several
+    stay equal bit for bit."""
     FOLD_BY_HAND: tl.constexpr = HW and (UFMT != C_FP32 or (SPLIT and RFMT != C_FP32))
-    # the autoregressive flushes of FLUSH_TILED_FORMATS (an fp32 update copy, shared or with an fp32,
-    # E4M3 or BF16 read copy)
-    TILED: tl.constexpr = FOLD_NEW and UFMT == C_FP32 and (RFMT == C_FP32 or RFMT == C_E4M3 or RFMT == C_BF16)
-    FOLD_FMA: tl.constexpr = TILED or (UFMT != C_FP32 and (UFMT == C_NVFP4 or (SPLIT and RFMT == C_NVFP4)))
+    FOLD_FMA: tl.constexpr = TILED_FMT or (UFMT != C_FP32 and (UFMT == C_NVFP4 or (SPLIT and RFMT == C_NVFP4)))
     tot = tl.sum(h_a, 0)
     w = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
     fold = dot_f32(tl.trans(w[:, None] * h_u), h_b, FOLD_PREC, FOLD_BY_HAND)
@@ -276,7 +274,7 @@ def mamba2_replay_step_kernel(
     HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
     FP4: tl.constexpr, FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, STATE_PREC: tl.constexpr,
-    FUSED: tl.constexpr, PDL: tl.constexpr,
+    FUSED: tl.constexpr, PDL: tl.constexpr, TILED_FMT: tl.constexpr,
 ):
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
     # computes the scores it needs itself, and one program per (group, batch entry) writes the new
@@ -361,7 +359,7 @@ def mamba2_replay_step_kernel(
             h_u = tl.where(at[:, None], n_u[None, :], h_u)
             h_b = tl.where(at[:, None], n_b[None, :], h_b)
             m_win = m_win | (at & slot_ok)
-        b_s = _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC, HW, SPLIT, UFMT, RFMT, FOLD_NEW)
+        b_s = _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC, HW, SPLIT, UFMT, RFMT, TILED_FMT)
         if T == 1:  # the output's S C, taken before the stores so that b_s is not needed after them
             b_c = tl.load(C_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
             s_c = tl.sum(b_s * b_c[None, :], 1)
@@ -545,7 +543,7 @@ def mamba2_flush_kernel(
     SPLIT: tl.constexpr, UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FOLD_PREC: tl.constexpr,
-    TILES: tl.constexpr,
+    TILES: tl.constexpr, TILED_FMT: tl.constexpr,
 ):
     """The autoregressive flush (T = 1, the new token folded too): S ← the window's W records and the
     new token folded into the update checkpoint (``_fold_window``; the new token is record W, weight
@@ -602,7 +600,7 @@ def mamba2_flush_kernel(
         n_a = A * dt
         h_a = tl.where(at, n_a, h_a)
         h_u = tl.where(at[:, None], n_u[None, :], h_u)
-        b_s = _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC, HW, SPLIT, UFMT, RFMT, True)
+        b_s = _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC, HW, SPLIT, UFMT, RFMT, TILED_FMT)
         b_y = tl.sum(b_s * b_c[None, :], 1)  # S C of the folded S, before the stores
         _store_flushed(b_s, u_d, u_sc, u_gs, su_d, su_sc, su_gs, r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,
                        tl.maximum(slot, 0), i_h, rows, m_r, R, C, seed, seq, ev, SPLIT, UFMT, USR, RFMT, RSR, BR, BC)
@@ -884,6 +882,8 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     fmts = (update.code, read.code) if flush else ()
     small_flush = flush and Bsz * H <= SMALL_BATCH_HEAD_MATRICES and block_r is None and FMT_NVFP4 not in fmts
+    # the autoregressive flushes of the multi-tile formats, in either kernel (``_fold_window``)
+    tiled_fmt = flush and fold_new and tuple(fmts) in FLUSH_TILED_FORMATS
     small_tiled = small_flush and _small_batch_tiled(Bsz * H, fmts, fold_new, (num_warps, max_registers,
                                                                                tiles_per_program))
     block_r, num_warps, max_registers, tiles = _flush_launch(flush and T == 1 and not small_flush, fmts, block_r,
@@ -929,7 +929,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
             H, G, P, N, records.ring,
             SPLIT=not shared, UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
             HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
-            BR=br, BC=bc, BJ=bj, HW=x.is_cuda, FOLD_PREC=fold_precision, TILES=tiles,
+            BR=br, BC=bc, BJ=bj, HW=x.is_cuda, FOLD_PREC=fold_precision, TILES=tiles, TILED_FMT=tiled_fmt,
             num_warps=num_warps or _replay_warps(T, flush), **({"maxnreg": max_registers} if max_registers else {}),
             enable_fp_fusion=False)  # a flush rounds state: no a*b+c fused into FMAs
         return y
@@ -953,7 +953,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         BR=br, BC=bc, BJ=bj, TP=max(pow2(T), 16), HW=x.is_cuda, FP4=fp4_decode,
         FOLD_PREC=fold_precision,
         VERIFY_PREC=verify_precision, STATE_PREC=state_product_precision(verify_precision, br, P, read.code),
-        FUSED=fused, PDL=pdl, num_warps=num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32),
+        FUSED=fused, PDL=pdl, TILED_FMT=tiled_fmt, num_warps=num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32),
         **({"maxnreg": max_registers} if max_registers else {}), **pdl_kwargs(pdl),
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance
         # and the records are single products); a flush rounds state and must not
