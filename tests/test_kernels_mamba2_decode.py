@@ -561,6 +561,39 @@ def test_small_batch_flush_launch(monkeypatch):
     assert seen[3] == (16, 2, None)
 
 
+def test_fma_fold_flag_reaches_both_kernels(monkeypatch):
+    """The multi-tile formats' fold adds its product by one FMA in both flush kernels (TILED_FMT), so that
+    one tile per program and several store the same bits: the wrapper passes the same flag to the replay
+    kernel (one tile) and the multi-tile kernel, True only for an autoregressive flush of those formats.
+    (The interpreter rounds an FMA like a multiply and an add, so only a GPU sees the bits differ.)"""
+    from precision_lab.kernels.mamba2 import decode as md
+
+    seen = []
+
+    class Grab:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append((self.name, kw.get("TILED_FMT")))
+
+    monkeypatch.setattr(md, "mamba2_replay_step_kernel", Grab("replay"))
+    monkeypatch.setattr(md, "mamba2_flush_kernel", Grab("tiles"))
+    monkeypatch.setattr(md, "mamba2_replay_scores_kernel", Grab("scores"))
+    for upd_fmt, read_fmt, fold_new, tiles in (("fp32", "fp32", True, 1), ("fp32", "fp8e4m3", True, 2),
+                                               ("fp32", "bf16", True, 1), ("fp32", "fp32", False, None),
+                                               ("fp32", "nvfp4", True, None), ("fp16-sr", "fp8e4m3", True, 2)):
+        s = _replay_setup("cpu", upd_fmt, read_fmt, W=5, T=1, exact=False)
+        n = s["new"]
+        seen.clear()
+        mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
+                           n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=True, fold_new=fold_new,
+                           seq_ids=s["seq_ids"], fused_scores=False, block_r=4, tiles_per_program=tiles)
+        expect = fold_new and upd_fmt == "fp32" and read_fmt in ("fp32", "fp8e4m3", "bf16")
+        flush_launches = [(k, f) for k, f in seen if k != "scores"]
+        assert flush_launches == [("tiles" if tiles and tiles > 1 else "replay", expect)], (upd_fmt, read_fmt, seen)
+
+
 def test_small_batch_tiled_flush_rule(monkeypatch):
     """Inside the small-batch rule, from SMALL_BATCH_TILED_MIN_HEAD_MATRICES on, the autoregressive flush of
     an fp32 update copy with an fp32 / E4M3 / BF16 read copy (or shared) runs SMALL_BATCH_FLUSH_TILES tiles

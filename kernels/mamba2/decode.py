@@ -724,6 +724,12 @@ def _replay_warps(T: int, flush: bool, fused: bool = False, bj: int = 16, read_f
     return 4
 
 
+def _tiled_format(stored: tuple[int, ...], fold_new: bool) -> bool:
+    """An autoregressive flush (``fold_new``) of FLUSH_TILED_FORMATS: the flushes the multi-tile kernel
+    runs by rule, and those whose fold adds its product by one FMA in either kernel (TILED_FMT)."""
+    return bool(fold_new) and tuple(stored) in FLUSH_TILED_FORMATS
+
+
 def _flush_launch(autoregressive_flush: bool, stored: tuple[int, ...], block_r: int | None,
                   num_warps: int | None, max_registers: int | None,
                   tiles_per_program: int | None = None, fold_new: bool = True) -> tuple[int | None, int | None, int, int]:
@@ -739,7 +745,7 @@ def _flush_launch(autoregressive_flush: bool, stored: tuple[int, ...], block_r: 
     explicit = (max_registers, block_r, num_warps, tiles_per_program)
     if not autoregressive_flush or any(v is not None for v in explicit):
         return block_r, num_warps, max_registers or 0, tiles_per_program or 1
-    if fold_new and tuple(stored) in FLUSH_TILED_FORMATS:
+    if _tiled_format(stored, fold_new):
         return (*FLUSH_FP32_SHAPE, FLUSH_TILED_MAX_REGISTERS, FLUSH_TILES)
     if FMT_NVFP4 in stored:
         return None, None, FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE.get(stored[0], FLUSH_NVFP4_MAX_REGISTERS), 1
@@ -753,7 +759,7 @@ def _small_batch_tiled(head_matrices: int, stored: tuple[int, ...], fold_new: bo
     SMALL_BATCH_HEAD_MATRICES) runs SMALL_BATCH_FLUSH_TILES tiles per program: an autoregressive flush
     (``fold_new``) of FLUSH_TILED_FORMATS from SMALL_BATCH_TILED_MIN_HEAD_MATRICES on, when none of the
     ``explicit`` launch keywords (num_warps, max_registers, tiles_per_program) was given."""
-    return (fold_new and tuple(stored) in FLUSH_TILED_FORMATS and head_matrices >= SMALL_BATCH_TILED_MIN_HEAD_MATRICES
+    return (_tiled_format(stored, fold_new) and head_matrices >= SMALL_BATCH_TILED_MIN_HEAD_MATRICES
             and all(v is None for v in explicit))
 
 
@@ -883,7 +889,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     fmts = (update.code, read.code) if flush else ()
     small_flush = flush and Bsz * H <= SMALL_BATCH_HEAD_MATRICES and block_r is None and FMT_NVFP4 not in fmts
     # the autoregressive flushes of the multi-tile formats, in either kernel (``_fold_window``)
-    tiled_fmt = flush and fold_new and tuple(fmts) in FLUSH_TILED_FORMATS
+    tiled_fmt = flush and _tiled_format(fmts, fold_new)
     small_tiled = small_flush and _small_batch_tiled(Bsz * H, fmts, fold_new, (num_warps, max_registers,
                                                                                tiles_per_program))
     block_r, num_warps, max_registers, tiles = _flush_launch(flush and T == 1 and not small_flush, fmts, block_r,
