@@ -427,6 +427,20 @@ def gdn_replay_step_kernel(
     # stored codes reads the raw q, k instead, as the one-launch form does, so that its state product
     # need not wait at all.
     RAW_QK: tl.constexpr = FROM_CODES and (FUSED or PDL)
+    if FROM_CODES:
+        # The state product first, before the records and scores: a GPU thread issues in program
+        # order, so loads placed after the first wait (a reduction, a layout change through shared
+        # memory) are requested a memory round trip later. H200, W = 7, both orders in one run
+        # (reports/diagnostics/nonflush-order.jsonl, run 4): NVFP4 at batch 256 61.7-61.8 µs against
+        # 67.4, FP8 65.5 against 65.7-66.0; batch 16 8.3 against 8.8 (NVFP4), 9.7 against 10.1 (FP8).
+        # RAW_QK: scaled by the normalisation factors below.
+        bk0 = i_b.to(tl.int64) * Hk + i_kh
+        if RAW_QK:
+            sb_q, sb_k = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
+                                        q_ptr + bk0 * C, k_ptr + bk0 * C, RFMT, BR, BC, HW, True, FP4)
+        else:
+            sb_q, sb_k = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
+                                        qn_ptr + bk0 * C, kn_ptr + bk0 * C, RFMT, BR, BC, HW, True, FP4)
     if FUSED or RAW_QK:  # the new token's q̃, k as the scores kernel computes them (same helper)
         n_q, n_k, f_q, f_k = _new_qk(q_ptr, k_ptr, i_b.to(tl.int64) * Hk + i_kh, C, scale, NORM, BC)
 
@@ -510,13 +524,10 @@ def gdn_replay_step_kernel(
             # the products with the raw inputs, scaled by the normalisation factors afterwards (the
             # normalised vectors are in registers here, and read_state_dot reads its vectors from
             # memory): the same values as the two-launch form's up to fp32 rounding
-            sb_q, sb_k = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
-                                        q_ptr + bk * C, k_ptr + bk * C, RFMT, BR, BC, HW, True, FP4)
             sb_q = f_q * sb_q
             sb_k = f_k * sb_k
         elif FROM_CODES:
-            sb_q, sb_k = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
-                                        qn_ptr + bk * C, kn_ptr + bk * C, RFMT, BR, BC, HW, True, FP4)
+            pass  # S_b q̃ and S_b k were read first (above)
         else:
             sb_q = _matvec(s0, s1, s2, s3, q0, q1, q2, q3)
             sb_k = _matvec(s0, s1, s2, s3, k0, k1, k2, k3)

@@ -295,6 +295,19 @@ def mamba2_replay_step_kernel(
     # the writer of the group's new B record in the one-launch form: its first head, row block 0
     m_own = m_c & ((cols * 0 + slot) >= 0) & ((cols * 0 + i_r) == 0) & ((cols * 0 + i_h % (H // G)) == 0)
     slot = tl.maximum(slot, 0)
+    # The output-only step from an NVFP4 read copy takes S_b C first and stores the new token's
+    # records last, so that the state codes are requested before anything waits: a GPU thread issues
+    # in program order, and a store waits for its value (n_u, from the dt and x loads), a layout change
+    # through shared memory for a barrier. H200, W = 7, both orders in one run (reports/diagnostics/
+    # nonflush-order.jsonl, run 3): batch 256 81.3-81.8 µs against 87.4-87.7 (sm_90: 127 registers
+    # against 164), batch 1 5.1 against 5.3, batch 16 14.9-15.0 against 14.7. Other read copies keep
+    # this kernel's order: with the state product first, fp32 reads ran slower (batch 1 5.5-5.6 µs
+    # against 4.9, batch 16 28.8-29.0 against 24.5) and FP8 reads at batch 256 91.4-91.5 against 89.3.
+    NVFP4_STATE_FIRST: tl.constexpr = T == 1 and (not FLUSH) and RFMT == C_NVFP4
+    if NVFP4_STATE_FIRST:
+        c_ptr = C_ptr + (i_b.to(tl.int64) * G + i_g) * C
+        s_c, _ = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, c_ptr, c_ptr,
+                                RFMT, BR, BC, HW, False, FP4)
 
     A = tl.load(A_ptr + i_h).to(tl.float32)
     # The window's history records as register tiles over logical positions jj (ring position
@@ -328,7 +341,10 @@ def mamba2_replay_step_kernel(
         else:
             t_a = tl.where(at, n_a, h_a)
             t_u = tl.where(at[:, None], n_u[None, :], h_u)
-        if not FOLD_NEW:  # an autoregressive flush folds its own token: no record is kept
+        if NVFP4_STATE_FIRST:  # the records are stored last (the end of the kernel)
+            if FUSED:  # the new token's B, for its score
+                n_b = tl.load(B_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
+        elif not FOLD_NEW:  # an autoregressive flush folds its own token: no record is kept
             q = ((start + W) & (RING - 1)).to(tl.int64)
             tl.store(ru_ptr + slot * s_ru + (q * H + i_h) * R + rows, n_u, mask=m_r)
             tl.store(ra_ptr + slot * s_ra + q * H + i_h, n_a, mask=valid & (i_r == 0))
@@ -374,9 +390,10 @@ def mamba2_replay_step_kernel(
     elif T > 1:
         b_s = load_state(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, HW)
     else:  # autoregressive non-flush: S_b C is all it needs, read straight from the codes
-        c_ptr = C_ptr + (i_b.to(tl.int64) * G + i_g) * C
-        s_c, _ = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, c_ptr, c_ptr,
-                                RFMT, BR, BC, HW, False, FP4)
+        if not NVFP4_STATE_FIRST:
+            c_ptr = C_ptr + (i_b.to(tl.int64) * G + i_g) * C
+            s_c, _ = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, c_ptr,
+                                    c_ptr, RFMT, BR, BC, HW, False, FP4)
         lo = W * 0
 
     if T > 1 and not FLUSH:
@@ -499,6 +516,12 @@ def mamba2_replay_step_kernel(
             b_z = tl.load(z_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
             b_y = b_y * (b_z / (1.0 + tl.exp(-b_z)))
         tl.store(y_ptr + bh * R + rows, tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=rows < R)
+        if NVFP4_STATE_FIRST:  # the new token's records, last (same stores as the T = 1 block above)
+            q = ((start + W) & (RING - 1)).to(tl.int64)
+            tl.store(ru_ptr + slot * s_ru + (q * H + i_h) * R + rows, n_u, mask=m_r)
+            tl.store(ra_ptr + slot * s_ra + q * H + i_h, n_a, mask=valid & (i_r == 0))
+            if FUSED:
+                tl.store(rb_ptr + slot * s_rb + (q * G + i_g) * C + cols, n_b, mask=m_own)
 
 
 @triton.jit
