@@ -630,6 +630,34 @@ def test_small_batch_tiled_flush_rule(monkeypatch):
     assert seen[1] == (32, 4, None, None)
 
 
+def test_nonflush_nvfp4_register_cap_rule(monkeypatch):
+    """The two-launch output-only step from an NVFP4 read copy at its default shape is capped at
+    NONFLUSH_NVFP4_MAX_REGISTERS; the one-launch form, other read formats, flushes, verify steps and
+    launches with an explicit block_r / num_warps / max_registers are not."""
+    from precision_lab.kernels.decode_state import FMT_E4M3, FMT_FP32, FMT_NVFP4
+    from precision_lab.kernels.mamba2 import decode as md
+
+    cap, none = md.NONFLUSH_NVFP4_MAX_REGISTERS, (None, None, None)
+    assert 0 < cap <= 255
+    assert md._nonflush_max_registers(1, False, False, FMT_NVFP4, none) == cap
+    assert md._nonflush_max_registers(1, False, True, FMT_NVFP4, none) is None       # one launch
+    assert md._nonflush_max_registers(1, True, False, FMT_NVFP4, none) is None       # a flush
+    assert md._nonflush_max_registers(2, False, False, FMT_NVFP4, none) is None      # verify
+    for fmt in (FMT_FP32, FMT_E4M3):
+        assert md._nonflush_max_registers(1, False, False, fmt, none) is None
+    for i in range(3):                                                              # an explicit keyword wins
+        assert md._nonflush_max_registers(1, False, False, FMT_NVFP4, tuple(8 if j == i else None for j in range(3))) is None
+
+    # through the wrapper: the cap reaches the step kernel in the two-launch form only, and a given cap wins
+    seen = _grab_step_launches(monkeypatch)
+    for fused, kw in ((False, {}), (True, {}), (False, {"max_registers": 0})):
+        s = _replay_setup("cpu", "fp32", "nvfp4", W=5, T=1, exact=False)
+        n = s["new"]
+        mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
+                           n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"], fused_scores=fused, **kw)
+    assert [maxnreg for _, _, maxnreg in seen] == [cap, None, None]
+
+
 @pytest.mark.parametrize("upd_fmt,read_fmt,block_r,num_warps", [
     ("fp32", "fp32", 32, 4), ("fp16-sr", "fp8e4m3", 32, 4), ("fp16-sr", "nvfp4", None, 4),
     ("fp8e4m3-sr", "nvfp4", None, 4)])

@@ -52,7 +52,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from precision_lab.kernels.common.formats import C_E4M3, C_FP32, C_NVFP4, FMT_FP32
+from precision_lab.kernels.common.formats import C_E4M3, C_FP32, C_NVFP4, FMT_E4M3, FMT_FP32
 from precision_lab.kernels.common.launch import (
     as_i64,
     check_fp4_decode,
@@ -603,9 +603,12 @@ CONVENTIONAL_NUM_WARPS = 1
 # 187-190 uncapped (160: 190, 152: 206); NVFP4 79-80 against 83-84. With the shapes as compile-time
 # constants (reports/diagnostics/shape-constants.jsonl, each row twice) the fp32 step is best at 208:
 # 157.4-158.2 µs against 160.6-160.9 at 192, 167.9-168.8 at 168, 172.0-172.8 uncapped; NVFP4 stays at
-# 168 (66.3-66.7 against 71.9 at 192, 74.6-75.2 at 208, 75.0-75.4 uncapped). A BF16 or FP8 read copy
-# gains nothing from a cap (108 against 109; FP8 66.1-66.4 at 168 against 66.4-66.5) and keeps none.
-NONFLUSH_MAX_REGISTERS = {FMT_FP32: 208, FMT_NVFP4: 168}
+# 168 (66.3-66.7 against 71.9 at 192, 74.6-75.2 at 208, 75.0-75.4 uncapped). A BF16 read copy gains
+# nothing from a cap (108 against 109) and keeps none. Since the state product from FP8/NVFP4 codes
+# comes first in the kernel (reports/diagnostics/nonflush-order.jsonl, run 5, each row twice): FP8 at
+# 128 63.3 µs against 65.9-66.1 uncapped (at 168 it had gained nothing before: 66.1-66.4 against
+# 66.4-66.5); NVFP4 at 168 62.2-62.8 against 62.5-62.7 uncapped, 65.0-65.4 at 144, 74.0-74.3 at 128.
+NONFLUSH_MAX_REGISTERS = {FMT_FP32: 208, FMT_NVFP4: 168, FMT_E4M3: 128}
 # A replay launch with fewer programs than this (about one per SM of an H200) takes smaller row blocks.
 SMALL_GRID_PROGRAMS = 128
 SMALL_GRID_ROWS = 16
@@ -657,7 +660,7 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
 def _nonflush_max_registers(T: int, flush: bool, fused: bool, block_r: int | None, num_warps: int | None,
                             read_code: int) -> int:
     """The register cap of a launch (0: none): NONFLUSH_MAX_REGISTERS[read format] for the two-launch
-    T = 1 output-only step at its default shape from an fp32 or NVFP4 read copy."""
+    T = 1 output-only step at its default shape from an fp32, FP8 (E4M3) or NVFP4 read copy."""
     default_shape = block_r is None and num_warps is None
     if T == 1 and not flush and not fused and default_shape:
         return NONFLUSH_MAX_REGISTERS.get(read_code, 0)

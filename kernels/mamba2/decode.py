@@ -727,6 +727,20 @@ FLUSH_TILED_FORMATS = {(FMT_FP32, FMT_FP32), (FMT_FP32, FMT_E4M3), (FMT_FP32, FM
 # FP8 92.3 / 96.2 / 127.7; BF16 156.5 / 157.9 / 161.7.
 NONFLUSH_NUM_WARPS = 2
 NONFLUSH_NUM_WARPS_STORED = 1
+# That step from an NVFP4 read copy, at that default shape, runs capped at 96 registers (Triton's
+# maxnreg): with its state product first it holds 127 (sm_90), and the cap fits more one-warp programs
+# per SM. H200, batch 256, W = 7, each row twice in one run (reports/diagnostics/nonflush-order.jsonl,
+# run 5): 77.5-78.7 µs at 96 against 80.5-82.1 uncapped, 80.5-81.8 at 80, 120.9-121.4 at 64.
+NONFLUSH_NVFP4_MAX_REGISTERS = 96
+
+
+def _nonflush_max_registers(T: int, flush: bool, fused: bool, read_code: int, explicit: tuple) -> int | None:
+    """The register cap the rule gives a launch (None: none): NONFLUSH_NVFP4_MAX_REGISTERS for the
+    two-launch T = 1 output-only step from an NVFP4 read copy when none of the ``explicit`` launch
+    keywords (block_r, num_warps, max_registers) was given."""
+    if T == 1 and not flush and not fused and read_code == FMT_NVFP4 and all(v is None for v in explicit):
+        return NONFLUSH_NVFP4_MAX_REGISTERS
+    return None
 
 
 # The verify block (T > 1, non-flush) held transposed (state rows as the products' M): at 64 rows ×
@@ -861,8 +875,9 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     fold_new: also fold the new token (autoregressive flush; needs T = 1).
     Returns y [B, T, H, P]. The non-flush step writes only y and the T records.
     block_r / num_warps override the launch shape; max_registers caps the registers per thread
-    (Triton's ``maxnreg``; 0 = no cap; None = the rule, ``_flush_launch``: only the autoregressive
-    flush at its default shapes is capped). fold_precision / verify_precision: the matrix
+    (Triton's ``maxnreg``; 0 = no cap; None = the rules, ``_flush_launch`` and
+    ``_nonflush_max_registers``: the autoregressive flush at its default shapes and the two-launch
+    output-only step from an NVFP4 read copy at its default shape are capped). fold_precision / verify_precision: the matrix
     products of the flush's fold and of the T > 1 verify block run on tensor cores with the 3-pass
     TF32 split by default ("tf32x3": each product's relative error ≤ ~2^-21 against 2^-24 for fp32
     FMAs, far below any state format's rounding; inputs with ≤ 11 significant bits are exact);
@@ -910,6 +925,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     y = torch.empty_like(x) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     fmts = (update.code, read.code) if flush else ()
+    explicit_shape = (block_r, num_warps, max_registers)  # as given, before the rules below fill them
     small_flush = flush and Bsz * H <= SMALL_BATCH_HEAD_MATRICES and block_r is None and FMT_NVFP4 not in fmts
     # the autoregressive flushes of the multi-tile formats, in either kernel (``_fold_window``)
     tiled_fmt = flush and _tiled_format(fmts, fold_new)
@@ -932,6 +948,9 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     bc = max(pow2(N), 16)
     bj = max(records.ring, 16)
     fused = fused_scores_launch(Bsz, G, T, flush, fold_new, fused_scores)
+    nonflush_cap = _nonflush_max_registers(T, flush, fused, read.code, explicit_shape)
+    if nonflush_cap is not None:
+        max_registers = nonflush_cap
     if T > 1 and not flush and num_warps is not None and num_warps > VERIFY_MAX_WARPS:
         raise ValueError(f"the verify block (T > 1, non-flush) runs at most {VERIFY_MAX_WARPS} warps: at 8 "
                          "warps its compiled kernel made illegal memory accesses on the H200 (Triton 3.6; "
