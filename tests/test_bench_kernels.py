@@ -48,6 +48,15 @@ def test_tune_candidates_try_the_nvfp4_decodes_only_where_nvfp4_is_read():
             assert len(nv) == 3 * len(other)
 
 
+def test_nonflush_tuning_times_the_wrappers_rule():
+    """Every operator's output-only tuning has candidates that leave the launch shape to the wrapper,
+    whose rule may add what no explicit shape gets (Mamba-2: the NVFP4 step's register cap)."""
+    for op in ("mamba2", "gdn"):
+        for read in ("nvfp4", "fp32"):
+            cands = bench_kernels.tune_candidates(op, "nonflush", read=read)
+            assert any(c.get("num_warps") is None and c.get("block_r") is None for c in cands)
+
+
 @triton.jit
 def _toy_kernel(x_ptr, BLOCK: tl.constexpr):
     tl.store(x_ptr + tl.arange(0, BLOCK), tl.arange(0, BLOCK))

@@ -301,7 +301,7 @@ def mamba2_replay_step_kernel(
     # through shared memory for a barrier. H200, W = 7, both orders in one run (reports/diagnostics/
     # nonflush-order.jsonl, run 3): batch 256 81.3-81.8 µs against 87.4-87.7 (sm_90: 127 registers
     # against 164), batch 1 5.1 against 5.3, batch 16 14.9-15.0 against 14.7. Other read copies keep
-    # this kernel's order: with the state product first, fp32 reads ran slower (batch 1 5.5-5.6 µs
+    # this kernel's order: with the state product first, fp32 reads ran slower (batch 1 5.5-5.7 µs
     # against 4.9, batch 16 28.8-29.0 against 24.5) and FP8 reads at batch 256 91.4-91.5 against 89.3.
     NVFP4_STATE_FIRST: tl.constexpr = T == 1 and (not FLUSH) and RFMT == C_NVFP4
     if NVFP4_STATE_FIRST:

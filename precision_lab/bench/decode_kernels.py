@@ -84,7 +84,9 @@ TUNE_SPACE = {
         # tile per program, 32 x 4 uncapped (max_registers=0); the other shapes were measured in
         # reports/diagnostics/flush-register-cap.jsonl and mamba2-flush-tiles.jsonl
         "flush": dict(max_registers=[None, 0], fold_precision=["tf32x3"]),
-        "nonflush": dict(block_r=[None], num_warps=[1, 2, 4], fp4_decode=["fp16", "ptx", "mma"]),
+        # num_warps None: the wrapper's rule (the read format's warps and, from an NVFP4 read copy, its
+        # register cap, which an explicit num_warps turns off)
+        "nonflush": dict(block_r=[None], num_warps=[None, 1, 2, 4], fp4_decode=["fp16", "ptx", "mma"]),
         "verify": dict(block_r=[64], num_warps=[4]),   # 8 warps faulted (docs/pitfalls.md §14)
     },
     "gdn": {
