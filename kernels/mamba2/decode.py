@@ -877,11 +877,12 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     block_r / num_warps override the launch shape; max_registers caps the registers per thread
     (Triton's ``maxnreg``; 0 = no cap; None = the rules, ``_flush_launch`` and
     ``_nonflush_max_registers``: the autoregressive flush at its default shapes and the two-launch
-    output-only step from an NVFP4 read copy at its default shape are capped). fold_precision / verify_precision: the matrix
-    products of the flush's fold and of the T > 1 verify block run on tensor cores with the 3-pass
-    TF32 split by default ("tf32x3": each product's relative error ≤ ~2^-21 against 2^-24 for fp32
-    FMAs, far below any state format's rounding; inputs with ≤ 11 significant bits are exact);
-    "ieee" runs them as fp32 FMAs (the flush is then ~25% slower on the H200).
+    output-only step from an NVFP4 read copy at its default shape are capped).
+    fold_precision / verify_precision: the matrix products of the flush's fold and of the T > 1
+    verify block run on tensor cores with the 3-pass TF32 split by default ("tf32x3": each
+    product's relative error ≤ ~2^-21 against 2^-24 for fp32 FMAs, far below any state format's
+    rounding; inputs with ≤ 11 significant bits are exact); "ieee" runs them as fp32 FMAs (the
+    flush is then ~25% slower on the H200).
     fused_scores: run a one-token step (non-flush, or flush with fold_new) as one launch, every
     program computing its scores B_j·C itself, instead of a scores kernel per group followed by the
     step kernel; None = the batch-size rule (``kernels/common/launch.py``, ``fused_scores_launch``,
