@@ -404,6 +404,7 @@ def gdn_replay_step_kernel(
     tl.static_assert((not FUSED) or (T == 1 and (FOLD_NEW or not FLUSH)))
     i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
     i_kh = i_h // (Hv // Hk)
+    bk = i_b.to(tl.int64) * Hk + i_kh  # this token's q, k row (batch entry, key head)
     valid = slot >= 0
     cols = tl.arange(0, BC)
     m_c = cols < C
@@ -434,15 +435,14 @@ def gdn_replay_step_kernel(
         # (reports/diagnostics/nonflush-order.jsonl, run 4): NVFP4 at batch 256 61.7-61.8 µs against
         # 67.4, FP8 65.5 against 65.7-66.0; batch 16 8.3 against 8.8 (NVFP4), 9.7 against 10.1 (FP8).
         # RAW_QK: scaled by the normalisation factors below.
-        bk0 = i_b.to(tl.int64) * Hk + i_kh
         if RAW_QK:
             sb_q, sb_k = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
-                                        q_ptr + bk0 * C, k_ptr + bk0 * C, RFMT, BR, BC, HW, True, FP4)
+                                        q_ptr + bk * C, k_ptr + bk * C, RFMT, BR, BC, HW, True, FP4)
         else:
             sb_q, sb_k = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
-                                        qn_ptr + bk0 * C, kn_ptr + bk0 * C, RFMT, BR, BC, HW, True, FP4)
+                                        qn_ptr + bk * C, kn_ptr + bk * C, RFMT, BR, BC, HW, True, FP4)
     if FUSED or RAW_QK:  # the new token's q̃, k as the scores kernel computes them (same helper)
-        n_q, n_k, f_q, f_k = _new_qk(q_ptr, k_ptr, i_b.to(tl.int64) * Hk + i_kh, C, scale, NORM, BC)
+        n_q, n_k, f_q, f_k = _new_qk(q_ptr, k_ptr, bk, C, scale, NORM, BC)
 
     if FLUSH:
         s0, s1, s2, s3 = _load4(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, ILV, HW)
@@ -462,7 +462,6 @@ def gdn_replay_step_kernel(
         if FOLD_NEW:
             # autoregressive flush: the new token is a conventional step on the fp32 state
             bh = i_b.to(tl.int64) * Hv + i_h
-            bk = i_b.to(tl.int64) * Hk + i_kh
             if FUSED:
                 q0, q1, q2, q3 = _quarters(n_q, BC, ILV)
                 k0, k1, k2, k3 = _quarters(n_k, BC, ILV)
@@ -495,7 +494,6 @@ def gdn_replay_step_kernel(
         h_a = tl.load(ra + pos * Hv, mask=m_win, other=0)
         h_d = tl.load(rd[None, :] + (pos * Hv * R)[:, None], mask=m_win[:, None] & m_r[None, :], other=0)
         bh = i_b.to(tl.int64) * Hv + i_h
-        bk = i_b.to(tl.int64) * Hk + i_kh
         if FUSED:
             if not FROM_CODES:
                 q0, q1, q2, q3 = _quarters(n_q, BC, ILV)
