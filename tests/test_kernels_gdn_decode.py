@@ -402,6 +402,7 @@ def test_launch_shapes_follow_the_batch():
     cap = gd._nonflush_max_registers                                           # (T, flush, fused, block_r, warps, read)
     assert cap(1, False, False, None, None, FMT_FP32) == 208 and cap(1, False, False, None, None, FMT_NVFP4) == 168
     assert cap(1, False, False, None, None, FMT_E4M3) == 128
+    assert cap(1, False, False, None, None, FMT_NVFP4, "ptx") == cap(1, False, False, None, None, FMT_NVFP4, "mma") == 0
     assert cap(1, False, False, None, None, FMT_BF16) == 0                     # no cap
     assert cap(1, True, False, None, None, FMT_FP32) == cap(2, False, False, None, None, FMT_FP32) == 0  # flush, verify
     assert cap(1, False, True, None, None, FMT_FP32) == cap(1, False, False, 32, None, FMT_FP32) == 0  # one launch; shape given

@@ -632,8 +632,9 @@ def test_small_batch_tiled_flush_rule(monkeypatch):
 
 def test_nonflush_nvfp4_register_cap_rule(monkeypatch):
     """The two-launch output-only step from an NVFP4 read copy at its default shape is capped at
-    NONFLUSH_NVFP4_MAX_REGISTERS; the one-launch form, other read formats, flushes, verify steps and
-    launches with an explicit block_r / num_warps / max_registers are not."""
+    NONFLUSH_NVFP4_MAX_REGISTERS; the one-launch form, other read formats, the "ptx" and "mma" element
+    decodes, flushes, verify steps and launches with an explicit block_r / num_warps / max_registers
+    are not."""
     from precision_lab.kernels.decode_state import FMT_E4M3, FMT_FP32, FMT_NVFP4
     from precision_lab.kernels.mamba2 import decode as md
 
@@ -647,15 +648,17 @@ def test_nonflush_nvfp4_register_cap_rule(monkeypatch):
         assert md._nonflush_max_registers(1, False, False, fmt, none) is None
     for i in range(3):                                                              # an explicit keyword wins
         assert md._nonflush_max_registers(1, False, False, FMT_NVFP4, tuple(8 if j == i else None for j in range(3))) is None
+    for decode in ("ptx", "mma"):                                                  # measured with "fp16" only
+        assert md._nonflush_max_registers(1, False, False, FMT_NVFP4, none, decode) is None
 
     # through the wrapper: the cap reaches the step kernel in the two-launch form only, and a given cap wins
     seen = _grab_step_launches(monkeypatch)
-    for fused, kw in ((False, {}), (True, {}), (False, {"max_registers": 0})):
+    for fused, kw in ((False, {}), (True, {}), (False, {"max_registers": 0}), (False, {"fp4_decode": "mma"})):
         s = _replay_setup("cpu", "fp32", "nvfp4", W=5, T=1, exact=False)
         n = s["new"]
         mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
                            n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"], fused_scores=fused, **kw)
-    assert [maxnreg for _, _, maxnreg in seen] == [cap, None, None]
+    assert [maxnreg for _, _, maxnreg in seen] == [cap, None, None, None]
 
 
 @pytest.mark.parametrize("upd_fmt,read_fmt,block_r,num_warps", [

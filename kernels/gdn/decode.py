@@ -606,6 +606,10 @@ CONVENTIONAL_NUM_WARPS = 1
 # comes first in the kernel (reports/diagnostics/nonflush-order.jsonl, run 5, each row twice): FP8 at
 # 128 63.3 µs against 65.9-66.1 uncapped (at 168 it had gained nothing before: 66.1-66.4 against
 # 66.4-66.5); NVFP4 at 168 62.2-62.8 against 62.5-62.7 uncapped, 65.0-65.4 at 144, 74.0-74.3 at 128.
+# The NVFP4 cap was measured with the default element decode (fp4_decode="fp16"); the other decodes run
+# uncapped: under it the "ptx" decode spills 776 bytes of stack per thread (sm_90 compile,
+# scripts/kernel_resources.py --hw --fp4-decode ptx) and ran 276.8 µs against 61.7 for "fp16" (H200,
+# batch 256, tuning rows of reports/bench/bench_kernels_round2v_quick.json).
 NONFLUSH_MAX_REGISTERS = {FMT_FP32: 208, FMT_NVFP4: 168, FMT_E4M3: 128}
 # A replay launch with fewer programs than this (about one per SM of an H200) takes smaller row blocks.
 SMALL_GRID_PROGRAMS = 128
@@ -656,11 +660,12 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
 
 
 def _nonflush_max_registers(T: int, flush: bool, fused: bool, block_r: int | None, num_warps: int | None,
-                            read_code: int) -> int:
+                            read_code: int, fp4_decode: str = "fp16") -> int:
     """The register cap of a launch (0: none): NONFLUSH_MAX_REGISTERS[read format] for the two-launch
-    T = 1 output-only step at its default shape from an fp32, FP8 (E4M3) or NVFP4 read copy."""
+    T = 1 output-only step at its default shape from an fp32, FP8 (E4M3) or NVFP4 read copy (NVFP4:
+    with the fp16 element decode only)."""
     default_shape = block_r is None and num_warps is None
-    if T == 1 and not flush and not fused and default_shape:
+    if T == 1 and not flush and not fused and default_shape and (read_code != FMT_NVFP4 or fp4_decode == "fp16"):
         return NONFLUSH_MAX_REGISTERS.get(read_code, 0)
     return 0
 
@@ -786,7 +791,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     if fused and not flush:  # the window's k records as a [ring, K] tile too: more warps (no spill)
         nw = max(nw, fused_nonflush_warps(bj))
     if max_registers is None:
-        max_registers = _nonflush_max_registers(T, flush, fused, block_r, num_warps, read.code)
+        max_registers = _nonflush_max_registers(T, flush, fused, block_r, num_warps, read.code, fp4_decode)
     # a two-launch one-token step overlaps its scores kernel where it can (overlap_scores_launch)
     # (by default only the output-only step from an NVFP4 read copy: measured faster there, slower or
     # the same elsewhere; the comment above overlap_scores_launch)

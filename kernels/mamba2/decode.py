@@ -731,14 +731,20 @@ NONFLUSH_NUM_WARPS_STORED = 1
 # maxnreg): with its state product first it holds 127 (sm_90), and the cap fits more one-warp programs
 # per SM. H200, batch 256, W = 7, each row twice in one run (reports/diagnostics/nonflush-order.jsonl,
 # run 5): 77.5-78.7 µs at 96 against 80.5-82.1 uncapped, 80.5-81.8 at 80, 120.9-121.4 at 64.
+# The cap was measured with the default element decode (fp4_decode="fp16"). The other decodes run
+# uncapped: under it they spill (sm_90 compile, scripts/kernel_resources.py --hw --fp4-decode: "ptx" 592
+# bytes of stack per thread, "mma" 112), and "ptx" ran 303.7 µs capped against 95.4 uncapped (H200,
+# batch 256, tuning rows of reports/bench/bench_kernels_round2v_quick.json).
 NONFLUSH_NVFP4_MAX_REGISTERS = 96
 
 
-def _nonflush_max_registers(T: int, flush: bool, fused: bool, read_code: int, explicit: tuple) -> int | None:
+def _nonflush_max_registers(T: int, flush: bool, fused: bool, read_code: int, explicit: tuple,
+                            fp4_decode: str = "fp16") -> int | None:
     """The register cap the rule gives a launch (None: none): NONFLUSH_NVFP4_MAX_REGISTERS for the
-    two-launch T = 1 output-only step from an NVFP4 read copy when none of the ``explicit`` launch
-    keywords (block_r, num_warps, max_registers) was given."""
-    if T == 1 and not flush and not fused and read_code == FMT_NVFP4 and all(v is None for v in explicit):
+    two-launch T = 1 output-only step from an NVFP4 read copy with the fp16 element decode when none of
+    the ``explicit`` launch keywords (block_r, num_warps, max_registers) was given."""
+    if (T == 1 and not flush and not fused and read_code == FMT_NVFP4 and fp4_decode == "fp16"
+            and all(v is None for v in explicit)):
         return NONFLUSH_NVFP4_MAX_REGISTERS
     return None
 
@@ -949,7 +955,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     bc = max(pow2(N), 16)
     bj = max(records.ring, 16)
     fused = fused_scores_launch(Bsz, G, T, flush, fold_new, fused_scores)
-    nonflush_cap = _nonflush_max_registers(T, flush, fused, read.code, explicit_shape)
+    nonflush_cap = _nonflush_max_registers(T, flush, fused, read.code, explicit_shape, fp4_decode)
     if nonflush_cap is not None:
         max_registers = nonflush_cap
     if T > 1 and not flush and num_warps is not None and num_warps > VERIFY_MAX_WARPS:
