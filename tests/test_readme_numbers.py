@@ -169,6 +169,13 @@ def run6_mamba2_nvfp4_us() -> list[float]:
     return [r["us"] for r in rows if r["run"] == 6 and r["op"] == "mamba2" and r["read"] == "nvfp4" and r["cfg"] == {}]
 
 
+def tune_us(d, op, read, cfg) -> float:
+    """The tuning row (batch 256) of the output-only step from read copy ``read`` at launch keywords ``cfg``."""
+    (row,) = [r for r in d["rows"] if r["op"] == op and r["kernel"] == "nonflush" and r["tag"] == "tune"
+              and r["read"] == read and r["cfg"] == cfg]
+    return row["us"]
+
+
 def now_and_before(d, before: str, op: str, *path: str) -> tuple[float, float]:
     """One summary value of a kernel benchmark run and of the earlier run it is quoted against."""
     def at(result):
@@ -348,6 +355,15 @@ CLAIMS: list[tuple[str, str, object]] = [
      lambda d: (summ(d, "mamba2")["read"]["nvfp4"]["nonflush_us"],)),
     ("the step at the wrapper's rule read {:.1f}-{:.1f} µs in the same device call", "reports/bench/bench_kernels_round2u_mamba2_quick.json",
      lambda d: (min(run6_mamba2_nvfp4_us()), max(run6_mamba2_nvfp4_us()))),
+    ("times the caps: the Mamba-2 NVFP4 output-only step {:.1f} µs at the wrapper's rule in the tuning rows and "
+     "{:.1f} µs in the sweep, {:.1f} % of its byte bound (target 80 %: missed); batch 1 {:.2f}× (Mamba-2) and {:.2f}× (GDN)",
+     "reports/bench/bench_kernels_round2v_quick.json",
+     lambda d: (tune_us(d, "mamba2", "nvfp4", {"fp4_decode": "fp16"}), summ(d, "mamba2")["read"]["nvfp4"]["nonflush_us"],
+                target(d, "mamba2", "nvfp4_nonflush_pct_byte_bound")["value"],
+                target(d, "mamba2", "batch1_replay_vs_conventional")["value"],
+                target(d, "gdn", "batch1_replay_vs_conventional")["value"])),
+    ("(`fp4_decode=\"ptx\"`: {:.1f} µs at the rule)", "reports/bench/bench_kernels_round2v_quick.json",
+     lambda d: (tune_us(d, "mamba2", "nvfp4", {"fp4_decode": "ptx"}),)),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))

@@ -883,7 +883,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     block_r / num_warps override the launch shape; max_registers caps the registers per thread
     (Triton's ``maxnreg``; 0 = no cap; None = the rules, ``_flush_launch`` and
     ``_nonflush_max_registers``: the autoregressive flush at its default shapes and the two-launch
-    output-only step from an NVFP4 read copy at its default shape are capped).
+    output-only step from an NVFP4 read copy at its default shape with the fp16 decode are capped).
     fold_precision / verify_precision: the matrix products of the flush's fold and of the T > 1
     verify block run on tensor cores with the 3-pass TF32 split by default ("tf32x3": each
     product's relative error ≤ ~2^-21 against 2^-24 for fp32 FMAs, far below any state format's
