@@ -441,6 +441,18 @@ def gdn_replay_step_kernel(
         else:
             sb_q, sb_k = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
                                         qn_ptr + bk * C, kn_ptr + bk * C, RFMT, BR, BC, HW, True, FP4)
+    # The one-launch output-only step from an fp32 read copy (small batches) requests its state tile
+    # and the window's records first, before q and k are normalised (a reduction that waits for them),
+    # so that they are in flight during that work and the scores.
+    FP32_LOADS_FIRST: tl.constexpr = FUSED and (not FLUSH) and T == 1 and RFMT == C_FP32
+    if FP32_LOADS_FIRST:
+        s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV, HW)
+        jj = tl.arange(0, BJ)
+        m_win = jj < n_w
+        pos = ((start + jj) & (RING - 1)).to(tl.int64)
+        h_a = tl.load(ra + pos * Hv, mask=m_win, other=0)
+        h_d = tl.load(rd[None, :] + (pos * Hv * R)[:, None], mask=m_win[:, None] & m_r[None, :], other=0)
+        t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
     if FUSED or RAW_QK:  # the new token's q̃, k as the scores kernel computes them (same helper)
         n_q, n_k, f_q, f_k = _new_qk(q_ptr, k_ptr, bk, C, scale, NORM, BC)
 
@@ -481,24 +493,26 @@ def gdn_replay_step_kernel(
         if SPLIT:
             _store4(s0, s1, s2, s3, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
                     seed, seq, ev, True, RFMT, RSR, BR, BC, ILV)
-    elif not FROM_CODES:
+    elif not (FROM_CODES or FP32_LOADS_FIRST):
         s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV, HW)
 
     if (not FLUSH) and T == 1:
         # output-only step: S_{W-1} x = e^{c_W} (S_b x) + Σ_j e^{c_W − c_j} (k_j·x) d_j with S_b the read
         # copy; scores k_j·q̃, k_j·k from the pre-kernel (position W: the new token's k·q̃), or, in the
         # one-launch form, computed here with the pre-kernel's helpers.
-        jj = tl.arange(0, BJ)
-        m_win = jj < n_w
-        pos = ((start + jj) & (RING - 1)).to(tl.int64)
-        h_a = tl.load(ra + pos * Hv, mask=m_win, other=0)
-        h_d = tl.load(rd[None, :] + (pos * Hv * R)[:, None], mask=m_win[:, None] & m_r[None, :], other=0)
+        if not FP32_LOADS_FIRST:
+            jj = tl.arange(0, BJ)
+            m_win = jj < n_w
+            pos = ((start + jj) & (RING - 1)).to(tl.int64)
+            h_a = tl.load(ra + pos * Hv, mask=m_win, other=0)
+            h_d = tl.load(rd[None, :] + (pos * Hv * R)[:, None], mask=m_win[:, None] & m_r[None, :], other=0)
         bh = i_b.to(tl.int64) * Hv + i_h
         if FUSED:
             if not FROM_CODES:
                 q0, q1, q2, q3 = _quarters(n_q, BC, ILV)
                 k0, k1, k2, k3 = _quarters(n_k, BC, ILV)
-            t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
+            if not FP32_LOADS_FIRST:
+                t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
             sc_q, sc_k = _scores(tl.where((jj == n_w)[:, None], n_k[None, :], t_k), n_q, n_k)
         elif not FROM_CODES:
             await_scores(PDL)  # the state tile and the records are loaded already

@@ -308,6 +308,15 @@ def mamba2_replay_step_kernel(
         c_ptr = C_ptr + (i_b.to(tl.int64) * G + i_g) * C
         s_c, _ = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, c_ptr, c_ptr,
                                 RFMT, BR, BC, HW, False, FP4)
+    # The one-launch output-only step from an fp32 read copy (small batches) requests its state tile
+    # here and reduces it with C only at the output, so that the tile is in flight while the window's
+    # records and scores are loaded and computed. (Reducing it here too, as above, made fp32 reads
+    # slower: the reduction waits for the tile before any later load is issued.)
+    FP32_LOADS_FIRST: tl.constexpr = T == 1 and (not FLUSH) and FUSED and RFMT == C_FP32
+    if FP32_LOADS_FIRST:  # (the window's B records and C as well: the scores below need them)
+        b_sr = load_state(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, HW)
+        b_c = tl.load(C_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
+        t_b = _b_window(rb_ptr + slot * s_rb + i_g * C, start, jj, (jj < W) & slot_ok, cols, m_c, G, C, RING)
 
     A = tl.load(A_ptr + i_h).to(tl.float32)
     # The window's history records as register tiles over logical positions jj (ring position
@@ -390,7 +399,7 @@ def mamba2_replay_step_kernel(
     elif T > 1:
         b_s = load_state(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, HW)
     else:  # autoregressive non-flush: S_b C is all it needs, read straight from the codes
-        if not NVFP4_STATE_FIRST:
+        if not (NVFP4_STATE_FIRST or FP32_LOADS_FIRST):
             c_ptr = C_ptr + (i_b.to(tl.int64) * G + i_g) * C
             s_c, _ = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, c_ptr,
                                     c_ptr, RFMT, BR, BC, HW, False, FP4)
@@ -505,9 +514,12 @@ def mamba2_replay_step_kernel(
             else:
                 # the scores kernel's scores, computed here (same helpers, same order): the window's B
                 # records (jj < W) with the new token's B at position W, dotted with C_t
-                b_c = tl.load(C_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
-                t_b = _b_window(rb_ptr + slot * s_rb + i_g * C, start, jj, m_win, cols, m_c, G, C, RING)
+                if not FP32_LOADS_FIRST:
+                    b_c = tl.load(C_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
+                    t_b = _b_window(rb_ptr + slot * s_rb + i_g * C, start, jj, m_win, cols, m_c, G, C, RING)
                 score = _scores(tl.where((jj == W)[:, None], n_b[None, :], t_b), b_c)
+                if FP32_LOADS_FIRST:
+                    s_c = tl.sum(b_sr * b_c[None, :], 1)
             b_y = tl.exp(tot) * s_c + tl.sum((decay * score)[:, None] * t_u, 0)
         b_x = tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
         if HAS_D:
