@@ -259,8 +259,9 @@ def _head_decay_complement(mod: nn.Module, hidden: torch.Tensor) -> tuple[str, t
     dt = F.softplus(F.linear(h, w, b) + mod.dt_bias.float())
     lo, hi = getattr(mod, "time_step_limit", (0.0, float("inf")))
     if type(mod).__name__ == "NemotronHMamba2Mixer":
-        # transformers' torch path clamps the step at time_step_min (older 5.x: while time_step_limit
-        # still says (0, inf); newer: time_step_limit = (time_step_min, inf))
+        # the mixer's own floor where it keeps one: some 5.x releases clamped the step at time_step_min
+        # while time_step_limit said (0, inf); 5.24 sets time_step_limit = (time_step_min, inf) on the
+        # mixer; 5.25 takes the config's time_step_limit as it is ((0, inf) by default: no floor)
         lo = max(lo, getattr(mod, "time_step_min", 0.0))
     dt = dt.clamp(min=lo, max=hi)
     log_alpha = -mod.A_log.float().exp() * dt

@@ -26,10 +26,30 @@ def test_bare_import_from_repo_root_fails_loudly(name):
 
 @pytest.mark.parametrize("use", ["kernels.quant", "from kernels import get_kernel"])
 def test_bare_kernels_import_from_repo_root_is_empty_and_any_use_fails_loudly(use):
-    # `import kernels` itself must succeed (optional-package probes import it), but it loads nothing
+    # With no package named `kernels` installed (-S: no site-packages, so none is visible), `import
+    # kernels` itself must succeed (optional-package probes import it), but it loads nothing
     code = f"import kernels\n{use if use.startswith('from') else 'print(' + use + ')'}"
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-S", "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
     assert r.returncode != 0 and "ImportError" in r.stderr and "precision_lab.kernels" in r.stderr, r.stderr
+
+
+def test_bare_kernels_import_from_repo_root_returns_an_installed_package(tmp_path):
+    # transformers >= 5.25 imports Hugging Face's `kernels` unconditionally: where a package of that
+    # name is installed, the bare import from the root must return it, submodules included (a stand-in
+    # package here, after the root on sys.path as site-packages would be)
+    fake = tmp_path / "site" / "kernels"
+    (fake / "_internals").mkdir(parents=True)
+    (fake / "__init__.py").write_text("__version__ = '9.9'\n")
+    (fake / "_internals" / "__init__.py").write_text("")
+    (fake / "_internals" / "locking.py").write_text("def write_egg_lockfile(*a): return 'hub'\n")
+    code = ("import sys, kernels\nfrom kernels._internals.locking import write_egg_lockfile\n"
+            "assert sys.modules['kernels'] is kernels\nprint(kernels.__version__, kernels.__file__, write_egg_lockfile())")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    r = subprocess.run([sys.executable, "-S", "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    version, where, hub = r.stdout.split()
+    assert (version, hub) == ("9.9", "hub") and Path(where) == fake / "__init__.py"
 
 
 # Every step of an optional-package probe (transformers: find_spec, then metadata, then import_module
@@ -44,15 +64,17 @@ if first == "transformers":
 else:
     import precision_lab.models
 try:
-    importlib.metadata.version("kernels")
-    raise SystemExit("a distribution named 'kernels' is installed; this test needs it absent")
+    hub = importlib.metadata.version("kernels")  # Hugging Face's kernel hub (transformers >= 5.25 needs it)
 except importlib.metadata.PackageNotFoundError:
-    pass
+    hub = None
 assert importlib.util.find_spec("kernels") is not None  # the repository folder, as on a user's machine
 mod = importlib.import_module("kernels")
-assert getattr(mod, "__version__", "N/A") == "N/A" and getattr(mod, "__file__", None) is None
 from transformers.utils.import_utils import is_kernels_available
-assert is_kernels_available() is False
+if hub is None:  # the folder's empty stand-in: "not installed"
+    assert getattr(mod, "__version__", "N/A") == "N/A" and getattr(mod, "__file__", None) is None
+    assert is_kernels_available() is False
+else:  # the installed package, not the folder
+    assert mod.__version__ == hub and not mod.__file__.startswith({root!r} + "/kernels/"), mod.__file__
 from precision_lab.models import PRESETS, load_model
 tiny = [n for n, p in PRESETS.items() if p.kind == "tiny"]
 for name in tiny:

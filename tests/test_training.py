@@ -69,10 +69,13 @@ def test_ssm_memory_of_hand_set_decays(arch):
                 step = torch.nn.functional.softplus(m.dt_bias.double())
             else:
                 m.in_proj.weight[-n:].zero_()
-                # a step below Nemotron-H's floor: transformers computes with the floor
+                # a step below Nemotron-H's default floor: transformers computes with the mixer's floor,
+                # time_step_limit[0] (5.24 sets it to time_step_min = 1e-3; 5.25 keeps the config's
+                # (0, inf), no floor)
                 m.dt_bias[0] = math.log(math.expm1(1e-4))
-                step = torch.nn.functional.softplus(m.dt_bias.double()).clamp(min=model.config.time_step_min)
-                assert step[0] == model.config.time_step_min == 1e-3
+                floor = m.time_step_limit[0]  # what the mixer's forward clamps at
+                assert floor in (0.0, 1e-3) and model.config.time_step_min == 1e-3
+                step = torch.nn.functional.softplus(m.dt_bias.double()).clamp(min=floor)
             rate = m.A_log.double().exp() * step
             want += (1.0 / -torch.expm1(-rate)).tolist()
     x = torch.randint(0, 256, (3, 40), generator=torch.Generator().manual_seed(1))
