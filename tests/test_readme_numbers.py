@@ -364,6 +364,11 @@ CLAIMS: list[tuple[str, str, object]] = [
                 target(d, "gdn", "batch1_replay_vs_conventional")["value"])),
     ("(`fp4_decode=\"ptx\"`: {:.1f} µs at the rule)", "reports/bench/bench_kernels_round2v_quick.json",
      lambda d: (tune_us(d, "mamba2", "nvfp4", {"fp4_decode": "ptx"}),)),
+    ("conventional step costs ({:.2f} µs and {:.2f} µs), and ReplaySSM reaches {:.2f}× of the conventional step (target "
+     "1.0×: missed, by the flush); GDN stays at {:.2f}×", "reports/bench/bench_kernels_round2w_quick.json",
+     lambda d: (summ(d, "mamba2")["batch"]["1"]["nonflush_us"], summ(d, "mamba2")["batch"]["1"]["conventional_us"],
+                target(d, "mamba2", "batch1_replay_vs_conventional")["value"],
+                target(d, "gdn", "batch1_replay_vs_conventional")["value"])),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))

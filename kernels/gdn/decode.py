@@ -443,7 +443,9 @@ def gdn_replay_step_kernel(
                                         qn_ptr + bk * C, kn_ptr + bk * C, RFMT, BR, BC, HW, True, FP4)
     # The one-launch output-only step from an fp32 read copy (small batches) requests its state tile
     # and the window's records first, before q and k are normalised (a reduction that waits for them),
-    # so that they are in flight during that work and the scores.
+    # so that they are in flight during that work and the scores. H200, batch 1, both in one run
+    # (reports/diagnostics/nonflush-order.jsonl, run 10): W = 15 4.85-4.93 µs against 5.07-5.12, W = 7
+    # 4.77-4.84 against 4.85-4.86, W = 0 the same (4.54-4.62 against 4.53); batch 4 6.81-6.90 against 6.90-6.93.
     FP32_LOADS_FIRST: tl.constexpr = FUSED and (not FLUSH) and T == 1 and RFMT == C_FP32
     if FP32_LOADS_FIRST:
         s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV, HW)

@@ -311,7 +311,9 @@ def mamba2_replay_step_kernel(
     # The one-launch output-only step from an fp32 read copy (small batches) requests its state tile
     # here and reduces it with C only at the output, so that the tile is in flight while the window's
     # records and scores are loaded and computed. (Reducing it here too, as above, made fp32 reads
-    # slower: the reduction waits for the tile before any later load is issued.)
+    # slower: the reduction waits for the tile before any later load is issued.) H200, W = 7, both in
+    # one run (reports/diagnostics/nonflush-order.jsonl, run 10): batch 1 4.51-4.79 µs against
+    # 4.90-5.34, batch 4 8.27-8.63 against 8.50-8.91, batch 16 24.76-24.80 against 24.48-24.63.
     FP32_LOADS_FIRST: tl.constexpr = T == 1 and (not FLUSH) and FUSED and RFMT == C_FP32
     if FP32_LOADS_FIRST:  # (the window's B records and C as well: the scores below need them)
         b_sr = load_state(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, HW)
