@@ -161,18 +161,6 @@ def _k_window(rk, start, jj, m_hist, cols, m_c, Hk, C, RING):
 
 
 @triton.jit
-def _window_records(ra, rd, start, n_w, m_r, Hv, R, RING, BJ: tl.constexpr):
-    """The output-only step's window: positions jj, their mask, and the value head's a and d records
-    (``ra``, ``rd``: the slot's records of the head at ring position 0) as [BJ] and [BJ, rows] tiles."""
-    jj = tl.arange(0, BJ)
-    m_win = jj < n_w
-    pos = ((start + jj) & (RING - 1)).to(tl.int64)
-    h_a = tl.load(ra + pos * Hv, mask=m_win, other=0)
-    h_d = tl.load(rd[None, :] + (pos * Hv * R)[:, None], mask=m_win[:, None] & m_r[None, :], other=0)
-    return jj, m_win, h_a, h_d
-
-
-@triton.jit
 def _scores(t_k, b_q, b_k):
     """(k_j·q̃, k_j·k) for every row j of the window tile t_k [BJ, BC]."""
     return tl.sum(t_k * b_q[None, :], 1), tl.sum(t_k * b_k[None, :], 1)
@@ -461,7 +449,11 @@ def gdn_replay_step_kernel(
     FP32_LOADS_FIRST: tl.constexpr = FUSED and (not FLUSH) and T == 1 and RFMT == C_FP32
     if FP32_LOADS_FIRST:
         s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV, HW)
-        jj, m_win, h_a, h_d = _window_records(ra, rd, start, n_w, m_r, Hv, R, RING, BJ)
+        jj = tl.arange(0, BJ)
+        m_win = jj < n_w
+        pos = ((start + jj) & (RING - 1)).to(tl.int64)
+        h_a = tl.load(ra + pos * Hv, mask=m_win, other=0)
+        h_d = tl.load(rd[None, :] + (pos * Hv * R)[:, None], mask=m_win[:, None] & m_r[None, :], other=0)
         t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
     if FUSED or RAW_QK:  # the new token's q̃, k as the scores kernel computes them (same helper)
         n_q, n_k, f_q, f_k = _new_qk(q_ptr, k_ptr, bk, C, scale, NORM, BC)
@@ -511,7 +503,11 @@ def gdn_replay_step_kernel(
         # copy; scores k_j·q̃, k_j·k from the pre-kernel (position W: the new token's k·q̃), or, in the
         # one-launch form, computed here with the pre-kernel's helpers.
         if not FP32_LOADS_FIRST:
-            jj, m_win, h_a, h_d = _window_records(ra, rd, start, n_w, m_r, Hv, R, RING, BJ)
+            jj = tl.arange(0, BJ)
+            m_win = jj < n_w
+            pos = ((start + jj) & (RING - 1)).to(tl.int64)
+            h_a = tl.load(ra + pos * Hv, mask=m_win, other=0)
+            h_d = tl.load(rd[None, :] + (pos * Hv * R)[:, None], mask=m_win[:, None] & m_r[None, :], other=0)
         bh = i_b.to(tl.int64) * Hv + i_h
         if FUSED:
             if not FROM_CODES:
