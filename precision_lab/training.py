@@ -257,15 +257,32 @@ def _head_decay_complement(mod: nn.Module, hidden: torch.Tensor) -> tuple[str, t
     w = mod.in_proj.weight[-n:].float()
     b = mod.in_proj.bias[-n:].float() if mod.in_proj.bias is not None else None
     dt = F.softplus(F.linear(h, w, b) + mod.dt_bias.float())
+    lo, hi = step_limits(mod)
+    dt = dt.clamp(min=lo, max=hi)
+    log_alpha = -mod.A_log.float().exp() * dt
+    return "mamba2", -torch.expm1(log_alpha.double())
+
+
+def step_limits(mod: nn.Module) -> tuple[float, float]:
+    """(floor, ceiling) a Mamba-2 mixer clamps its step softplus(dt + dt_bias) to in its forward."""
     lo, hi = getattr(mod, "time_step_limit", (0.0, float("inf")))
     if type(mod).__name__ == "NemotronHMamba2Mixer":
         # the mixer's own floor where it keeps one: some 5.x releases clamped the step at time_step_min
         # while time_step_limit said (0, inf); 5.24 sets time_step_limit = (time_step_min, inf) on the
         # mixer; 5.25 takes the config's time_step_limit as it is ((0, inf) by default: no floor)
         lo = max(lo, getattr(mod, "time_step_min", 0.0))
-    dt = dt.clamp(min=lo, max=hi)
-    log_alpha = -mod.A_log.float().exp() * dt
-    return "mamba2", -torch.expm1(log_alpha.double())
+    return float(lo), float(hi)
+
+
+def record_step_limits(model: nn.Module) -> None:
+    """Write the step limits the model's Mamba-2 mixers apply into ``model.config.time_step_limit``,
+    so that a saved model computes as it was trained under any transformers release (a model trained
+    under 5.24 had a floor of time_step_min that its config's (0, inf) did not say; 5.25 reads the
+    config's limits as they are). A model without Mamba-2 mixers, or whose mixers disagree, is left
+    as it is."""
+    limits = {step_limits(m) for m in model.modules() if type(m).__name__ == "NemotronHMamba2Mixer"}
+    if len(limits) == 1 and hasattr(model.config, "time_step_limit"):
+        model.config.time_step_limit = tuple(limits.pop())
 
 
 MEMORY_THRESHOLDS = (100, 1_000, 10_000)
@@ -748,6 +765,7 @@ def _train(cfg: TrainConfig, *, started, log, documents) -> dict:
                                                     "of each held-out document"},
             "provenance": provenance(), "wall_seconds": None}
     card["wall_seconds"] = round(time.monotonic() - started, 1)
+    record_step_limits(model)
     card = save_checkpoint(out, best.state, model.config, card, readme=cfg.readme)
     log(f"[{cfg.arch}] saved {out} ({', '.join(card['files'])}); wall {time.monotonic() - started:.0f} s "
         f"of {budget_s:.0f} s")
@@ -772,6 +790,7 @@ def _save_progress(out, best, model, card_base, curve, cfg, step, tokens, starte
             "training": {"seed": cfg.seed, "steps": step, "tokens": tokens, "best_step": best.step},
             "results": {"validation_bpb": best.bpb}, "learning_curve": list(curve),
             "wall_seconds": round(time.monotonic() - started, 1)}
+    record_step_limits(model)
     save_checkpoint(out, best.state, model.config, card, readme=False)
 
 

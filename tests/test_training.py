@@ -213,3 +213,33 @@ def test_script_refuses_short_windows():
     with pytest.raises(SystemExit):
         mod.parse_args(["--seq-len", "512"])
     assert mod.parse_args(["--seq-len", "512", "--tiny"]).seq_len == 512
+
+
+def test_saved_config_records_the_step_floor_the_mixers_applied(tmp_path):
+    """A model trained under a release that floored the step at time_step_min while its config said
+    (0, inf) saves the floor it applied, so that the saved model computes as trained under any release."""
+    from transformers import AutoModelForCausalLM
+
+    model = tr.build_model("nemotron-h", seed=3, overrides=tr.TINY_OVERRIDES["nemotron-h"])
+    mixers = [m for m in model.modules() if type(m).__name__ == "NemotronHMamba2Mixer"]
+    assert mixers
+    for m in mixers:  # what 5.24 set on the mixer, whatever the config said
+        m.time_step_limit = (1e-3, float("inf"))
+    model.config.time_step_limit = (0.0, float("inf"))
+    tr.record_step_limits(model)
+    assert tuple(model.config.time_step_limit) == (1e-3, float("inf"))
+    tr.save_checkpoint(tmp_path, model.state_dict(), model.config,
+                       {"name": "t", "describe": "t", "parameters": 1, "class": type(model).__name__}, readme=False)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
+    assert [tr.step_limits(m) for m in loaded.modules() if type(m).__name__ == "NemotronHMamba2Mixer"] == \
+        [(1e-3, float("inf"))] * len(mixers)
+
+    # mixers that disagree leave the config as it is; a model without Mamba-2 mixers is untouched
+    mixers[0].time_step_limit = (0.0, float("inf"))
+    model.config.time_step_limit = (0.0, 5.0)
+    tr.record_step_limits(model)
+    assert tuple(model.config.time_step_limit) == (0.0, 5.0)
+    gdn = tr.build_model("qwen3.5", seed=3, overrides=tr.TINY_OVERRIDES["qwen3.5"])
+    before = gdn.config.to_dict()
+    tr.record_step_limits(gdn)
+    assert gdn.config.to_dict() == before

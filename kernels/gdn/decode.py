@@ -101,6 +101,22 @@ def _l2norm(x, NORM: tl.constexpr):
 
 
 @triton.jit
+def _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R):
+    """The new token's v [BR] of the rows, log decay g and beta of a one-token step (fp32).
+
+    The one-launch form (small batches, where a step's time is a chain of memory latencies) loads
+    them near the top of the kernel, beside its state tile and records: loaded where they are used,
+    after the q/k normalisation and the scores (reductions and layout changes through shared memory),
+    they were requested a few instructions before their first use and waited one more whole memory
+    latency (sm_90 compile of the batch-1 fp32 steps). The two-launch form (large batches,
+    throughput-bound) loads them where they are used, where they hold no registers meanwhile."""
+    b_v = tl.load(v_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
+    g = tl.load(g_ptr + bh).to(tl.float32)
+    beta = tl.load(beta_ptr + bh).to(tl.float32)
+    return b_v, g, beta
+
+
+@triton.jit
 def gdn_conventional_step_kernel(
     st_d, st_sc, st_gs, s_d, s_sc, s_gs,
     slot_ptr, seq_ptr, ev_ptr, seed,
@@ -120,9 +136,8 @@ def gdn_conventional_step_kernel(
 
     b_q = scale * _l2norm(tl.load(q_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32), NORM)
     b_k = _l2norm(tl.load(k_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32), NORM)
-    b_v = tl.load(v_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
-    alpha = tl.exp(tl.load(g_ptr + bh).to(tl.float32))
-    beta = tl.load(beta_ptr + bh).to(tl.float32)
+    b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
+    alpha = tl.exp(g)
 
     b_s = load_state(st_d, st_sc, st_gs, slot, s_d, s_sc, s_gs, i_h, rows, m_r, R, C, FMT, BR, BC, HW)
     b_d = beta * (b_v - alpha * tl.sum(b_s * b_k[None, :], 1))
@@ -380,8 +395,8 @@ def _token(qn_ptr, kn_ptr, kq_ptr, v_ptr, g_ptr, beta_ptr, i_b, t, i_h, i_kh, ro
     bk = (i_b.to(tl.int64) * T + t) * Hk + i_kh
     q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
     k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
-    return (q0, q1, q2, q3, k0, k1, k2, k3, tl.load(v_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32),
-            tl.load(g_ptr + bh).to(tl.float32), tl.load(beta_ptr + bh).to(tl.float32), tl.load(kq_ptr + bk))
+    b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
+    return q0, q1, q2, q3, k0, k1, k2, k3, b_v, g, beta, tl.load(kq_ptr + bk)
 
 
 @triton.jit
@@ -455,6 +470,9 @@ def gdn_replay_step_kernel(
         h_a = tl.load(ra + pos * Hv, mask=m_win, other=0)
         h_d = tl.load(rd[None, :] + (pos * Hv * R)[:, None], mask=m_win[:, None] & m_r[None, :], other=0)
         t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
+    bh = i_b.to(tl.int64) * Hv + i_h  # this token's v, g, beta, o row (batch entry, value head)
+    if FUSED:
+        b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
     if FUSED or RAW_QK:  # the new token's q̃, k as the scores kernel computes them (same helper)
         n_q, n_k, f_q, f_k = _new_qk(q_ptr, k_ptr, bk, C, scale, NORM, BC)
 
@@ -475,7 +493,6 @@ def gdn_replay_step_kernel(
         s0, s1, s2, s3 = s0 + 0.0, s1 + 0.0, s2 + 0.0, s3 + 0.0
         if FOLD_NEW:
             # autoregressive flush: the new token is a conventional step on the fp32 state
-            bh = i_b.to(tl.int64) * Hv + i_h
             if FUSED:
                 q0, q1, q2, q3 = _quarters(n_q, BC, ILV)
                 k0, k1, k2, k3 = _quarters(n_k, BC, ILV)
@@ -483,9 +500,9 @@ def gdn_replay_step_kernel(
                 await_scores(PDL)  # the fold above needed nothing from the scores kernel
                 q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
                 k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
-            b_v = tl.load(v_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
-            alpha = tl.exp(tl.load(g_ptr + bh).to(tl.float32))
-            beta = tl.load(beta_ptr + bh).to(tl.float32)
+            if not FUSED:
+                b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
+            alpha = tl.exp(g)
             b_d = beta * (b_v - alpha * _matvec(s0, s1, s2, s3, k0, k1, k2, k3))
             s0, s1, s2, s3 = _rank1(s0, s1, s2, s3, alpha, b_d, k0, k1, k2, k3)
             b_o = _matvec(s0, s1, s2, s3, q0, q1, q2, q3)
@@ -508,7 +525,6 @@ def gdn_replay_step_kernel(
             pos = ((start + jj) & (RING - 1)).to(tl.int64)
             h_a = tl.load(ra + pos * Hv, mask=m_win, other=0)
             h_d = tl.load(rd[None, :] + (pos * Hv * R)[:, None], mask=m_win[:, None] & m_r[None, :], other=0)
-        bh = i_b.to(tl.int64) * Hv + i_h
         if FUSED:
             if not FROM_CODES:
                 q0, q1, q2, q3 = _quarters(n_q, BC, ILV)
@@ -528,9 +544,8 @@ def gdn_replay_step_kernel(
         if EARLY_SCORES:
             sc_q = tl.load(kq_ptr + bk * BJ + jj)
             sc_k = tl.load(kk_ptr + bk * BJ + jj)
-        b_v = tl.load(v_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
-        g = tl.load(g_ptr + bh).to(tl.float32)
-        beta = tl.load(beta_ptr + bh).to(tl.float32)
+        if not FUSED:
+            b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
         tot = tl.sum(h_a, 0)
         decay = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
         e_tot = tl.exp(tot)
