@@ -102,14 +102,8 @@ def _l2norm(x, NORM: tl.constexpr):
 
 @triton.jit
 def _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R):
-    """The new token's v [BR] of the rows, log decay g and beta of a one-token step (fp32).
-
-    The one-launch form (small batches, where a step's time is a chain of memory latencies) loads
-    them near the top of the kernel, beside its state tile and records: loaded where they are used,
-    after the q/k normalisation and the scores (reductions and layout changes through shared memory),
-    they were requested a few instructions before their first use and waited one more whole memory
-    latency (sm_90 compile of the batch-1 fp32 steps). The two-launch form (large batches,
-    throughput-bound) loads them where they are used, where they hold no registers meanwhile."""
+    """A new token's v [BR] of the rows, log decay g and beta (fp32); ``bh``: its (batch entry or
+    draft, value head) row."""
     b_v = tl.load(v_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
     g = tl.load(g_ptr + bh).to(tl.float32)
     beta = tl.load(beta_ptr + bh).to(tl.float32)
@@ -173,6 +167,18 @@ def _k_window(rk, start, jj, m_hist, cols, m_c, Hk, C, RING):
     ring position 0 (``rk_ptr + slot·s_rk + kh·C``)."""
     pos = ((start + jj) & (RING - 1)).to(tl.int64)
     return tl.load(rk + (pos * Hk)[:, None] * C + cols[None, :], mask=m_hist[:, None] & m_c[None, :], other=0)
+
+
+@triton.jit
+def _window_records(ra, rd, start, n_w, m_r, Hv, R, RING, BJ: tl.constexpr):
+    """The output-only step's window: positions jj, their mask, and the value head's a and d records
+    (``ra``, ``rd``: the slot's records of the head at ring position 0) as [BJ] and [BJ, rows] tiles."""
+    jj = tl.arange(0, BJ)
+    m_win = jj < n_w
+    pos = ((start + jj) & (RING - 1)).to(tl.int64)
+    h_a = tl.load(ra + pos * Hv, mask=m_win, other=0)
+    h_d = tl.load(rd[None, :] + (pos * Hv * R)[:, None], mask=m_win[:, None] & m_r[None, :], other=0)
+    return jj, m_win, h_a, h_d
 
 
 @triton.jit
@@ -464,15 +470,8 @@ def gdn_replay_step_kernel(
     FP32_LOADS_FIRST: tl.constexpr = FUSED and (not FLUSH) and T == 1 and RFMT == C_FP32
     if FP32_LOADS_FIRST:
         s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV, HW)
-        jj = tl.arange(0, BJ)
-        m_win = jj < n_w
-        pos = ((start + jj) & (RING - 1)).to(tl.int64)
-        h_a = tl.load(ra + pos * Hv, mask=m_win, other=0)
-        h_d = tl.load(rd[None, :] + (pos * Hv * R)[:, None], mask=m_win[:, None] & m_r[None, :], other=0)
+        jj, m_win, h_a, h_d = _window_records(ra, rd, start, n_w, m_r, Hv, R, RING, BJ)
         t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
-    bh = i_b.to(tl.int64) * Hv + i_h  # this token's v, g, beta, o row (batch entry, value head)
-    if FUSED:
-        b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
     if FUSED or RAW_QK:  # the new token's q̃, k as the scores kernel computes them (same helper)
         n_q, n_k, f_q, f_k = _new_qk(q_ptr, k_ptr, bk, C, scale, NORM, BC)
 
@@ -493,6 +492,7 @@ def gdn_replay_step_kernel(
         s0, s1, s2, s3 = s0 + 0.0, s1 + 0.0, s2 + 0.0, s3 + 0.0
         if FOLD_NEW:
             # autoregressive flush: the new token is a conventional step on the fp32 state
+            bh = i_b.to(tl.int64) * Hv + i_h
             if FUSED:
                 q0, q1, q2, q3 = _quarters(n_q, BC, ILV)
                 k0, k1, k2, k3 = _quarters(n_k, BC, ILV)
@@ -500,8 +500,7 @@ def gdn_replay_step_kernel(
                 await_scores(PDL)  # the fold above needed nothing from the scores kernel
                 q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
                 k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
-            if not FUSED:
-                b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
+            b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
             alpha = tl.exp(g)
             b_d = beta * (b_v - alpha * _matvec(s0, s1, s2, s3, k0, k1, k2, k3))
             s0, s1, s2, s3 = _rank1(s0, s1, s2, s3, alpha, b_d, k0, k1, k2, k3)
@@ -520,11 +519,8 @@ def gdn_replay_step_kernel(
         # copy; scores k_j·q̃, k_j·k from the pre-kernel (position W: the new token's k·q̃), or, in the
         # one-launch form, computed here with the pre-kernel's helpers.
         if not FP32_LOADS_FIRST:
-            jj = tl.arange(0, BJ)
-            m_win = jj < n_w
-            pos = ((start + jj) & (RING - 1)).to(tl.int64)
-            h_a = tl.load(ra + pos * Hv, mask=m_win, other=0)
-            h_d = tl.load(rd[None, :] + (pos * Hv * R)[:, None], mask=m_win[:, None] & m_r[None, :], other=0)
+            jj, m_win, h_a, h_d = _window_records(ra, rd, start, n_w, m_r, Hv, R, RING, BJ)
+        bh = i_b.to(tl.int64) * Hv + i_h
         if FUSED:
             if not FROM_CODES:
                 q0, q1, q2, q3 = _quarters(n_q, BC, ILV)
@@ -544,8 +540,7 @@ def gdn_replay_step_kernel(
         if EARLY_SCORES:
             sc_q = tl.load(kq_ptr + bk * BJ + jj)
             sc_k = tl.load(kk_ptr + bk * BJ + jj)
-        if not FUSED:
-            b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
+        b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
         tot = tl.sum(h_a, 0)
         decay = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
         e_tot = tl.exp(tot)

@@ -194,15 +194,8 @@ def mamba2_replay_scores_kernel(
 
 @triton.jit
 def _output_inputs(x_ptr, D_ptr, z_ptr, bh, i_h, rows, m_r, R, HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
-    """What a one-token step's output takes besides its state product: x [BR] of the rows (for D x),
-    the head's D and z [BR] (0 where the step has none).
-
-    The one-launch form (small batches, where a step's time is a chain of memory latencies) loads
-    them with the new token's dt and x, near the top of the kernel: loaded at the output, after the
-    state product's reductions and layout changes, they waited one more whole memory latency at the
-    end of every program (sm_90 compile of the batch-1 fp32 steps: issued a few dozen instructions
-    before their use). The two-launch form (large batches, throughput-bound) loads them at the output,
-    where they hold no registers during the state product."""
+    """What a one-token step's output takes besides its state product and window: x [BR] of the rows
+    (for D x), the head's D and z [BR] (fp32; 0 where the step has none)."""
     b_x = tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
     d_h = 0.0
     if HAS_D:
@@ -329,31 +322,30 @@ def mamba2_replay_step_kernel(
         c_ptr = C_ptr + (i_b.to(tl.int64) * G + i_g) * C
         s_c, _ = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, c_ptr, c_ptr,
                                 RFMT, BR, BC, HW, False, FP4)
+    # The window's history records as register tiles over logical positions jj (ring position
+    # (start + j) & (RING-1)): the flush folds them, the non-flush step's outputs read them.
+    m_win = (jj < W) & slot_ok
     # The one-launch output-only step from an fp32 read copy (small batches) requests its state tile
     # here and reduces it with C only at the output, so that the tile is in flight while the window's
     # records and scores are loaded and computed. (Reducing it here too, as above, made fp32 reads
     # slower: the reduction waits for the tile before any later load is issued.) H200, W = 7, both in
     # one run (reports/diagnostics/nonflush-order.jsonl, run 10): batch 1 4.51-4.79 µs against
     # 4.90-5.34, batch 4 8.27-8.63 against 8.50-8.91, batch 16 24.76-24.80 against 24.48-24.63.
-    # The window's history records as register tiles over logical positions jj (ring position
-    # (start + j) & (RING-1)): the flush folds them, the non-flush step's outputs read them.
-    m_win = (jj < W) & slot_ok
     FP32_LOADS_FIRST: tl.constexpr = T == 1 and (not FLUSH) and FUSED and RFMT == C_FP32
     if FP32_LOADS_FIRST:  # (the window's B records and C as well: the scores below need them)
         b_sr = load_state(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, HW)
         b_c = tl.load(C_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
         t_b = _b_window(rb_ptr + slot * s_rb + i_g * C, start, jj, m_win, cols, m_c, G, C, RING)
-    # A flush requests the two tiles its fold waits for, the checkpoint tile and the group's window of
-    # B records, before anything else: issued below the new token's dt and x (whose softplus waits for
-    # them), the B window went out only after the checkpoint tile had arrived (sm_90 compile of the
-    # batch-1 fp32 flush: its loads followed the tile's layout change through shared memory), two
-    # memory latencies in a row.
-    if FLUSH:
-        h_b = _b_window(rb_ptr + slot * s_rb + i_g * C, start, jj, m_win, cols, m_c, G, C, RING)
-        if T == 1:  # (C for the output's S C)
-            b_c = tl.load(C_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
-        seq = tl.load(seq_ptr + i_b)  # (the SR counters of the stores)
-        ev = tl.load(ev_ptr + i_b)
+    # The one-launch output-only step from an NVFP4 read copy (small batches) also loads the output's
+    # other inputs (x for D x, z) with the new token's dt and x rather than at the output, where they
+    # were requested a few dozen instructions before their use, after the state product's reductions,
+    # and waited one more whole memory latency at the end of every program (sm_90 compile). H200, W = 7,
+    # both in one run (reports/diagnostics/early-inputs.jsonl, run 1): batch 1 4.63-4.69 µs against
+    # 4.91-4.94. The fp32 read copy's one-launch step ran slower with them early (with the new token's
+    # B loaded early too: batch 1 4.53-4.54 against 4.41-4.43, batch 16 26.1-26.3 against 24.9-25.2),
+    # and the two-launch form (large batches, throughput-bound) keeps them at the output, where they
+    # hold no registers during the state product.
+    OUTPUT_INPUTS_FIRST: tl.constexpr = NVFP4_STATE_FIRST and FUSED
 
     A = tl.load(A_ptr + i_h).to(tl.float32)
     # Offsets inside the slot's records are int32 (Mamba2Records checks that a slot's u records hold
@@ -378,22 +370,18 @@ def mamba2_replay_step_kernel(
         n_u = dt * tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
         n_a = A * dt
         at = jj == W
-        if FUSED:
+        if OUTPUT_INPUTS_FIRST:
             b_x, d_h, b_z = _output_inputs(x_ptr, D_ptr, z_ptr, bh, i_h, rows, m_r, R, HAS_D, HAS_Z)
-        if FUSED or FOLD_NEW:
-            # the new token's B (for its score; an autoregressive flush folds it), loaded before the
-            # record stores below: the compiler does not move a load above a store it cannot prove
-            # apart, and issued after them it was waited for as soon as it was issued
-            n_b = tl.load(B_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
         if FLUSH:
             t_a = tl.where(at, n_a, 0.0)
             t_u = tl.where(at[:, None], n_u[None, :], 0.0)
         else:
             t_a = tl.where(at, n_a, h_a)
             t_u = tl.where(at[:, None], n_u[None, :], h_u)
-        # (the NVFP4 step stores its records last, at the end of the kernel; an autoregressive flush
-        # folds its own token and keeps no record)
-        if not (NVFP4_STATE_FIRST or FOLD_NEW):
+        if NVFP4_STATE_FIRST:  # the records are stored last (the end of the kernel)
+            if FUSED:  # the new token's B, for its score
+                n_b = tl.load(B_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
+        elif not FOLD_NEW:  # an autoregressive flush folds its own token: no record is kept
             q = ((start + W) & (RING - 1)).to(tl.int64)
             tl.store(ru_ptr + slot * s_ru + (q * H + i_h) * R + rows, n_u, mask=m_r)
             tl.store(ra_ptr + slot * s_ra + q * H + i_h, n_a, mask=valid & (i_r == 0))
@@ -406,23 +394,30 @@ def mamba2_replay_step_kernel(
                 # different ring slot from all of them — (start + j) & (RING-1) is one-to-one on
                 # 0 <= j < RING and W < L <= RING. (The interpreter runs programs one after another
                 # and would hide a race; this argument is what rules it out on the GPU.)
+                n_b = tl.load(B_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
                 tl.store(rb_ptr + slot * s_rb + (q * G + i_g) * C + cols, n_b, mask=m_own)
 
     if FLUSH:
         b_s = load_state(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, HW)
+        h_b = tl.load(rb_ptr + slot * s_rb + (pos * G + i_g)[:, None] * C + cols[None, :],
+                      mask=m_win[:, None] & m_c[None, :], other=0)
         if FOLD_NEW:
             # The autoregressive flush folds its own token as the window's record W (weight e^0 = 1;
             # W < L <= RING = BJ, so the position is free): one product for W + 1 records instead of
             # the product and then a conventional update of the whole tile (three operations per
             # element, a second pass over the tile). sm_90 compile of the fp32 flush: ~130 of its
             # ~1280 PTX instructions were that update.
+            n_b = tl.load(B_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
             h_a = tl.where(at, n_a, h_a)
             h_u = tl.where(at[:, None], n_u[None, :], h_u)
             h_b = tl.where(at[:, None], n_b[None, :], h_b)
             m_win = m_win | (at & slot_ok)
         b_s = _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC, HW, SPLIT, UFMT, RFMT, TILED_FMT)
         if T == 1:  # the output's S C, taken before the stores so that b_s is not needed after them
+            b_c = tl.load(C_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
             s_c = tl.sum(b_s * b_c[None, :], 1)
+        seq = tl.load(seq_ptr + i_b)
+        ev = tl.load(ev_ptr + i_b)
         _store_flushed(b_s, u_d, u_sc, u_gs, su_d, su_sc, su_gs, r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,
                        slot, i_h, rows, m_r, R, C, seed, seq, ev, SPLIT, UFMT, USR, RFMT, RSR, BR, BC)
         if FOLD_NEW:
@@ -554,7 +549,7 @@ def mamba2_replay_step_kernel(
                 if FP32_LOADS_FIRST:
                     s_c = tl.sum(b_sr * b_c[None, :], 1)
             b_y = tl.exp(tot) * s_c + tl.sum((decay * score)[:, None] * t_u, 0)
-        if not FUSED:
+        if not OUTPUT_INPUTS_FIRST:
             b_x, d_h, b_z = _output_inputs(x_ptr, D_ptr, z_ptr, bh, i_h, rows, m_r, R, HAS_D, HAS_Z)
         if HAS_D:
             b_y += d_h * b_x
