@@ -398,6 +398,18 @@ def test_launch_shapes_follow_the_batch():
     assert gd._replay_launch(128, 128, (), None, True, 256 * 32, FMT_NVFP4) == (64, 2)  # drafts keep 2 warps
     assert gd._replay_launch(128, 128, (FMT_NVFP4,), None, True, 32)[0] == 128  # NVFP4 stored: the whole head
     assert gd._replay_launch(128, 128, (), 32, True, 32)[0] == 32             # an explicit block_r wins
+    # the one-launch one-token steps of a small grid (batch 1): SMALL_GRID_WARPS; the output-only step
+    # only up to a ring of 32 (it spilled at 2 warps at ring 64)
+    sgw = gd._small_grid_warps                                                 # (T, flush, fused, R, br, bj, B·H, block_r)
+    assert sgw(1, False, True, 128, 16, 16, 32, None) == sgw(1, True, True, 128, 16, 16, 32, None) == gd.SMALL_GRID_WARPS
+    assert sgw(1, False, True, 128, 16, 32, 32, None) == gd.SMALL_GRID_WARPS
+    assert sgw(1, False, True, 128, 16, 64, 32, None) is None                  # ring 64: fused_nonflush_warps
+    assert sgw(1, True, True, 128, 16, 64, 32, None) == gd.SMALL_GRID_WARPS
+    assert sgw(1, False, True, 128, 64, 16, 64, None) is None                  # batch 2: not a small grid
+    assert sgw(1, False, False, 128, 16, 16, 32, None) is None                 # two launches
+    assert sgw(8, False, True, 128, 16, 16, 32, None) is None                  # drafts
+    assert sgw(1, True, True, 128, 128, 16, 32, None) is None                  # a flush storing NVFP4 (whole head)
+    assert sgw(1, True, True, 128, 16, 16, 32, 16) is None                     # an explicit block_r
     from precision_lab.kernels.common.formats import FMT_BF16, FMT_FP32
     cap = gd._nonflush_max_registers                                           # (T, flush, fused, block_r, warps, read)
     assert cap(1, False, False, None, None, FMT_FP32) == 208 and cap(1, False, False, None, None, FMT_NVFP4) == 168
@@ -543,9 +555,9 @@ def test_replay_wrapper_passes_its_rules_to_the_launch():
     recs = GDNRecords(B, 16, Hk, Hv, V, K)
     ptr = (torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.full((B,), 5, dtype=torch.int32))
 
-    def launch(upd, read, **kw):
-        gd.gdn_replay_step(PackedState.empty(upd, B, Hv, V, K), read and PackedState.empty(read, B, Hv, V, K),
-                           recs, *ptr, q, q, v, g, g, **kw)
+    def launch(upd, read, b=B, **kw):
+        gd.gdn_replay_step(PackedState.empty(upd, b, Hv, V, K), read and PackedState.empty(read, b, Hv, V, K),
+                           recs, *(t[:b] for t in ptr), q[:b], q[:b], v[:b], g[:b], g[:b], **kw)
         return launches[-1]
 
     keep = gd.gdn_replay_step_kernel, gd.gdn_replay_scores_kernel
@@ -555,6 +567,10 @@ def test_replay_wrapper_passes_its_rules_to_the_launch():
         assert launch("fp16-sr", "nvfp4", fused_scores=False)["maxnreg"] == 168
         assert "maxnreg" not in launch("fp16-sr", "fp32", fused_scores=False, max_registers=0)
         assert "maxnreg" not in launch("fp16-sr", "fp32", fused_scores=True)            # one launch: no cap
+        assert launch("fp32", "fp32", fused_scores=True)["num_warps"] == 4             # batch 2: fused_nonflush_warps
+        assert launch("fp32", "fp32", b=1)["num_warps"] == gd.SMALL_GRID_WARPS         # batch 1: the small grid's
+        assert launch("fp32", None, b=1, flush=True, fold_new=True)["num_warps"] == gd.SMALL_GRID_WARPS
+        assert launch("fp32", "fp32", b=1, num_warps=4)["num_warps"] == 4              # explicit warps win
         flush = dict(flush=True, fold_new=True)
         assert launch("fp32", "nvfp4", **flush)["RESOLVE"]                             # split: the policy's fold
         assert not launch("fp32", "nvfp4", **flush, recompute=False)["RESOLVE"]

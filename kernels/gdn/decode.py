@@ -640,6 +640,13 @@ NONFLUSH_MAX_REGISTERS = {FMT_FP32: 208, FMT_NVFP4: 168, FMT_E4M3: 128}
 # A replay launch with fewer programs than this (about one per SM of an H200) takes smaller row blocks.
 SMALL_GRID_PROGRAMS = 128
 SMALL_GRID_ROWS = 16
+# There (batch 1 of Qwen3.5-4B) the one-launch one-token steps run SMALL_GRID_WARPS warps: the
+# output-only step instead of fused_nonflush_warps' 4, the autoregressive flush instead of the 1 warp
+# of 128 state elements per thread. H200, batch 1, each row three times in one run
+# (reports/diagnostics/gdn-small-grid-warps.jsonl): RESULTS_PENDING. The output-only step with a
+# ring above 32 records keeps fused_nonflush_warps: at 2 warps it spilled (sm_90 compile, ring 64:
+# 392 bytes of stack per thread; ring 32: 227 registers, none).
+SMALL_GRID_WARPS = 2
 
 
 def _block_rows(R: int, stored: tuple[int, ...], block_r: int | None) -> int:
@@ -647,6 +654,22 @@ def _block_rows(R: int, stored: tuple[int, ...], block_r: int | None) -> int:
     if any(f == FMT_NVFP4 for f in stored):
         return pow2(R)  # NVFP4's global scale is per matrix: one program owns the whole head
     return block_r if block_r is not None else min(pow2(R), 32)
+
+
+def _small_grid(R: int, head_matrices: int, block_r: int | None) -> bool:
+    """Whether a replay launch at its default 64-row blocks would have fewer than SMALL_GRID_PROGRAMS
+    programs (``head_matrices``: batch × value heads; an explicit ``block_r`` is never resized)."""
+    return block_r is None and triton.cdiv(R, min(pow2(R), 64)) * head_matrices < SMALL_GRID_PROGRAMS
+
+
+def _small_grid_warps(T: int, flush: bool, fused: bool, R: int, br: int, bj: int, head_matrices: int,
+                      block_r: int | None) -> int | None:
+    """SMALL_GRID_WARPS for a one-launch one-token step in SMALL_GRID_ROWS-row programs of a small
+    grid (the output-only step only up to a ring of 32 records), else None (the other rules stand)."""
+    if (T == 1 and fused and br == SMALL_GRID_ROWS and _small_grid(R, head_matrices, block_r)
+            and (flush or bj <= 32)):
+        return SMALL_GRID_WARPS
+    return None
 
 
 def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None, serial: bool,
@@ -664,7 +687,7 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
     Qwen3.5-4B's 32 heads: 64 programs of 64 rows) and stores no NVFP4 takes SMALL_GRID_ROWS-row
     programs (the fp32 flush at batch 1: 9.97 µs against 13.48 at 64 rows, tune_small_batch.json)."""
     rows = min(pow2(R), 64)
-    if block_r is None and triton.cdiv(R, rows) * head_matrices < SMALL_GRID_PROGRAMS:
+    if _small_grid(R, head_matrices, block_r):
         rows = min(rows, SMALL_GRID_ROWS)
     br = _block_rows(R, stored, rows if block_r is None else block_r)
     per_thread = 128
@@ -816,6 +839,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     resolve = flush and recompute and not (shared and (update.code == C_FP32 or window_from_update))
     if fused and not flush:  # the window's k records as a [ring, K] tile too: more warps (no spill)
         nw = max(nw, fused_nonflush_warps(bj))
+    nw = _small_grid_warps(T, flush, fused, V, br, bj, Bsz * Hv, block_r) or nw
     if max_registers is None:
         max_registers = _nonflush_max_registers(T, flush, fused, block_r, num_warps, read.code, fp4_decode)
     # a two-launch one-token step overlaps its scores kernel where it can (overlap_scores_launch)

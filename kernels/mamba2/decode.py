@@ -193,20 +193,6 @@ def mamba2_replay_scores_kernel(
 
 
 @triton.jit
-def _output_inputs(x_ptr, D_ptr, z_ptr, bh, i_h, rows, m_r, R, HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
-    """What a one-token step's output takes besides its state product and window: x [BR] of the rows
-    (for D x), the head's D and z [BR] (fp32; 0 where the step has none)."""
-    b_x = tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
-    d_h = 0.0
-    if HAS_D:
-        d_h = tl.load(D_ptr + i_h).to(tl.float32)
-    b_z = b_x * 0
-    if HAS_Z:
-        b_z = tl.load(z_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
-    return b_x, d_h, b_z
-
-
-@triton.jit
 def _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC: tl.constexpr, HW: tl.constexpr, SPLIT: tl.constexpr,
                  UFMT: tl.constexpr, RFMT: tl.constexpr, TILED_FMT: tl.constexpr):
     """The closed-form fold of a window's records into the state tile b_s [BR, BC] of a flush that
@@ -336,16 +322,6 @@ def mamba2_replay_step_kernel(
         b_sr = load_state(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, HW)
         b_c = tl.load(C_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
         t_b = _b_window(rb_ptr + slot * s_rb + i_g * C, start, jj, m_win, cols, m_c, G, C, RING)
-    # The one-launch output-only step from an NVFP4 read copy (small batches) also loads the output's
-    # other inputs (x for D x, z) with the new token's dt and x rather than at the output, where they
-    # were requested a few dozen instructions before their use, after the state product's reductions,
-    # and waited one more whole memory latency at the end of every program (sm_90 compile). H200, W = 7,
-    # both in one run (reports/diagnostics/early-inputs.jsonl, run 1): batch 1 4.63-4.69 µs against
-    # 4.91-4.94. The fp32 read copy's one-launch step ran slower with them early (with the new token's
-    # B loaded early too: batch 1 4.53-4.54 against 4.41-4.43, batch 16 26.1-26.3 against 24.9-25.2),
-    # and the two-launch form (large batches, throughput-bound) keeps them at the output, where they
-    # hold no registers during the state product.
-    OUTPUT_INPUTS_FIRST: tl.constexpr = NVFP4_STATE_FIRST and FUSED
 
     A = tl.load(A_ptr + i_h).to(tl.float32)
     # Offsets inside the slot's records are int32 (Mamba2Records checks that a slot's u records hold
@@ -370,8 +346,6 @@ def mamba2_replay_step_kernel(
         n_u = dt * tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
         n_a = A * dt
         at = jj == W
-        if OUTPUT_INPUTS_FIRST:
-            b_x, d_h, b_z = _output_inputs(x_ptr, D_ptr, z_ptr, bh, i_h, rows, m_r, R, HAS_D, HAS_Z)
         if FLUSH:
             t_a = tl.where(at, n_a, 0.0)
             t_u = tl.where(at[:, None], n_u[None, :], 0.0)
@@ -549,11 +523,11 @@ def mamba2_replay_step_kernel(
                 if FP32_LOADS_FIRST:
                     s_c = tl.sum(b_sr * b_c[None, :], 1)
             b_y = tl.exp(tot) * s_c + tl.sum((decay * score)[:, None] * t_u, 0)
-        if not OUTPUT_INPUTS_FIRST:
-            b_x, d_h, b_z = _output_inputs(x_ptr, D_ptr, z_ptr, bh, i_h, rows, m_r, R, HAS_D, HAS_Z)
+        b_x = tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
         if HAS_D:
-            b_y += d_h * b_x
+            b_y += tl.load(D_ptr + i_h).to(tl.float32) * b_x
         if HAS_Z:
+            b_z = tl.load(z_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
             b_y = b_y * (b_z / (1.0 + tl.exp(-b_z)))
         tl.store(y_ptr + bh * R + rows, tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=rows < R)
         if NVFP4_STATE_FIRST:  # the new token's records, last (same stores as the T = 1 block above)
