@@ -13,7 +13,9 @@ For every launch the wrappers would make, the kernel launch is replaced by ``tri
 ``cuda:90`` with the same arguments (pointer alignment and divisibility-by-16 of integer arguments
 specialised as the runtime would), and the cubin is read with the ``cuobjdump`` that ships with
 Triton. Columns: REG registers per thread, STACK bytes of spill stack per thread, smem bytes,
-convert_layout ops in the TTGIR, SASS instructions, and a digest of the SASS text: equal digests
+convert_layout ops in the TTGIR, SASS instructions, a digest of the SASS text, and ``rounds``: the
+global loads a thread issues in each memory round trip (``memory_rounds``; a sketch of the critical
+path at small batch, not a timing: docs/pitfalls.md §17). Equal digests
 before and after a change mean the same machine code (a refactor that keeps them needs no GPU
 re-check; one that changes them, even by reordering independent operations, needs the kernel tests
 on a GPU). Use it before spending device time: a flush at 255 registers with a
@@ -92,7 +94,66 @@ def resources(fn, args, kwargs, num_warps: int, enable_fp_fusion: bool = False, 
     code = [line.strip() for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,5}\*/", line)]
     return {"regs": grab(r"REG:(\d+)"), "stack": grab(r"STACK:(\d+)"), "smem": k.metadata.shared,
             "convert_layout": k.asm["ttgir"].count("convert_layout"), "sass": len(code),
-            "digest": hashlib.sha256("\n".join(code).encode()).hexdigest()[:12]}
+            "digest": hashlib.sha256("\n".join(code).encode()).hexdigest()[:12], "rounds": memory_rounds(sass)}
+
+
+_INSTR = re.compile(r"/\*([0-9a-f]{4,5})\*/\s+(.*?)\s*;")
+_REG = re.compile(r"\bR(\d+)(\.64)?\b")
+
+
+def _regs(text: str) -> set[int]:
+    """General registers named in an operand list (R4.64: R4 and R5)."""
+    out = set()
+    for n, wide in _REG.findall(text):
+        out.update((int(n), int(n) + 1) if wide else (int(n),))
+    return out
+
+
+def memory_rounds(sass: str) -> list[int]:
+    """How many global loads (LDG) a thread issues in each memory round trip, in program order: a load
+    is in round k + 1 when the last wait before it was for a load of round k (a wait: an instruction
+    reading a register that a load still in flight writes). A load that could have gone out with the
+    state tile but is written after something that waits lands one round later, and the kernel's time
+    at small batch is about one memory latency per round. Read from the SASS text alone (register
+    names, no control codes): a sketch of the thread's critical path, not a timing."""
+    rounds: list[int] = []
+    pending: dict[int, int] = {}  # register -> round of the load writing it
+    copies: list[int] = []  # rounds of asynchronous copies to shared memory (LDGSTS) not yet waited for
+    waited = 0
+
+    def issue() -> int:
+        k = waited + 1
+        rounds.extend([0] * (k - len(rounds)))
+        rounds[k - 1] += 1
+        return k
+
+    for _, text in _INSTR.findall(sass):
+        text = re.sub(r"^@!?U?P\w+\s+", "", text)  # the predicate guard
+        op, _, operands = text.partition(" ")
+        parts = operands.split(",")
+        load = op == "LDG" or op.startswith("LDG.")
+        store = op.startswith(("ST", "RED", "ATOM", "LDGSTS"))
+        # what the instruction reads: a store all its operands, anything else all but its destination
+        # (a load's address: a wait where an earlier load computed it)
+        srcs = _regs(operands if store else ",".join(parts[1:]))
+        hit = [pending[r] for r in srcs if r in pending]
+        if op.startswith("DEPBAR") and copies:  # waits for the copies committed before it
+            hit.append(max(copies))
+            copies.clear()
+        if hit:
+            waited = max(waited, max(hit))
+        if op.startswith("LDGSTS"):
+            copies.append(issue())
+        elif load and _regs(parts[0]):
+            base = min(_regs(parts[0]))
+            width = 4 if ".128" in op else 2 if ".64" in op else 1
+            k = issue()
+            for r in range(base, base + width):
+                pending[r] = k
+        elif not store and parts[0].strip():
+            for r in _regs(parts[0]):  # overwritten: no longer the load's value
+                pending.pop(r, None)
+    return rounds
 
 
 class _Compile:
@@ -110,7 +171,7 @@ class _Compile:
             shape += f" maxnreg={maxnreg}" if maxnreg else ""
             print(f"{self.label:16s} warps={num_warps:<2d} {shape:60s} REG={r['regs']:<4} STACK={r['stack']:<5} "
                   f"smem={r['smem']:<6} convert_layout={r['convert_layout']:<3} sass={r['sass']:<5} "
-                  f"digest={r['digest']}")
+                  f"digest={r['digest']} rounds={'/'.join(map(str, r['rounds']))}")
         return call
 
 

@@ -369,6 +369,10 @@ CLAIMS: list[tuple[str, str, object]] = [
      lambda d: (summ(d, "mamba2")["batch"]["1"]["nonflush_us"], summ(d, "mamba2")["batch"]["1"]["conventional_us"],
                 target(d, "mamba2", "batch1_replay_vs_conventional")["value"],
                 target(d, "gdn", "batch1_replay_vs_conventional")["value"])),
+    ("none of it was kept (`reports/diagnostics/early-inputs.jsonl`), and batch 1 read {:.2f}× (Mamba-2) and "
+     "{:.2f}× (GDN)", "reports/bench/bench_kernels_round2x_quick.json",
+     lambda d: (target(d, "mamba2", "batch1_replay_vs_conventional")["value"],
+                target(d, "gdn", "batch1_replay_vs_conventional")["value"])),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))
