@@ -406,7 +406,8 @@ def test_launch_shapes_follow_the_batch():
     assert sgw(1, False, True, 128, 16, 64, 32, None) is None                  # ring 64: fused_nonflush_warps
     assert sgw(1, True, True, 128, 16, 64, 32, None) == gd.SMALL_GRID_WARPS
     assert sgw(1, False, True, 128, 64, 16, 64, None) is None                  # batch 2: not a small grid
-    assert sgw(1, False, False, 128, 16, 16, 32, None) is None                 # two launches
+    assert sgw(1, False, False, 128, 16, 16, 32, None) is None                 # two launches: the output-only step
+    assert sgw(1, True, False, 128, 16, 16, 32, None) == gd.SMALL_GRID_WARPS   # ... the flush as in one launch
     assert sgw(8, False, True, 128, 16, 16, 32, None) is None                  # drafts
     assert sgw(1, True, True, 128, 128, 16, 32, None) is None                  # a flush storing NVFP4 (whole head)
     assert sgw(1, True, True, 128, 16, 16, 32, 16) is None                     # an explicit block_r

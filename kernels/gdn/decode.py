@@ -640,12 +640,16 @@ NONFLUSH_MAX_REGISTERS = {FMT_FP32: 208, FMT_NVFP4: 168, FMT_E4M3: 128}
 # A replay launch with fewer programs than this (about one per SM of an H200) takes smaller row blocks.
 SMALL_GRID_PROGRAMS = 128
 SMALL_GRID_ROWS = 16
-# There (batch 1 of Qwen3.5-4B) the one-launch one-token steps run SMALL_GRID_WARPS warps: the
-# output-only step instead of fused_nonflush_warps' 4, the autoregressive flush instead of the 1 warp
-# of 128 state elements per thread. H200, batch 1, each row three times in one run
-# (reports/diagnostics/gdn-small-grid-warps.jsonl): RESULTS_PENDING. The output-only step with a
-# ring above 32 records keeps fused_nonflush_warps: at 2 warps it spilled (sm_90 compile, ring 64:
-# 392 bytes of stack per thread; ring 32: 227 registers, none).
+# There (batch 1 of Qwen3.5-4B) the one-token steps run SMALL_GRID_WARPS warps: the one-launch
+# output-only step instead of fused_nonflush_warps' 4, the flush instead of the 1 warp of 128 state
+# elements per thread (in both launch forms: the warps set the order of its fp32 sums, and the forms
+# store the same state bits). H200, batch 1, each row three times in one run
+# (reports/diagnostics/gdn-small-grid-warps.jsonl, one-launch form): output-only step at W = 0 / 7 / 15
+# 4.07-4.31 / 4.44-4.50 / 4.59-4.63 µs against 4.53-4.55 / 4.73-4.76 / 4.83-5.02 at 4 warps, from an
+# NVFP4 read copy 4.42-4.45 against 4.50-4.54; flush (W = 15) 7.50-7.58 against 8.30-8.34 at 1 warp
+# and 7.64-7.66 at 4. The output-only step with a ring above 32 records keeps fused_nonflush_warps:
+# at 2 warps it spilled (sm_90 compile, ring 64: 392 bytes of stack per thread; ring 32: 227
+# registers, none).
 SMALL_GRID_WARPS = 2
 
 
@@ -664,10 +668,12 @@ def _small_grid(R: int, head_matrices: int, block_r: int | None) -> bool:
 
 def _small_grid_warps(T: int, flush: bool, fused: bool, R: int, br: int, bj: int, head_matrices: int,
                       block_r: int | None) -> int | None:
-    """SMALL_GRID_WARPS for a one-launch one-token step in SMALL_GRID_ROWS-row programs of a small
-    grid (the output-only step only up to a ring of 32 records), else None (the other rules stand)."""
-    if (T == 1 and fused and br == SMALL_GRID_ROWS and _small_grid(R, head_matrices, block_r)
-            and (flush or bj <= 32)):
+    """SMALL_GRID_WARPS for a one-token step in SMALL_GRID_ROWS-row programs of a small grid: the
+    one-launch output-only step up to a ring of 32 records, and the flush in both launch forms (the
+    warps set the order of its fp32 sums, and both forms must store the same state bits); else None
+    (the other rules stand)."""
+    if (T == 1 and br == SMALL_GRID_ROWS and _small_grid(R, head_matrices, block_r)
+            and (flush or (fused and bj <= 32))):
         return SMALL_GRID_WARPS
     return None
 
