@@ -373,6 +373,10 @@ CLAIMS: list[tuple[str, str, object]] = [
      "{:.2f}× (GDN)", "reports/bench/bench_kernels_round2x_quick.json",
      lambda d: (target(d, "mamba2", "batch1_replay_vs_conventional")["value"],
                 target(d, "gdn", "batch1_replay_vs_conventional")["value"])),
+    ("GDN's batch-1 steps at 2 warps: its batch-1 ReplaySSM step reaches {:.2f}× of the conventional step "
+     "(Mamba-2 {:.2f}×; target 1.0×: missed)", "reports/bench/bench_kernels_round2y_quick.json",
+     lambda d: (target(d, "gdn", "batch1_replay_vs_conventional")["value"],
+                target(d, "mamba2", "batch1_replay_vs_conventional")["value"])),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))
