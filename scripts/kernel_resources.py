@@ -113,9 +113,10 @@ def memory_rounds(sass: str) -> list[int]:
     """How many global loads (LDG) a thread issues in each memory round trip, in program order: a load
     is in round k + 1 when the last wait before it was for a load of round k (a wait: an instruction
     reading a register that a load still in flight writes). A load that could have gone out with the
-    state tile but is written after something that waits lands one round later, and the kernel's time
-    at small batch is about one memory latency per round. Read from the SASS text alone (register
-    names, no control codes): a sketch of the thread's critical path, not a timing."""
+    state tile but is written after something that waits lands one round later; at small batch each
+    round can add a memory latency to a kernel bound by them, not to one bound by its instructions
+    (docs/pitfalls.md §17). Read from the SASS text alone (register names, no control codes): a sketch
+    of the thread's critical path, not a timing."""
     rounds: list[int] = []
     pending: dict[int, int] = {}  # register -> round of the load writing it
     copies: list[int] = []  # rounds of asynchronous copies to shared memory (LDGSTS) not yet waited for

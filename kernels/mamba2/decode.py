@@ -308,8 +308,8 @@ def mamba2_replay_step_kernel(
         c_ptr = C_ptr + (i_b.to(tl.int64) * G + i_g) * C
         s_c, _ = read_state_dot(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, c_ptr, c_ptr,
                                 RFMT, BR, BC, HW, False, FP4)
-    # The window's history records as register tiles over logical positions jj (ring position
-    # (start + j) & (RING-1)): the flush folds them, the non-flush step's outputs read them.
+    # The window's history: logical positions jj < W (ring position (start + j) & (RING-1)), over which
+    # its records are loaded as register tiles; the flush folds them, the non-flush step's outputs read them.
     m_win = (jj < W) & slot_ok
     # The one-launch output-only step from an fp32 read copy (small batches) requests its state tile
     # here and reduces it with C only at the output, so that the tile is in flight while the window's
