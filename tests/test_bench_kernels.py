@@ -117,6 +117,44 @@ def test_resummarise_merges_the_operators_runs(tmp_path):
     assert (out.parent / "bench_kernels_batch.png").stat().st_size > 0
 
 
+def test_targets_carry_the_ratio_their_bytes_allow():
+    """Every ratio target records its byte bound: its ratio with each ReplaySSM kernel moving its
+    counted bytes at the copy ceiling and the baseline at its measured time (fixture rows, a 5000
+    GB/s ceiling: 1 GB takes 200 µs). Batch 1 and the fractions of a byte bound get none, and a
+    row without a byte count leaves its bound unknown rather than guessed."""
+    def row(kernel, tag, us, nbytes=None, **kw):
+        return KernelRow(op="gdn", kernel=kernel, tag=tag, batch=kw.pop("batch", 256), us=us, bytes=nbytes,
+                         GBps=None if nbytes is None else nbytes / (us * 1e3), pct_ceiling=1.0, **kw)
+
+    rows = [row("conventional", "batch", 500.0, 2e9), row("nonflush", "batch", 250.0, 1e9),
+            row("flush", "batch", 1000.0, 2e9), row("fla", "batch", 600.0),
+            row("nonflush", "read", 250.0, 1e9, read="fp32"), row("nonflush", "read", 100.0, 0.25e9, read="nvfp4"),
+            row("flush", "update", 900.0, 1e9, update="fp16-sr", read="nvfp4"),
+            row("conventional", "convfmt", 400.0, 1e9, update="fp16-sr"),
+            row("nonflush", "T8", 700.0, 1.5e9, T=8), row("flush", "T8", 1500.0, 2.5e9, T=8),
+            row("conventional", "batch", 5.0, 1e6, batch=1), row("nonflush", "batch", 5.5, 0.5e6, batch=1),
+            row("flush", "batch", 8.0, 1e6, batch=1)]
+    names = ("gdn:fp32", "gdn:shared:fp32", "gdn:split:fp32/nvfp4", "gdn:split:fp16-sr/nvfp4",
+             "gdn:conventional:fp16-sr", "gdn:verify-T4", "gdn:verify-T4-flush")
+    checks = {n: KernelCheck(rel_err={"y": 0.0}, tol=1e-5, ok=True) for n in names}
+    t = bench_kernels.summarise(rows, checks, 5000.0)["gdn"].targets
+    replay = (15 * 200 + 400) / 16  # µs per token at the ceiling
+    assert t["replay_vs_conventional"].value == pytest.approx(500 / ((15 * 250 + 1000) / 16))
+    assert t["replay_vs_conventional"].byte_bound == pytest.approx(500 / replay)
+    assert t["replay_vs_fla"].byte_bound == pytest.approx(600 / replay)
+    assert t["nvfp4_vs_fp32_read_nonflush"].byte_bound == pytest.approx(250 / 50)
+    assert t["split_fp16-sr_nvfp4_vs_conventional"].byte_bound == pytest.approx(500 / ((15 * 50 + 200) / 16))
+    assert t["fp16sr_flush_vs_fp16sr_conventional"].byte_bound == pytest.approx(200 / 400)  # an "at most" target
+    assert t["verify_T8_vs_conventional"].byte_bound == pytest.approx((300 + 500) / 2 / 500)  # 2 rounds per flush
+    assert t["verify_T8_vs_conventional"].target == 1.3
+    for name in ("batch1_replay_vs_conventional", "conventional_pct_ceiling", "nvfp4_nonflush_pct_byte_bound"):
+        assert t[name].byte_bound is None
+    assert t["split_fp8e4m3-sr_nvfp4_vs_conventional"].byte_bound is None  # its flush was not measured
+    rows[2].bytes = None  # the flush without a byte count
+    t = bench_kernels.summarise(rows, checks, 5000.0)["gdn"].targets
+    assert t["replay_vs_conventional"].byte_bound is None and t["replay_vs_conventional"].value is not None
+
+
 @pytest.mark.parametrize("op", ["mamba2", "gdn"])
 def test_problem_buffer_sets_have_the_real_shapes(op):
     """A buffer set at the benchmark's model shapes (batch 2, fp32 pools need no kernel to seed)."""

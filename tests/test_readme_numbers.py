@@ -377,6 +377,13 @@ CLAIMS: list[tuple[str, str, object]] = [
      "(Mamba-2 {:.2f}×; target 1.0×: missed)", "reports/bench/bench_kernels_round2y_quick.json",
      lambda d: (target(d, "gdn", "batch1_replay_vs_conventional")["value"],
                 target(d, "mamba2", "batch1_replay_vs_conventional")["value"])),
+    ("GDN's `shared:fp32` target is beyond its bound: {:.2f}× measured, at most {:.2f}× with both steps at the "
+     "ceiling (target {:.2f}×)", "reports/bench/bench_kernels_round2y_quick.json",
+     lambda d: (target(d, "gdn", "replay_vs_conventional")["value"], target(d, "gdn", "replay_vs_conventional")["byte_bound"],
+                target(d, "gdn", "replay_vs_conventional")["target"])),
+    ("(GDN `split:fp16-sr/nvfp4` {:.2f}× against a bound of {:.2f}×)", "reports/bench/bench_kernels_round2y_quick.json",
+     lambda d: (target(d, "gdn", "split_fp16-sr_nvfp4_vs_conventional")["value"],
+                target(d, "gdn", "split_fp16-sr_nvfp4_vs_conventional")["byte_bound"])),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))

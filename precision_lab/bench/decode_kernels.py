@@ -506,6 +506,18 @@ def _find(rows: list[KernelRow], **kw) -> KernelRow | None:
     return None
 
 
+def _at_ceiling(ceiling_GBps: float, *weighted) -> float | None:
+    """Σ w · (µs the row's counted bytes take at ``ceiling_GBps``) over (w, row) pairs; None if a row
+    is missing or has no byte count (a byte bound is never guessed)."""
+    if any(r is None or not r.bytes for _, r in weighted):
+        return None
+    return sum(w * r.bytes / (ceiling_GBps * 1e3) for w, r in weighted)
+
+
+def _ratio(num, den):
+    return num / den if num is not None and den else None
+
+
 def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBps: float) -> dict[str, OperatorSummary]:
     """Amortised window costs and the targets per operator; a speedup only where the kernels passed."""
     def ok(name):
@@ -593,35 +605,52 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
                 conv[cf] = StorageFormatPoint(us=r.us, GBps=r.GBps, pct_ceiling=r.pct_ceiling)
         b256, t8 = batch.get(256), drafts.get(8)
         ceil = max(ceiling_GBps, REFERENCE_COPY_GBPS)
+
+        # the rows each target is made of (batch 256 unless stated)
+        nf256, fl256 = (_find(rows, op=op, tag="batch", kernel=k, batch=256) for k in ("nonflush", "flush"))
+        fla256 = _find(rows, op=op, tag="batch", kernel="fla", batch=256)
+        nf4 = _find(rows, op=op, tag="read", kernel="nonflush", read="nvfp4")
+        nf32 = _find(rows, op=op, tag="read", kernel="nonflush", read="fp32")
+        v8, f8 = (_find(rows, op=op, tag="T8", kernel=k) for k in ("nonflush", "flush"))
+        replay_at_ceiling = _at_ceiling(ceil, (15 / 16, nf256), (1 / 16, fl256))
+        # target name: (measured value, threshold, byte bound)
         targets = {
-            "conventional_pct_ceiling": (100 * c256.GBps / ceil if c256 else None, 90.0),
-            "replay_vs_conventional": (b256 and b256.speedup_vs_conventional, 1.8 if op == "mamba2" else 1.75),
-            "replay_vs_fla": (b256 and b256.speedup_vs_fla, 2.0 if op == "mamba2" else 2.3),
-            "nvfp4_vs_fp32_read_nonflush": (nvfp4_ratio, 5.0),
-            "verify_T8_vs_conventional": (t8 and t8.ratio_to_one_conventional_step, 1.2),
+            "conventional_pct_ceiling": (100 * c256.GBps / ceil if c256 else None, 90.0, None),
+            "replay_vs_conventional": (b256 and b256.speedup_vs_conventional, 1.8 if op == "mamba2" else 1.75,
+                                       _ratio(c256 and c256.us, replay_at_ceiling)),
+            "replay_vs_fla": (b256 and b256.speedup_vs_fla, 2.0 if op == "mamba2" else 2.3,
+                              _ratio(fla256 and fla256.us, replay_at_ceiling)),
+            "nvfp4_vs_fp32_read_nonflush": (nvfp4_ratio, 5.0, _ratio(nf32 and nf32.us, _at_ceiling(ceil, (1, nf4)))),
+            # verify of T = 8 drafts plus the amortised speculative flush: at most 1.3 conventional steps
+            "verify_T8_vs_conventional": (
+                t8 and t8.ratio_to_one_conventional_step, 1.3,
+                _ratio(t8 and _at_ceiling(ceil, ((t8.rounds_per_flush - 1) / t8.rounds_per_flush, v8),
+                                        (1 / t8.rounds_per_flush, f8)), c256 and c256.us)),
         }
         # the split policies with an SR checkpoint and an NVFP4 read copy, per token amortised over
         # L = 16 (15 non-flush steps from the NVFP4 read copy + 1 flush), against the fp32 conventional step
-        nf4 = _find(rows, op=op, tag="read", kernel="nonflush", read="nvfp4")
         for uf in ("fp16-sr", "fp8e4m3-sr"):
             fl = update.get(uf)
+            fl_row = _find(rows, op=op, tag="update", kernel="flush", update=uf)
             per_token = (15 * nf4.us + fl.flush_us) / 16 if nf4 and fl else None
             targets[f"split_{uf}_nvfp4_vs_conventional"] = (
                 c256.us / per_token if per_token and c256 and ok_conv and ok_nvfp4 and ok(f"{op}:split:{uf}/nvfp4")
-                else None, 3.0)
-        targets["nvfp4_nonflush_pct_byte_bound"] = (100 * nf4.GBps / ceil if nf4 and ok_nvfp4 else None, 80.0)
+                else None, 3.0, _ratio(c256 and c256.us, _at_ceiling(ceil, (15 / 16, nf4), (1 / 16, fl_row))))
+        targets["nvfp4_nonflush_pct_byte_bound"] = (100 * nf4.GBps / ceil if nf4 and ok_nvfp4 else None, 80.0, None)
         fl16, c16 = update.get("fp16-sr"), conv.get("fp16-sr")
+        fl16_row = _find(rows, op=op, tag="update", kernel="flush", update="fp16-sr")
         targets["fp16sr_flush_vs_fp16sr_conventional"] = (
             fl16.flush_us / c16.us if fl16 and c16 and ok(f"{op}:split:fp16-sr/nvfp4") and ok(f"{op}:conventional:fp16-sr")
-            else None, 1.3)
+            else None, 1.3, _ratio(_at_ceiling(ceil, (1, fl16_row)), c16 and c16.us))
         b1 = batch.get(1)
-        targets["batch1_replay_vs_conventional"] = (b1 and b1.speedup_vs_conventional, 1.0)
+        targets["batch1_replay_vs_conventional"] = (b1 and b1.speedup_vs_conventional, 1.0, None)
         at_most = ("verify_T8_vs_conventional", "fp16sr_flush_vs_fp16sr_conventional")
         out[op] = OperatorSummary(
             batch=batch, L=windows, drafts=drafts, read=read, update=update, conventional_formats=conv,
             nvfp4_vs_fp32_read_nonflush=nvfp4_ratio, ceiling_for_targets_GBps=ceil, launch_forms=forms,
-            targets={k: Target(value=v, target=t, met=None if v is None else (v <= t if k in at_most else v >= t))
-                     for k, (v, t) in targets.items()})
+            targets={k: Target(value=v, target=t, met=None if v is None else (v <= t if k in at_most else v >= t),
+                               byte_bound=bb)
+                     for k, (v, t, bb) in targets.items()})
     return out
 
 

@@ -202,9 +202,17 @@ class StorageFormatPoint:
 
 @dataclass
 class Target:
+    """A target's measured ratio (``value``), its threshold and whether it is met. ``byte_bound``: the
+    ratio if every ReplaySSM kernel in it moved its counted bytes at the copy ceiling and the baseline
+    kept its measured time: the best the bytes allow (the lowest for an "at most" target). A target
+    beyond its byte bound cannot be met by faster kernels alone, only by moving fewer bytes. None
+    where bytes do not bound the ratio (batch 1: launch and memory latency; the targets that are
+    themselves a fraction of a byte bound) and in summaries written before the field existed."""
+
     value: float | None
     target: float
     met: bool | None
+    byte_bound: float | None = None
 
 
 @dataclass
