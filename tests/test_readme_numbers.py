@@ -384,6 +384,13 @@ CLAIMS: list[tuple[str, str, object]] = [
     ("(GDN `split:fp16-sr/nvfp4` {:.2f}× against a bound of {:.2f}×)", "reports/bench/bench_kernels_round2y_quick.json",
      lambda d: (target(d, "gdn", "split_fp16-sr_nvfp4_vs_conventional")["value"],
                 target(d, "gdn", "split_fp16-sr_nvfp4_vs_conventional")["byte_bound"])),
+    ("they would still take {:.2f}× (Mamba-2) and {:.2f}× (GDN) the fp16-SR conventional step (target ≤ {:.1f}×)",
+     "reports/diagnostics/ncu-targets-8cb208f.json",
+     lambda d: (*(sum(k["issue_bound_us"] for k in d["kernels"] if k["config"] == f"{p}-flush-fp16sr-nvfp4")
+                  / summ(load("reports/bench/bench_kernels_round2y_quick.json"), op)["conventional_formats"]["fp16-sr"]["us"]
+                  for p, op in (("m2", "mamba2"), ("gdn", "gdn"))),
+                target(load("reports/bench/bench_kernels_round2y_quick.json"), "gdn",
+                       "fp16sr_flush_vs_fp16sr_conventional")["target"])),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))
