@@ -539,16 +539,17 @@ def test_overlap_scores_launch_rule(monkeypatch):
 
 def test_replay_wrapper_passes_its_rules_to_the_launch():
     """What ``gdn_replay_step`` hands the kernel, with the kernels stubbed out: the output-only
-    step's register cap as ``maxnreg`` (0 = none), and RESOLVE — a flush re-solves the window's d's
+    step's register cap as ``maxnreg`` (0 = none), RESOLVE — a flush re-solves the window's d's
     from U — for a recompute flush except in shared mode where the stored d's are those d's (an fp32
-    checkpoint, or a window that came from the checkpoint: docs/design.md §4.5)."""
+    checkpoint, or a window that came from the checkpoint: docs/design.md §4.5), and the scores
+    kernel's warps (SCORES_NUM_WARPS, 2 from H200 timings: reports/diagnostics/scores-warps.jsonl)."""
     from precision_lab.kernels.gdn import decode as gd
 
-    launches = []
+    launches, scores_launches = [], []
 
     class Grab:
         def __getitem__(self, grid):
-            return lambda *a, **kw: launches.append(kw) if "RESOLVE" in kw else None
+            return lambda *a, **kw: (launches if "RESOLVE" in kw else scores_launches).append(kw)
 
     B, Hk, Hv, V, K = 2, 16, 32, 128, 128
     q = torch.zeros(B, 1, Hk, K)
@@ -579,6 +580,7 @@ def test_replay_wrapper_passes_its_rules_to_the_launch():
         assert launch("bf16", None, **flush, window_from_update=False)["RESOLVE"]      # ... after a spec flush round
         assert not launch("fp32", None, **flush, window_from_update=False)["RESOLVE"]  # fp32 stores S unrounded
         assert not launch("bf16", None, window_from_update=False)["RESOLVE"]           # no flush, nothing folded
+        assert scores_launches and {kw["num_warps"] for kw in scores_launches} == {gd.SCORES_NUM_WARPS} == {2}
     finally:
         gd.gdn_replay_step_kernel, gd.gdn_replay_scores_kernel = keep
 

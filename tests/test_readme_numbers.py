@@ -391,6 +391,12 @@ CLAIMS: list[tuple[str, str, object]] = [
                   for p, op in (("m2", "mamba2"), ("gdn", "gdn"))),
                 target(load("reports/bench/bench_kernels_round2y_quick.json"), "gdn",
                        "fp16sr_flush_vs_fp16sr_conventional")["target"])),
+    ("its NVFP4 output-only step reaches {:.1f} % of its byte bound (target {:.0f} %: missed) and "
+     "`split:fp16-sr/nvfp4` {:.2f}× (target {:.0f}×: missed)", "reports/bench/bench_kernels_round2z_gdn_quick.json",
+     lambda d: (target(d, "gdn", "nvfp4_nonflush_pct_byte_bound")["value"],
+                target(d, "gdn", "nvfp4_nonflush_pct_byte_bound")["target"],
+                target(d, "gdn", "split_fp16-sr_nvfp4_vs_conventional")["value"],
+                target(d, "gdn", "split_fp16-sr_nvfp4_vs_conventional")["target"])),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))

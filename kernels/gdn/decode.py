@@ -637,6 +637,15 @@ CONVENTIONAL_NUM_WARPS = 1
 # scripts/kernel_resources.py --hw --fp4-decode ptx) and ran 276.8 µs against 61.7 for "fp16" (H200,
 # batch 256, tuning rows of reports/bench/bench_kernels_round2v_quick.json).
 NONFLUSH_MAX_REGISTERS = {FMT_FP32: 208, FMT_NVFP4: 168, FMT_E4M3: 128}
+# Warps of a scores-kernel program (one per key head and batch entry: q/k normalisation, the k
+# record, the window's scores). Its [BJ, K] window tile and the two norms reduce within a warp at 1-2
+# warps instead of through shared memory and barriers at 4. H200, every row twice in one process
+# (reports/diagnostics/scores-warps.jsonl), batch 256, at 2 / 1 / 4 warps: output-only step from an
+# NVFP4 read copy 60.0-60.5 / 60.3-61.1 / 61.7-62.1 µs, from fp32 155.8-156.3 / 155.0-155.3 /
+# 157.5-157.6, verify T = 8 517.7-519.1 / 511.8-513.7 / 527.5-528.1, speculative flush T = 8
+# 680.1-680.4 / 675.1-676.5 / 689.8-691.0; batch 16 output-only step 16.7 / 17.1 / 16.7: 2 warps is
+# never slower than 4, 1 warp loses at batch 16.
+SCORES_NUM_WARPS = 2
 # A replay launch with fewer programs than this (about one per SM of an H200) takes smaller row blocks.
 SMALL_GRID_PROGRAMS = 128
 SMALL_GRID_ROWS = 16
@@ -864,7 +873,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         gdn_replay_scores_kernel[(Hk, Bsz)](
             records.k, records.k.stride(0), slots32, start32, wlen32, q, k, qn, kn, kq, kk, scale, Hk, K,
             records.ring, T=T, SCORES=scores, FOLD_NEW=fold_new, NORM=qk_l2norm, BC=bc, BJ=bj, PDL=pdl,
-            num_warps=4)
+            num_warps=SCORES_NUM_WARPS)
     gdn_replay_step_kernel[(triton.cdiv(V, br), Hv, Bsz)](
         *update.kernel_args(), *read.kernel_args(),
         records.k, records.d, records.v, records.a, records.beta,

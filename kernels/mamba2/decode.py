@@ -679,6 +679,11 @@ FLUSH_BLOCK_R = 32
 # tune_small_batch_round2n.json: fp32 flush 7.05 / 16.48 / 49.99 µs against 7.59 / 18.59 / 55.67 at
 # the 16 × 1 this rule held before, and 7.13 / 17.98 / 53.72 at 16 × 2).
 SMALL_BATCH_HEAD_MATRICES = 2048
+# Warps of a scores-kernel program (one per group and batch entry: the window's scores B_j·C_t and the
+# group's new B record). 1, 2 and 4 warps timed the same on the H200 at batch 256 (reports/diagnostics/
+# scores-warps.jsonl: output-only steps from fp32 / NVFP4 read copies, verify and speculative flush at
+# T = 8, every spread overlapping), so it keeps 4.
+SCORES_NUM_WARPS = 4
 SMALL_BATCH_CONVENTIONAL = (4, 1)
 SMALL_BATCH_FLUSH = (32, 4)
 # Inside the small-batch rule, from SMALL_BATCH_TILED_MIN_HEAD_MATRICES (batch 4 of 128 heads) on, the
@@ -1008,7 +1013,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         scores = torch.empty(Bsz, T, G, bj, dtype=torch.float32, device=dev)
         mamba2_replay_scores_kernel[(G, Bsz)](
             records.b, records.b.stride(0), slots32, start32, wlen32, B, C, scores, G, N, records.ring,
-            T=T, FLUSH=flush, BC=bc, BJ=bj, PDL=pdl, num_warps=4)
+            T=T, FLUSH=flush, BC=bc, BJ=bj, PDL=pdl, num_warps=SCORES_NUM_WARPS)
     grid = (nrb, H, Bsz)
     mamba2_replay_step_kernel[grid](
         *update.kernel_args(), *read.kernel_args(),
