@@ -187,6 +187,33 @@ def now_and_before(d, before: str, op: str, *path: str) -> tuple[float, float]:
 
 
 # --- the table: README phrase -> result file -> values (rounded by the format spec) ---------------
+# The README's table of where the round-two targets stand: Mamba-2 from the twenty-second run, GDN
+# from the twenty-third (its scores kernel changed; Mamba-2's kernels did not).
+STANDING = {"mamba2": "reports/bench/bench_kernels_round2y_quick.json",
+            "gdn": "reports/bench/bench_kernels_round2z_gdn_quick.json"}
+STANDING_ROWS = [  # (README label, target name, value format)
+    ("ReplaySSM `shared:fp32` ÷ conventional step (≥ 1.80× / 1.75×)", "replay_vs_conventional", "{:.2f}×"),
+    ("ReplaySSM `shared:fp32` ÷ fla peer (≥ 2.0× / 2.3×)", "replay_vs_fla", "{:.2f}×"),
+    ("`split:fp16-sr/nvfp4` per token ÷ fp32 conventional (≥ 3×)", "split_fp16-sr_nvfp4_vs_conventional", "{:.2f}×"),
+    ("`split:fp8e4m3-sr/nvfp4` per token ÷ fp32 conventional (≥ 3×)", "split_fp8e4m3-sr_nvfp4_vs_conventional", "{:.2f}×"),
+    ("NVFP4 output-only step, % of its byte bound (≥ 80 %)", "nvfp4_nonflush_pct_byte_bound", "{:.1f} %"),
+    ("fp16-SR/NVFP4 flush ÷ fp16-SR conventional step (≤ 1.3×)", "fp16sr_flush_vs_fp16sr_conventional", "{:.2f}×"),
+    ("verify T = 8 + amortised speculative flush ÷ conventional (≤ 1.3×)", "verify_T8_vs_conventional", "{:.2f}×"),
+    ("batch 1: ReplaySSM amortised ÷ conventional (≥ 1.0×)", "batch1_replay_vs_conventional", "{:.2f}×"),
+]
+
+
+def standing_row(label, name, fmt) -> str:
+    """One row of the README's standing table, rendered from the two result files."""
+    cells = []
+    for op in ("mamba2", "gdn"):
+        t = target(load(STANDING[op]), op, name)
+        cells.append(fmt.format(t["value"]) + (" met" if t["met"] else " missed"))
+    bounds = [target(load(STANDING[op]), op, name)["byte_bound"] for op in ("mamba2", "gdn")]
+    bound = "—" if None in bounds else " / ".join(fmt.format(b) for b in bounds)
+    return f"| {label} | {cells[0]} | {cells[1]} | {bound} |"
+
+
 CLAIMS: list[tuple[str, str, object]] = [
     ("(SR flushes {:.0f} / {:.0f} µs from {:.0f} / {:.0f}; FP16-SR quantize at {:.1f} % of copy",
      "reports/bench/bench_kernels_round2c_quick.json",
@@ -397,6 +424,11 @@ CLAIMS: list[tuple[str, str, object]] = [
                 target(d, "gdn", "nvfp4_nonflush_pct_byte_bound")["target"],
                 target(d, "gdn", "split_fp16-sr_nvfp4_vs_conventional")["value"],
                 target(d, "gdn", "split_fp16-sr_nvfp4_vs_conventional")["target"])),
+    *[("{}", STANDING["gdn"], (lambda d, r=r: (standing_row(*r),))) for r in STANDING_ROWS],
+    ("Mamba-2's `shared:fp32` ratio is met by less than the spread between runs: {:.3f}× here, {:.3f}× and "
+     "{:.3f}× in the two runs before it", STANDING["mamba2"],
+     lambda d: tuple(target(load(f"reports/bench/bench_kernels_{r}_quick.json"), "mamba2", "replay_vs_conventional")["value"]
+                     for r in ("round2y", "round2x", "round2w"))),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))
