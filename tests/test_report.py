@@ -705,12 +705,19 @@ def test_bench_kernels_summary(tmp_path):
         v = s["targets"]["replay_vs_conventional"]
         assert num(tg["replay_vs_conventional"]["measured"]) == pytest.approx(v["value"], rel=1e-3)
         assert tg["replay_vs_conventional"]["met"] == ("yes" if v["met"] else "NO")
+        assert num(tg["replay_vs_conventional"]["byte bound"]) == pytest.approx(v["byte_bound"], rel=1e-3)
+        assert tg["batch1_replay_vs_conventional"]["byte bound"] == "—"
     assert "| mamba2:verify-T4 | FAIL |" in md
     assert "Incomplete run" not in md
     bk["incomplete"] = "stopped at its time limit before the GDN storage formats"
     build_report([write(tmp_path / "cut.json", bk)], tmp_path / "r2")
     assert "**Incomplete run**: stopped at its time limit before the GDN storage formats" in \
         (tmp_path / "r2" / "index.md").read_text()
+    # a run of one operator (--ops gdn): the other has no rows, and no section of "not measured" targets
+    one = dict(bk, rows=[r for r in bk["rows"] if r["op"] == "gdn"], incomplete=None)
+    build_report([write(tmp_path / "gdn.json", one)], tmp_path / "r4")
+    md = (tmp_path / "r4" / "index.md").read_text()
+    assert "gdn: targets" in md and "mamba2: targets" not in md and "mamba2: batch sweep" not in md
     # a per-operator checkpoint has no summary: its checks and measured launches are shown
     part = make_bench_kernels_real_schema(partial=True)
     build_report([write(tmp_path / "part.json", part)], tmp_path / "r3")
