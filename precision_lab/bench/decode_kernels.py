@@ -595,8 +595,8 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
         nvfp4_ratio = None
         if "fp32" in read and "nvfp4" in read and ok_nvfp4:
             nvfp4_ratio = read["fp32"].nonflush_us / read["nvfp4"].nonflush_us
-        for uf in UPDATE_FMTS:
-            fl = _find(rows, op=op, tag="update", kernel="flush", update=uf)
+        update_rows = {uf: _find(rows, op=op, tag="update", kernel="flush", update=uf) for uf in UPDATE_FMTS}
+        for uf, fl in update_rows.items():
             if fl:
                 update[uf] = UpdateFormatPoint(flush_us=fl.us, GBps=fl.GBps)
         for cf in CONV_FMTS:
@@ -631,17 +631,15 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
         # L = 16 (15 non-flush steps from the NVFP4 read copy + 1 flush), against the fp32 conventional step
         for uf in ("fp16-sr", "fp8e4m3-sr"):
             fl = update.get(uf)
-            fl_row = _find(rows, op=op, tag="update", kernel="flush", update=uf)
             per_token = (15 * nf4.us + fl.flush_us) / 16 if nf4 and fl else None
             targets[f"split_{uf}_nvfp4_vs_conventional"] = (
                 c256.us / per_token if per_token and c256 and ok_conv and ok_nvfp4 and ok(f"{op}:split:{uf}/nvfp4")
-                else None, 3.0, _ratio(c256 and c256.us, _at_ceiling(ceil, (15 / 16, nf4), (1 / 16, fl_row))))
+                else None, 3.0, _ratio(c256 and c256.us, _at_ceiling(ceil, (15 / 16, nf4), (1 / 16, update_rows.get(uf)))))
         targets["nvfp4_nonflush_pct_byte_bound"] = (100 * nf4.GBps / ceil if nf4 and ok_nvfp4 else None, 80.0, None)
         fl16, c16 = update.get("fp16-sr"), conv.get("fp16-sr")
-        fl16_row = _find(rows, op=op, tag="update", kernel="flush", update="fp16-sr")
         targets["fp16sr_flush_vs_fp16sr_conventional"] = (
             fl16.flush_us / c16.us if fl16 and c16 and ok(f"{op}:split:fp16-sr/nvfp4") and ok(f"{op}:conventional:fp16-sr")
-            else None, 1.3, _ratio(_at_ceiling(ceil, (1, fl16_row)), c16 and c16.us))
+            else None, 1.3, _ratio(_at_ceiling(ceil, (1, update_rows.get("fp16-sr"))), c16 and c16.us))
         b1 = batch.get(1)
         targets["batch1_replay_vs_conventional"] = (b1 and b1.speedup_vs_conventional, 1.0, None)
         at_most = ("verify_T8_vs_conventional", "fp16sr_flush_vs_fp16sr_conventional")
