@@ -124,9 +124,8 @@ def test_conventional_step_random(fmt, device):
 # ---------------------------------------------------------------------------------------------
 # ReplaySSM steps: non-flush (output-only), verify (T > 1), flush (autoregressive and speculative)
 # ---------------------------------------------------------------------------------------------
-def _replay_setup(device, upd_fmt, read_fmt, W, T, exact, start=5, N=None):
+def _replay_setup(device, upd_fmt, read_fmt, W, T, exact, start=5, N=None, ring=16):
     N = N or n_for([upd_fmt, read_fmt])
-    ring = 16
     slots = torch.tensor([2, -1, 0], device=device)
     seq_ids = torch.tensor([1, 2, 3])
     Bsz = 3
@@ -462,6 +461,30 @@ def test_verify_refuses_more_warps_than_it_ran_at():
                            n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"], num_warps=8)
 
 
+def test_verify_and_speculative_flush_register_caps(monkeypatch):
+    """The verify block (T > 1, non-flush) at 4 warps runs capped at VERIFY_MAX_REGISTERS unless a cap
+    is given (0: none), other warp counts uncapped; the speculative flush (T > 1) that stores no NVFP4
+    at SPEC_FLUSH_MAX_REGISTERS unless a shape or cap is given, one that stores NVFP4 uncapped."""
+    from precision_lab.kernels.mamba2 import decode as md
+
+    assert md.VERIFY_MAX_REGISTERS == 168 and md.SPEC_FLUSH_MAX_REGISTERS == 168
+    seen = _grab_step_launches(monkeypatch)
+    for read_fmt, runs, expected in (
+            ("fp32", [{}, dict(block_r=64, num_warps=4), dict(max_registers=0), dict(max_registers=200),
+                      dict(num_warps=2), dict(flush=True), dict(flush=True, max_registers=0),
+                      dict(flush=True, block_r=16)],
+             [(4, 168), (4, 168), (4, None), (4, 200), (2, None), (4, 168), (4, None), (4, None)]),
+            ("nvfp4", [dict(flush=True)], [(4, None)])):
+        seen.clear()
+        s = _replay_setup("cpu", "fp32", read_fmt, W=5, T=3, exact=False)
+        n = s["new"]
+        args = (s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"], n["B"],
+                n["C"], n["D"], n["dt_bias"], n["z"])
+        for cfg in runs:
+            mamba2_replay_step(*args, seq_ids=s["seq_ids"], **cfg)
+        assert [w[1:] for w in seen] == expected, read_fmt
+
+
 def _grab_step_launches(monkeypatch, tiles: bool = False) -> list:
     """Replace the replay step and flush kernels by a recorder: each launch appends (BR, num_warps,
     maxnreg), with ``tiles`` also the flush kernel's TILES (None for the step kernel)."""
@@ -510,6 +533,13 @@ def test_flush_register_cap_rule(monkeypatch):
     assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, 96) == (None, None, 96, 1)
     assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, None, 1) == (None, None, 0, 1)  # one tile
     assert md._flush_launch(False, (), None, None, None) == (None, None, 0, 1)                   # not a T = 1 flush
+    # over a ring of 32 or 64 records a flush storing only fp32 takes one tile at the ring's cap
+    assert md.FLUSH_ONE_TILE_REGISTERS_BY_RING == {32: 128, 64: 168}
+    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, None, None, True, 32) == (32, 4, 128, 1)
+    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, None, None, True, 64) == (32, 4, 168, 1)
+    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, None, None, True, 128) == (32, 4, 168, 8)
+    assert md._flush_launch(True, (FMT_FP32, FMT_E4M3), None, None, None, None, True, 32) == (32, 4, 168, 8)
+    assert md._flush_launch(True, (FMT_FP32, FMT_FP32), None, None, None, 2, True, 32) == (None, None, 0, 2)
     # the wrapper hands the rule to the launch (large-batch rules forced on a small problem): the
     # multi-tile kernel at 2 tiles, the largest divisor of this problem's 2 heads per group up to 8
     seen = _grab_step_launches(monkeypatch, tiles=True)
@@ -525,6 +555,13 @@ def test_flush_register_cap_rule(monkeypatch):
     assert seen[0] == (32, 4, 168, 2)
     assert seen[1][2:] == (None, None) and seen[2][2:] == (None, None)
     assert seen[3] == (32, 4, 128, None)
+    # the wrapper hands the ring to the rule: a ring of 32 records, one tile at 128 in the step kernel
+    s = _replay_setup("cpu", "fp32", "fp32", W=5, T=1, exact=False, ring=32)
+    n = s["new"]
+    mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
+                       n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=True, fold_new=True, seq_ids=s["seq_ids"],
+                       fused_scores=True)
+    assert seen[4] == (32, 4, 128, None)
 
 
 def test_tiles_per_program_is_checked(device):

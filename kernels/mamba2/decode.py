@@ -262,6 +262,42 @@ def _store_flushed(b_s, u_d, u_sc, u_gs, su_d, su_sc, su_gs, r_d, r_sc, r_gs, sr
 
 
 @triton.jit
+def _spec_drafts(i_b, i_h, i_g, i_r, slot, start, W, rows, m_r, cols, m_c, tt, m_t, A, dt_ptr, dtb_ptr, x_ptr,
+                 C_ptr, z_ptr, ru_ptr, ra_ptr, s_ru, s_ra, sc_ptr,
+                 H: tl.constexpr, G: tl.constexpr, R: tl.constexpr, C: tl.constexpr, RING: tl.constexpr,
+                 T: tl.constexpr, BJ: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr):
+    """Everything of a speculative flush's T drafts that does not need the folded state, in the
+    drafts-by-rows orientation: their records u and a stored at positions W..W+T-1, and
+    (x [TP, BR], N_u [TP, BR], c [TP], Wn [TP, TP], C_T [TP, BC], z [TP, BR]) for the outputs
+    Y = e^{c_p} ⊙ (C_T Sᵀ) + Wn N_u (+ D x, · silu(z)): c the cumulative log decay over the drafts
+    (the history is in the folded S), Wn = decay · score (score_tj = B_j·C_t from the scores kernel;
+    causal: a draft sees only the drafts before it and itself). z is x when there is none."""
+    bt = i_b.to(tl.int64) * T + tt                                   # [TP]
+    m_tr = m_t[:, None] & m_r[None, :]
+    dtv = tl.load(dt_ptr + bt * H + i_h, mask=m_t, other=0).to(tl.float32)
+    if HAS_DTB:
+        dtv += tl.load(dtb_ptr + i_h).to(tl.float32)
+    dtv = softplus(dtv)
+    x_t = tl.load(x_ptr + (bt * H + i_h)[:, None] * R + rows[None, :], mask=m_tr, other=0).to(tl.float32)
+    n_u = tl.where(m_tr, dtv[:, None] * x_t, 0.0)
+    n_a = tl.where(m_t, A * dtv, 0.0)
+    q = ((start + W + tt) & (RING - 1)).to(tl.int64)
+    tl.store(ru_ptr + slot * s_ru + (q * H + i_h)[:, None] * R + rows[None, :], n_u, mask=m_tr)
+    tl.store(ra_ptr + slot * s_ra + q * H + i_h, n_a, mask=m_t & ((tt * 0 + i_r) == 0))
+    c_new = tl.cumsum(n_a, 0)                                         # [TP] c at p_t = W + t
+    causal = m_t[:, None] & m_t[None, :] & (tt[None, :] <= tt[:, None])
+    w_new = tl.load(sc_ptr + (bt * G + i_g)[:, None] * BJ + (W + tt)[None, :], mask=causal, other=0)
+    w_new = tl.where(causal, w_new * tl.exp(c_new[:, None] - c_new[None, :]), 0.0)
+    c_t = tl.load(C_ptr + (bt * G + i_g)[:, None] * C + cols[None, :], mask=m_t[:, None] & m_c[None, :],
+                  other=0).to(tl.float32)
+    if HAS_Z:
+        b_z = tl.load(z_ptr + (bt * H + i_h)[:, None] * R + rows[None, :], mask=m_tr, other=0).to(tl.float32)
+    else:
+        b_z = x_t
+    return x_t, n_u, c_new, w_new, c_t, b_z
+
+
+@triton.jit
 def mamba2_replay_step_kernel(
     u_d, u_sc, u_gs, su_d, su_sc, su_gs,          # update checkpoint
     r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,          # read copy
@@ -456,47 +492,21 @@ def mamba2_replay_step_kernel(
         # The drafts of a speculative flush, in the drafts-by-rows orientation: the flush's 32-row tile
         # is below the 64 rows a warp-group MMA needs as its M dimension, and the verify block's
         # orientation (above) compiled there to 255 registers and 352 bytes of spill stack (sm_90)
-        # against 219 and none for this one. The T outputs as one [TP, BR]
-        # tile from three small matrix products instead of T passes over the state tile:
-        #   Y = e^{c_p} ⊙ (C_T S_bᵀ) + Wn N_u + Wh U_hist,
-        # c: cumulative log decay over the output window (from lo), N_u [TP, BR] the drafts' u rows,
-        # U_hist [BJ, BR] the history's, Wn/Wh = decay · score (score_tj = B_j·C_t from the
-        # pre-kernel; Wn is causal: a draft sees only the drafts before it and itself).
-        bt = i_b.to(tl.int64) * T + tt                                   # [TP]
-        m_tr = m_t[:, None] & m_r[None, :]
-        dtv = tl.load(dt_ptr + bt * H + i_h, mask=m_t, other=0).to(tl.float32)
-        if HAS_DTB:
-            dtv += tl.load(dtb_ptr + i_h).to(tl.float32)
-        dtv = softplus(dtv)
-        x_t = tl.load(x_ptr + (bt * H + i_h)[:, None] * R + rows[None, :], mask=m_tr, other=0).to(tl.float32)
-        n_u = tl.where(m_tr, dtv[:, None] * x_t, 0.0)
-        n_a = tl.where(m_t, A * dtv, 0.0)
-        q = ((start + W + tt) & (RING - 1)).to(tl.int64)
-        tl.store(ru_ptr + slot * s_ru + (q * H + i_h)[:, None] * R + rows[None, :], n_u, mask=m_tr)
-        tl.store(ra_ptr + slot * s_ra + q * H + i_h, n_a, mask=m_t & ((tt * 0 + i_r) == 0))
-        if FLUSH:
-            c_hist = 0.0  # the history is in the folded S
-        else:
-            c_hist = tl.sum(h_a, 0)
-        c_new = c_hist + tl.cumsum(n_a, 0)                                # [TP] c at p_t = W + t
-        sc_rows = sc_ptr + (bt * G + i_g)[:, None] * BJ
-        causal = m_t[:, None] & m_t[None, :] & (tt[None, :] <= tt[:, None])
-        w_new = tl.load(sc_rows + (W + tt)[None, :], mask=causal, other=0)
-        w_new = tl.where(causal, w_new * tl.exp(c_new[:, None] - c_new[None, :]), 0.0)
-        c_t = tl.load(C_ptr + (bt * G + i_g)[:, None] * C + cols[None, :], mask=m_t[:, None] & m_c[None, :],
-                      other=0).to(tl.float32)
-        b_y = tl.exp(c_new)[:, None] * dot_f32(c_t, tl.trans(b_s), STATE_PREC, HW) + \
-            dot_f32(w_new, n_u, VERIFY_PREC, HW)
-        if not FLUSH:
-            m_h = m_t[:, None] & m_win[None, :]
-            w_hist = tl.load(sc_rows + jj[None, :], mask=m_h, other=0)
-            w_hist = tl.where(m_h, w_hist * tl.exp(c_new[:, None] - tl.cumsum(h_a, 0)[None, :]), 0.0)
-            b_y += dot_f32(w_hist, h_u, VERIFY_PREC, HW)
+        # against 219 and none for this one. The T outputs as one [TP, BR] tile from two small
+        # matrix products instead of T passes over the state tile: Y = e^{c_p} ⊙ (C_T Sᵀ) + Wn N_u
+        # (``_spec_drafts``; S: the folded state). Its inputs loaded before the fold instead, so that
+        # they are in flight with the state's, ran slower: 1614-1621 µs against 1294-1299 at 168
+        # registers (H200, batch 256, T = 8, W = 16; reports/diagnostics/spec-flush-forms.jsonl).
+        d_x, d_u, d_c, d_w, d_ct, d_z = _spec_drafts(
+            i_b, i_h, i_g, i_r, slot, start, W, rows, m_r, cols, m_c, tt, m_t, A, dt_ptr, dtb_ptr, x_ptr,
+            C_ptr, z_ptr, ru_ptr, ra_ptr, s_ru, s_ra, sc_ptr, H, G, R, C, RING, T, BJ, HAS_DTB, HAS_Z)
+        b_y = tl.exp(d_c)[:, None] * dot_f32(d_ct, tl.trans(b_s), STATE_PREC, HW) + \
+            dot_f32(d_w, d_u, VERIFY_PREC, HW)
         if HAS_D:
-            b_y += tl.load(D_ptr + i_h).to(tl.float32) * x_t
+            b_y += tl.load(D_ptr + i_h).to(tl.float32) * d_x
         if HAS_Z:
-            b_z = tl.load(z_ptr + (bt * H + i_h)[:, None] * R + rows[None, :], mask=m_tr, other=0).to(tl.float32)
-            b_y = b_y * (b_z / (1.0 + tl.exp(-b_z)))
+            b_y = b_y * (d_z / (1.0 + tl.exp(-d_z)))
+        bt = i_b.to(tl.int64) * T + tt
         tl.store(y_ptr + (bt * H + i_h)[:, None] * R + rows[None, :],
                  tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=(tt < T)[:, None] & (rows < R)[None, :])
 
@@ -740,6 +750,13 @@ FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE = {FMT_FP16: 144, FMT_E4M3: 128}
 FLUSH_TILES = 8
 FLUSH_TILED_MAX_REGISTERS = 168
 FLUSH_TILED_FORMATS = {(FMT_FP32, FMT_FP32), (FMT_FP32, FMT_E4M3), (FMT_FP32, FMT_BF16)}
+# The multi-tile kernel prefetches each tile's whole ring of u records, and over a ring of more than 16
+# records it lost to one tile per program. An autoregressive flush that stores only fp32 over a ring in
+# FLUSH_ONE_TILE_REGISTERS_BY_RING runs one tile of FLUSH_FP32_SHAPE at that ring's cap instead. H200,
+# batch 256, shared fp32, W = L - 1, each row twice in one run (reports/diagnostics/spec-flush-forms.jsonl,
+# run 3): ring 32 1048-1058 µs at 128 against 1201-1209 for 8 tiles at 168 (one tile at 168: 1091-1093);
+# ring 64 2140 at 168 against 2593-2604 (at 128: 2950-2952). Other rings and formats keep the rules above.
+FLUSH_ONE_TILE_REGISTERS_BY_RING = {32: 128, 64: 168}
 # The T = 1 output-only step (whole head, 64 rows; two-launch form): 2 warps from an fp32 read copy,
 # 1 from a stored format. H200, batch 256 ("tune" rows of reports/bench/bench_kernels_round2c_quick.json):
 # fp32 275.5 µs at 2 warps, 303.3 at 1, 278.8 at 4; NVFP4 109.1 at 1 warp, 117.2 at 2, 153.1 at 4;
@@ -773,6 +790,24 @@ def _nonflush_max_registers(T: int, flush: bool, fused: bool, read_code: int, ex
 # a shared-memory read out of bounds in the small history/draft products, docs/pitfalls.md §14;
 # 4 warps run clean and pass the checks), so the wrapper refuses more than 4 warps for it.
 VERIFY_MAX_WARPS = 4
+# The verify block at 4 warps runs capped at VERIFY_MAX_REGISTERS (Triton's maxnreg) when no cap is
+# given: uncapped it held 202-246 registers (sm_90), two warps per scheduler, and Nsight Compute found
+# it waiting on latency with no eligible warp (reports/diagnostics/ncu-targets-8cb208f.json). H200,
+# batch 256, T = 8 drafts over W = 8, 64 rows × 4 warps, each row twice in one run (reports/
+# diagnostics/verify-caps.jsonl): 603.3-604.8 µs at 168 against 722.2-725.9 uncapped and 686.3-690.9
+# at 128.
+# (Its records stored after the outputs instead of before, so that no store waits ahead of the later
+# loads, timed the same: 598-611 µs against 602-605; reports/diagnostics/spec-flush-forms.jsonl.)
+VERIFY_MAX_REGISTERS = 168
+# The speculative flush (T > 1) that stores no NVFP4 runs capped at SPEC_FLUSH_MAX_REGISTERS when no
+# launch shape or cap is given (uncapped: 209 registers at 32 rows × 4 warps in an sm_90 compile, no
+# spill). H200, batch 256, T = 8 drafts, W = 16, ring 32, each row twice in one run (reports/diagnostics/
+# spec-flush-forms.jsonl, run 3): shared fp32 1294-1299 µs at 168 against 1500-1506 uncapped (192:
+# 1594-1602, 224: 1507-1516; 128: 1450-1473 in run 1 of reports/diagnostics/spec-flush-shapes.jsonl);
+# split fp32/fp32 1437-1447 against 1697-1706. One that stores NVFP4 (the whole head per program) stays
+# uncapped: fp32/NVFP4 2049-2063 at 168 against 1976-1992 (fp16-SR/NVFP4 2039-2053 against 2135-2151,
+# a gain too small to carry a rule of its own).
+SPEC_FLUSH_MAX_REGISTERS = 168
 
 
 def _replay_warps(T: int, flush: bool, fused: bool = False, bj: int = 16, read_fp32: bool = True) -> int:
@@ -794,7 +829,8 @@ def _tiled_format(stored: tuple[int, ...], fold_new: bool) -> bool:
 
 def _flush_launch(autoregressive_flush: bool, stored: tuple[int, ...], block_r: int | None,
                   num_warps: int | None, max_registers: int | None,
-                  tiles_per_program: int | None = None, fold_new: bool = True) -> tuple[int | None, int | None, int, int]:
+                  tiles_per_program: int | None = None, fold_new: bool = True,
+                  ring: int = 16) -> tuple[int | None, int | None, int, int]:
     """(block_r, num_warps, max_registers, tiles per program) of a flush launch after the rules (the
     comments at FLUSH_MAX_REGISTERS and FLUSH_TILES): an autoregressive flush above the small-batch
     rule with no explicit shape, cap or tile count takes FLUSH_TILES tiles of FLUSH_FP32_SHAPE at
@@ -802,11 +838,15 @@ def _flush_launch(autoregressive_flush: bool, stored: tuple[int, ...], block_r: 
     and it folds its new token (``fold_new``: only that flush has the multi-tile kernel);
     otherwise one tile, FLUSH_FP32_SHAPE when it stores only fp32, and a cap of FLUSH_MAX_REGISTERS
     (when it stores NVFP4: FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE of its update format, ``stored[0]``, or
-    FLUSH_NVFP4_MAX_REGISTERS). Every other launch keeps what it was given, one tile unless
-    ``tiles_per_program`` says otherwise, uncapped unless max_registers says otherwise (0: no cap)."""
+    FLUSH_NVFP4_MAX_REGISTERS), except that one storing only fp32 over a ``ring`` in
+    FLUSH_ONE_TILE_REGISTERS_BY_RING takes one tile at that ring's cap. Every other launch keeps what it
+    was given, one tile unless ``tiles_per_program`` says otherwise, uncapped unless max_registers says
+    otherwise (0: no cap)."""
     explicit = (max_registers, block_r, num_warps, tiles_per_program)
     if not autoregressive_flush or any(v is not None for v in explicit):
         return block_r, num_warps, max_registers or 0, tiles_per_program or 1
+    if all(f == FMT_FP32 for f in stored) and ring in FLUSH_ONE_TILE_REGISTERS_BY_RING:
+        return (*FLUSH_FP32_SHAPE, FLUSH_ONE_TILE_REGISTERS_BY_RING[ring], 1)
     if _tiled_format(stored, fold_new):
         return (*FLUSH_FP32_SHAPE, FLUSH_TILED_MAX_REGISTERS, FLUSH_TILES)
     if FMT_NVFP4 in stored:
@@ -902,7 +942,8 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     block_r / num_warps override the launch shape; max_registers caps the registers per thread
     (Triton's ``maxnreg``; 0 = no cap; None = the rules, ``_flush_launch`` and
     ``_nonflush_max_registers``: the autoregressive flush at its default shapes and the two-launch
-    output-only step from an NVFP4 read copy at its default shape with the fp16 decode are capped).
+    output-only step from an NVFP4 read copy at its default shape with the fp16 decode are capped,
+    and so is the verify block at 4 warps, VERIFY_MAX_REGISTERS).
     fold_precision / verify_precision: the matrix products of the flush's fold and of the T > 1
     verify block run on tensor cores with the 3-pass TF32 split by default ("tf32x3": each
     product's relative error ≤ ~2^-21 against 2^-24 for fp32 FMAs, far below any state format's
@@ -958,7 +999,8 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     small_tiled = small_flush and _small_batch_tiled(Bsz * H, fmts, fold_new, (num_warps, max_registers,
                                                                                tiles_per_program))
     block_r, num_warps, max_registers, tiles = _flush_launch(flush and T == 1 and not small_flush, fmts, block_r,
-                                                             num_warps, max_registers, tiles_per_program, fold_new)
+                                                             num_warps, max_registers, tiles_per_program, fold_new,
+                                                             records.ring)
     if small_tiled:
         max_registers, tiles = FLUSH_TILED_MAX_REGISTERS, SMALL_BATCH_FLUSH_TILES
     if tiles_per_program is not None and tiles_per_program < 1:
@@ -977,6 +1019,10 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     nonflush_cap = _nonflush_max_registers(T, flush, fused, read.code, explicit_shape, fp4_decode)
     if nonflush_cap is not None:
         max_registers = nonflush_cap
+    if T > 1 and not flush and explicit_shape[2] is None and (num_warps or _replay_warps(T, flush)) == VERIFY_MAX_WARPS:
+        max_registers = VERIFY_MAX_REGISTERS
+    if T > 1 and flush and FMT_NVFP4 not in fmts and all(v is None for v in explicit_shape):
+        max_registers = SPEC_FLUSH_MAX_REGISTERS
     if T > 1 and not flush and num_warps is not None and num_warps > VERIFY_MAX_WARPS:
         raise ValueError(f"the verify block (T > 1, non-flush) runs at most {VERIFY_MAX_WARPS} warps: at 8 "
                          "warps its compiled kernel made illegal memory accesses on the H200 (Triton 3.6; "
