@@ -247,12 +247,27 @@ def test_flush_tiles_per_program_exact_codes(upd_fmt, read_fmt, tiles, device):
     _flush_exact_codes(upd_fmt, read_fmt, 1, True, False, device, block_r=4, tiles_per_program=tiles)
 
 
-def _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, fused, device, N=None, **launch):
-    s = _replay_setup(device, upd_fmt, read_fmt, W=6, T=T, exact=True, N=N)
+# The launch rules of a batch-256 run (large-batch rules forced on this small problem): the
+# autoregressive fp32 flush over a ring of 32 records (one tile at 128 registers, FLUSH_ONE_TILE_
+# REGISTERS_BY_RING, where a ring of 16 takes the multi-tile kernel) and the speculative flush (168
+# registers, SPEC_FLUSH_MAX_REGISTERS), with a window of 20 records that wraps the ring
+@pytest.mark.parametrize("upd_fmt,read_fmt,T,fold_new", [("fp32", "fp32", 1, True), ("fp32", None, 1, True),
+                                                         ("fp32", None, 3, False), ("bf16-sr", "fp8e4m3", 3, False)])
+def test_flush_exact_codes_at_large_batch_rules_over_a_ring_of_32(upd_fmt, read_fmt, T, fold_new, device, monkeypatch):
+    from precision_lab.kernels.mamba2 import decode as md
+
+    monkeypatch.setattr(md, "SMALL_BATCH_HEAD_MATRICES", 0)
+    _flush_exact_codes(upd_fmt, read_fmt or upd_fmt, T, fold_new, False, device, W=20, ring=32, start=25,
+                       shared=read_fmt is None)
+
+
+def _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, fused, device, N=None, W=6, ring=16, start=5, shared=False,
+                       **launch):
+    s = _replay_setup(device, upd_fmt, read_fmt, W=W, T=T, exact=True, N=N, ring=ring, start=start)
     n = s["new"]
     out = torch.full((3, T, H, P), float("nan"), device=device)
-    y = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
-                           n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=True, fold_new=fold_new,
+    y = mamba2_replay_step(s["upd"], None if shared else s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"],
+                           n["dt"], n["A"], n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=True, fold_new=fold_new,
                            seq_ids=s["seq_ids"].to(device), events=7, seed=3, layer=1, out=out, fused_scores=fused,
                            **launch)
     y_ref, _, S = mamba2_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() if n[k] is not None else None
@@ -261,7 +276,8 @@ def _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, fused, device, N=None, **
     live = (s["slots"] >= 0).cpu()
     kw = dict(seed=3, layer=1, seq_ids=s["seq_ids"][live], events=torch.full((2,), 7))
     assert_same_codes(gather(s["upd"], s["slots"]), store(S[live], upd_fmt, copy=COPY_UPDATE, **kw))
-    assert_same_codes(gather(s["rd"], s["slots"]), store(S[live], read_fmt, copy=COPY_READ, **kw))
+    if not shared:  # (shared mode stores one copy)
+        assert_same_codes(gather(s["rd"], s["slots"]), store(S[live], read_fmt, copy=COPY_READ, **kw))
     assert not torch.isnan(y).any()
     assert rel(y.cpu()[live], y_ref[live]) < 1e-5
 

@@ -810,6 +810,19 @@ VERIFY_MAX_REGISTERS = 168
 SPEC_FLUSH_MAX_REGISTERS = 168
 
 
+def _drafts_max_registers(T: int, flush: bool, stored: tuple[int, ...], explicit: tuple,
+                          num_warps: int | None) -> int | None:
+    """The register cap the rules give a T > 1 launch (None: none): VERIFY_MAX_REGISTERS for the verify
+    block at 4 warps when no cap was given, SPEC_FLUSH_MAX_REGISTERS for the speculative flush that
+    stores no NVFP4 (``stored``: its formats) when none of the ``explicit`` launch keywords (block_r,
+    num_warps, max_registers) was given."""
+    if T > 1 and not flush and explicit[2] is None and (num_warps or _replay_warps(T, flush)) == VERIFY_MAX_WARPS:
+        return VERIFY_MAX_REGISTERS
+    if T > 1 and flush and FMT_NVFP4 not in stored and all(v is None for v in explicit):
+        return SPEC_FLUSH_MAX_REGISTERS
+    return None
+
+
 def _replay_warps(T: int, flush: bool, fused: bool = False, bj: int = 16, read_fp32: bool = True) -> int:
     """Warps of a replay program. (A flush that stores NVFP4 holds the whole head's [64, 128] tile and
     spills 48-104 bytes at 4 warps in an sm_90 compile, none at 8, but 8 warps measured no faster on
@@ -943,7 +956,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     (Triton's ``maxnreg``; 0 = no cap; None = the rules, ``_flush_launch`` and
     ``_nonflush_max_registers``: the autoregressive flush at its default shapes and the two-launch
     output-only step from an NVFP4 read copy at its default shape with the fp16 decode are capped,
-    and so is the verify block at 4 warps, VERIFY_MAX_REGISTERS).
+    and so are the T > 1 launches, ``_drafts_max_registers``).
     fold_precision / verify_precision: the matrix products of the flush's fold and of the T > 1
     verify block run on tensor cores with the 3-pass TF32 split by default ("tf32x3": each
     product's relative error ≤ ~2^-21 against 2^-24 for fp32 FMAs, far below any state format's
@@ -1019,10 +1032,9 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     nonflush_cap = _nonflush_max_registers(T, flush, fused, read.code, explicit_shape, fp4_decode)
     if nonflush_cap is not None:
         max_registers = nonflush_cap
-    if T > 1 and not flush and explicit_shape[2] is None and (num_warps or _replay_warps(T, flush)) == VERIFY_MAX_WARPS:
-        max_registers = VERIFY_MAX_REGISTERS
-    if T > 1 and flush and FMT_NVFP4 not in fmts and all(v is None for v in explicit_shape):
-        max_registers = SPEC_FLUSH_MAX_REGISTERS
+    drafts_cap = _drafts_max_registers(T, flush, fmts, explicit_shape, num_warps)
+    if drafts_cap is not None:
+        max_registers = drafts_cap
     if T > 1 and not flush and num_warps is not None and num_warps > VERIFY_MAX_WARPS:
         raise ValueError(f"the verify block (T > 1, non-flush) runs at most {VERIFY_MAX_WARPS} warps: at 8 "
                          "warps its compiled kernel made illegal memory accesses on the H200 (Triton 3.6; "
