@@ -287,6 +287,40 @@ def test_format_flush_rows_take_the_wrappers_rule_not_the_fp32_flush_shape(tmp_p
         "fold_precision": "tf32x3"}
 
 
+def test_speculative_flush_is_tuned_over_tiles_on_top_of_the_fp32_flush_winner(tmp_path, monkeypatch):
+    """Mamba-2's speculative flush (T > 1) is tuned over ``tiles_per_program`` (one tile at the rule against
+    the multi-tile kernel), every candidate carrying the fp32 flush's winning keywords, and the draft
+    sweep's flush row takes the winner; the T = 1 row and GDN (no such candidate) keep the fp32 flush's."""
+    dk = bench_kernels
+    monkeypatch.setenv("PRECISION_LAB_GIT", "abc1234")
+    monkeypatch.setattr(dk, "check_correctness", lambda dev, ops: {f"{op}:fp32": {"rel_err": {"y": 0.0}, "tol": 1e-5,
+                                                                               "ok": True} for op in ops})
+    monkeypatch.setattr(dk, "copy_ceiling", lambda dev: Ceiling(method="fixture", bytes=8, us=1.0, GBps=4000.0,
+                                                               timing="fixture"))
+
+    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
+                nbytes):
+        cfg = dict(cfg or {})
+        us = 1.0 if cfg.get("max_registers") == 0 else 2.0        # the fp32 flush's winner: uncapped
+        us += 0.0 if cfg.get("tiles_per_program") == 4 else 0.5   # the speculative flush's: 4 tiles
+        return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
+                "cfg": cfg, "us": us, "bytes": 1.0, "GBps": 1.0, "timing": "fixture", "buffer_sets": 1,
+                "fused_scores": None}
+
+    monkeypatch.setattr(dk, "measure", measure)
+    monkeypatch.setattr(dk, "fla_peer", lambda op, B, dev: {"op": op, "kernel": "fla", "batch": B, "us": 3.0,
+                                                            "bytes": 1.0, "GBps": 1.0, "implementation": "fla.fixture"})
+    monkeypatch.setattr(dk, "fla_versions", lambda: {})
+    res = dk.run(output=tmp_path / "k.json", quick=True, ops=("mamba2", "gdn"))
+    spec_tune = [r for r in res.rows if r.tag == "tune" and r.kernel == "flush" and r.T == 8]
+    assert {r.op for r in spec_tune} == {"mamba2"}
+    assert sorted(str(r.cfg.get("tiles_per_program")) for r in spec_tune) == ["2", "4", "8", "None"]
+    assert all(r.cfg.get("max_registers") == 0 and r.W == 16 and r.ring == 32 for r in spec_tune)
+    row = {(r.op, r.T): r.cfg for r in res.rows if r.tag in ("T1", "T8") and r.kernel == "flush"}
+    assert row["mamba2", 8] == {"max_registers": 0, "fold_precision": "tf32x3", "tiles_per_program": 4}
+    assert "tiles_per_program" not in row["mamba2", 1] and "tiles_per_program" not in row["gdn", 8]
+
+
 def test_large_batch_launch_rules_switch_the_small_batch_rule_off_and_back():
     """The correctness streams run at batch 2 under Mamba-2's large-batch launch rules (the
     multi-tile, register-capped flush the batch-256 rows time): the rule is off inside, restored

@@ -7,6 +7,8 @@ the stored codes must agree bit for bit — SR bits included. With random
 inputs transcendental functions differ by an ulp between the interpreter/GPU and torch, so outputs
 and states are compared by per-tensor relative RMS error.
 """
+import sys
+
 import pytest
 import torch
 from precision_lab.kernels.decode_state import PackedState
@@ -238,13 +240,16 @@ def test_replay_flush_exact_codes_column_quarters(upd_fmt, read_fmt, T, device):
     _flush_exact_codes(upd_fmt, read_fmt, T, T == 1, False, device, N=64)
 
 
-# The autoregressive flush with several (row block, head) tiles per program, the next tile's inputs
-# prefetched: 4-row blocks of P = 12 give 3 row blocks × 2 heads = 6 tiles per group, so 3 tiles cross
-# from one head to the next inside a program and 6 cover the whole group; slot 1 is a NULL entry
-@pytest.mark.parametrize("upd_fmt,read_fmt,tiles", [("fp32", "fp32", 3), ("fp32", "fp32", 6),
-                                                    ("fp16-sr", "fp8e4m3", 2), ("bf16-sr", "fp32", 6)])
-def test_flush_tiles_per_program_exact_codes(upd_fmt, read_fmt, tiles, device):
-    _flush_exact_codes(upd_fmt, read_fmt, 1, True, False, device, block_r=4, tiles_per_program=tiles)
+# A flush with several (row block, head) tiles per program, the next tile's inputs prefetched: 4-row
+# blocks of P = 12 give 3 row blocks × 2 heads = 6 tiles per group, so 3 tiles cross from one head to the
+# next inside a program and 6 cover the whole group; slot 1 is a NULL entry. T = 1: the autoregressive
+# flush; T > 1: the speculative flush (its drafts verified tile by tile), whose drafts' products need
+# 16-row blocks, so that it has whole heads as tiles (2 per group), as has a flush that stores NVFP4
+@pytest.mark.parametrize("upd_fmt,read_fmt,T,tiles", [
+    ("fp32", "fp32", 1, 3), ("fp32", "fp32", 1, 6), ("fp16-sr", "fp8e4m3", 1, 2), ("bf16-sr", "fp32", 1, 6),
+    ("fp32", "fp32", 3, 2), ("bf16-sr", "fp8e4m3", 3, 2), ("fp8e4m3-sr", "nvfp4-sr", 2, 2)])
+def test_flush_tiles_per_program_exact_codes(upd_fmt, read_fmt, T, tiles, device):
+    _flush_exact_codes(upd_fmt, read_fmt, T, T == 1, False, device, block_r=4, tiles_per_program=tiles)
 
 
 # The launch rules of a batch-256 run (large-batch rules forced on this small problem): the
@@ -588,7 +593,7 @@ def test_tiles_per_program_is_checked(device):
         mamba2_replay_step(*args, flush=True, fold_new=True, block_r=4, tiles_per_program=4)  # 6 tiles per group
     with pytest.raises(ValueError, match="at least 1"):
         mamba2_replay_step(*args, flush=True, fold_new=True, tiles_per_program=0)
-    with pytest.raises(ValueError, match="needs the autoregressive flush"):
+    with pytest.raises(ValueError, match="needs a flush"):
         mamba2_replay_step(*args, tiles_per_program=2)
 
 
@@ -740,25 +745,66 @@ def test_flush_register_cap_changes_no_bit(upd_fmt, read_fmt, block_r, num_warps
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
-@pytest.mark.parametrize("upd_fmt,read_fmt", [("fp32", "fp32"), ("fp32", "fp8e4m3"), ("fp16-sr", "bf16-sr")])
-def test_flush_tiles_change_no_bit(upd_fmt, read_fmt, device):
+@pytest.mark.parametrize("upd_fmt,read_fmt,T", [("fp32", "fp32", 1), ("fp32", "fp8e4m3", 1), ("fp16-sr", "bf16-sr", 1),
+                                                 ("fp32", "fp32", 3), ("fp16-sr", "bf16-sr", 3), ("fp32", "nvfp4", 2)])
+def test_flush_tiles_change_no_bit(upd_fmt, read_fmt, T, device):
     """Random inputs (decays != 1): the multi-tile flush kernel (2 and 6 tiles per program, 4-row
-    blocks) stores the same codes and returns the same outputs as one tile per program in the replay
-    step kernel, bit for bit, at the tiled rule's register cap (on a GPU: different compiled kernels
-    running the same operations in the same order)."""
+    blocks; the speculative flush and a flush that stores NVFP4 have whole heads as tiles, 2 per
+    group) stores the same codes and records
+    and returns the same outputs as one tile per program in the replay step kernel, bit for bit, at the
+    tiled rule's register cap (on a GPU: different compiled kernels running the same operations in the
+    same order). T = 1: the autoregressive flush; T > 1: the speculative flush, over a window that
+    wraps the ring."""
     from precision_lab.kernels.mamba2 import decode as md
 
     results = []
-    for tiles in (1, 2, 6):
+    for tiles in (1, 2) if read_fmt == "nvfp4" or T > 1 else (1, 2, 6):
         torch.manual_seed(0)  # the setup draws its checkpoint from the global generator
-        s = _replay_setup(device, upd_fmt, read_fmt, W=5, T=1, exact=False, start=13)
+        s = _replay_setup(device, upd_fmt, read_fmt, W=5, T=T, exact=False, start=13)
         n = s["new"]
         y = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"],
-                               n["A"], n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=True, fold_new=True,
+                               n["A"], n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=True, fold_new=T == 1,
                                seq_ids=s["seq_ids"].to(device), events=2, seed=4, layer=1, block_r=4, num_warps=4,
                                max_registers=md.FLUSH_TILED_MAX_REGISTERS, tiles_per_program=tiles)
-        results.append([y] + [t for st in (s["upd"], s["rd"]) for t in (st.data, st.scale, st.gscale) if t is not None])
+        results.append([y, s["rec"].u, s["rec"].a, s["rec"].b] +
+                       [t for st in (s["upd"], s["rd"]) for t in (st.data, st.scale, st.gscale) if t is not None])
     assert not torch.isnan(results[0][0]).any()
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def test_spec_flush_tiles_over_row_blocks(device, monkeypatch):
+    """The speculative flush's tiles over several row blocks of a head (P = 32 in 16-row blocks: 2 row
+    blocks × 2 heads = 4 tiles per group, so a program's tiles cross row blocks and heads): the same
+    codes, records (the drafts' log decays written once per head, by its first row block) and outputs
+    bit for bit at 1, 2 and 4 tiles per program, and the outputs and state against the reference."""
+    from precision_lab.kernels.mamba2 import decode as md
+
+    monkeypatch.setattr(sys.modules[__name__], "P", 32)
+    results = []
+    for tiles in (1, 2, 4):
+        torch.manual_seed(0)
+        s = _replay_setup(device, "fp32", "bf16-sr", W=6, T=4, exact=False, start=14)
+        s["rec"].a[:, [(14 + 6 + t) % 16 for t in range(4)]] = float("nan")  # the drafts' slots: unwritten stays NaN
+        n = s["new"]
+        args = [n[k] for k in ("x", "dt", "A", "B", "C", "D", "dt_bias", "z")]
+        y = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], *args, flush=True,
+                               seq_ids=s["seq_ids"].to(device), events=2, seed=4, layer=1, block_r=16,
+                               max_registers=md.SPEC_FLUSH_MAX_REGISTERS, tiles_per_program=tiles)
+        results.append([y, s["rec"].u, s["rec"].a] + [t for st in (s["upd"], s["rd"]) for t in (st.data, st.scale)
+                                                      if t is not None])
+    y_ref, new, S = mamba2_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(a.cpu() if a is not None else None
+                                           for a in args), flush=True)
+    live = (s["slots"] >= 0).cpu()
+    assert rel(y.cpu()[live], y_ref[live]) < 1e-5
+    assert rel(gather(s["upd"], s["slots"]).dequantize(), S[live]) < 1e-6
+    for b in (0, 2):
+        sl = int(s["slots"][b])
+        for t in range(4):
+            q = (14 + 6 + t) % 16
+            assert rel(s["rec"].a[sl, q].cpu(), new["a"][b, t]) < 1e-6
+            assert rel(s["rec"].u[sl, q].cpu(), new["u"][b, t]) < 1e-6
     for other in results[1:]:
         for a, b in zip(results[0], other):
             assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))

@@ -20,7 +20,9 @@ holding everything before lo, the output of the token at position p is the outpu
   update checkpoint and round_F(S) as the read copy (split mode), both from the same fp32 S.
 * at large batch the autoregressive flush of an fp32 update copy runs in ``mamba2_flush_kernel``,
   several (row block, head) tiles per program with each tile's inputs loaded during the previous
-  tile's fold (``tiles_per_program``; same fold and stores, ``_fold_window`` / ``_store_flushed``).
+  tile's fold (``tiles_per_program``; same fold and stores, ``_fold_window`` / ``_store_flushed``);
+  the speculative flush runs there when ``tiles_per_program`` asks for it (same drafts,
+  ``_spec_flush_drafts``).
 * commit is pointer arithmetic on (start, W), done by the caller (``precision_lab.engines.triton_decode.advance``):
   rejected records are overwritten.
 
@@ -262,16 +264,25 @@ def _store_flushed(b_s, u_d, u_sc, u_gs, su_d, su_sc, su_gs, r_d, r_sc, r_gs, sr
 
 
 @triton.jit
-def _spec_drafts(i_b, i_h, i_g, i_r, slot, start, W, rows, m_r, cols, m_c, tt, m_t, A, dt_ptr, dtb_ptr, x_ptr,
-                 C_ptr, z_ptr, ru_ptr, ra_ptr, s_ru, s_ra, sc_ptr,
-                 H: tl.constexpr, G: tl.constexpr, R: tl.constexpr, C: tl.constexpr, RING: tl.constexpr,
-                 T: tl.constexpr, BJ: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr):
-    """Everything of a speculative flush's T drafts that does not need the folded state, in the
-    drafts-by-rows orientation: their records u and a stored at positions W..W+T-1, and
-    (x [TP, BR], N_u [TP, BR], c [TP], Wn [TP, TP], C_T [TP, BC], z [TP, BR]) for the outputs
-    Y = e^{c_p} ⊙ (C_T Sᵀ) + Wn N_u (+ D x, · silu(z)): c the cumulative log decay over the drafts
-    (the history is in the folded S), Wn = decay · score (score_tj = B_j·C_t from the scores kernel;
-    causal: a draft sees only the drafts before it and itself). z is x when there is none."""
+def _spec_flush_drafts(b_s, valid, i_b, i_h, i_g, i_r, slot, start, W, rows, m_r, cols, m_c, tt, m_t, A,
+                       dt_ptr, dtb_ptr, x_ptr, C_ptr, D_ptr, z_ptr, y_ptr, ru_ptr, ra_ptr, s_ru, s_ra, sc_ptr,
+                       H: tl.constexpr, G: tl.constexpr, R: tl.constexpr, C: tl.constexpr, RING: tl.constexpr,
+                       T: tl.constexpr, BJ: tl.constexpr, HAS_D: tl.constexpr, HAS_DTB: tl.constexpr,
+                       HAS_Z: tl.constexpr, STATE_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, HW: tl.constexpr):
+    """The T drafts of a speculative flush, for the state rows ``rows`` of head i_h (row block i_r) after
+    the fold (b_s [BR, BC]: the folded fp32 S): their records u and a stored at positions W..W+T-1 and
+    their outputs stored, all T as one [TP, BR] tile from two small matrix products instead of T passes
+    over the state tile:
+        Y = e^{c_p} ⊙ (C_T Sᵀ) + Wn N_u  (+ D x, · silu(z)),
+    c the cumulative log decay over the drafts (the history is in the folded S), N_u [TP, BR] the
+    drafts' u rows, Wn = decay · score (score_tj = B_j·C_t from the scores kernel; causal: a draft
+    sees only the drafts before it and itself).
+    Drafts by rows (the drafts along axis 0): a flush's 32-row tile is below the 64 rows a warp-group
+    MMA needs as its M dimension, and the verify block's transposed orientation compiled there to 255
+    registers and 352 bytes of spill stack (sm_90) against 219 and none for this one. Its inputs
+    loaded before the fold instead, so that they are in flight with the state's, ran slower: 1614-1621
+    µs against 1294-1299 at 168 registers (H200, batch 256, T = 8, W = 16; reports/diagnostics/
+    spec-flush-forms.jsonl). Both flush kernels run it (one tile per program, and several)."""
     bt = i_b.to(tl.int64) * T + tt                                   # [TP]
     m_tr = m_t[:, None] & m_r[None, :]
     dtv = tl.load(dt_ptr + bt * H + i_h, mask=m_t, other=0).to(tl.float32)
@@ -290,11 +301,15 @@ def _spec_drafts(i_b, i_h, i_g, i_r, slot, start, W, rows, m_r, cols, m_c, tt, m
     w_new = tl.where(causal, w_new * tl.exp(c_new[:, None] - c_new[None, :]), 0.0)
     c_t = tl.load(C_ptr + (bt * G + i_g)[:, None] * C + cols[None, :], mask=m_t[:, None] & m_c[None, :],
                   other=0).to(tl.float32)
-    if HAS_Z:
+    if HAS_Z:  # (requested before the products, as in every timed form)
         b_z = tl.load(z_ptr + (bt * H + i_h)[:, None] * R + rows[None, :], mask=m_tr, other=0).to(tl.float32)
-    else:
-        b_z = x_t
-    return x_t, n_u, c_new, w_new, c_t, b_z
+    b_y = tl.exp(c_new)[:, None] * dot_f32(c_t, tl.trans(b_s), STATE_PREC, HW) + dot_f32(w_new, n_u, VERIFY_PREC, HW)
+    if HAS_D:
+        b_y += tl.load(D_ptr + i_h).to(tl.float32) * x_t
+    if HAS_Z:
+        b_y = b_y * (b_z / (1.0 + tl.exp(-b_z)))
+    tl.store(y_ptr + (bt * H + i_h)[:, None] * R + rows[None, :],
+             tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=(tt < T)[:, None] & (rows < R)[None, :])
 
 
 @triton.jit
@@ -488,27 +503,10 @@ def mamba2_replay_step_kernel(
         tl.store(y_ptr + (bt * H + i_h)[None, :] * R + rows[:, None],
                  tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=(rows < R)[:, None] & (tt < T)[None, :])
 
-    if T > 1 and FLUSH:
-        # The drafts of a speculative flush, in the drafts-by-rows orientation: the flush's 32-row tile
-        # is below the 64 rows a warp-group MMA needs as its M dimension, and the verify block's
-        # orientation (above) compiled there to 255 registers and 352 bytes of spill stack (sm_90)
-        # against 219 and none for this one. The T outputs as one [TP, BR] tile from two small
-        # matrix products instead of T passes over the state tile: Y = e^{c_p} ⊙ (C_T Sᵀ) + Wn N_u
-        # (``_spec_drafts``; S: the folded state). Its inputs loaded before the fold instead, so that
-        # they are in flight with the state's, ran slower: 1614-1621 µs against 1294-1299 at 168
-        # registers (H200, batch 256, T = 8, W = 16; reports/diagnostics/spec-flush-forms.jsonl).
-        d_x, d_u, d_c, d_w, d_ct, d_z = _spec_drafts(
-            i_b, i_h, i_g, i_r, slot, start, W, rows, m_r, cols, m_c, tt, m_t, A, dt_ptr, dtb_ptr, x_ptr,
-            C_ptr, z_ptr, ru_ptr, ra_ptr, s_ru, s_ra, sc_ptr, H, G, R, C, RING, T, BJ, HAS_DTB, HAS_Z)
-        b_y = tl.exp(d_c)[:, None] * dot_f32(d_ct, tl.trans(b_s), STATE_PREC, HW) + \
-            dot_f32(d_w, d_u, VERIFY_PREC, HW)
-        if HAS_D:
-            b_y += tl.load(D_ptr + i_h).to(tl.float32) * d_x
-        if HAS_Z:
-            b_y = b_y * (d_z / (1.0 + tl.exp(-d_z)))
-        bt = i_b.to(tl.int64) * T + tt
-        tl.store(y_ptr + (bt * H + i_h)[:, None] * R + rows[None, :],
-                 tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=(tt < T)[:, None] & (rows < R)[None, :])
+    if T > 1 and FLUSH:  # the drafts, from the folded S (``_spec_flush_drafts``)
+        _spec_flush_drafts(b_s, valid, i_b, i_h, i_g, i_r, slot, start, W, rows, m_r, cols, m_c, tt, m_t, A,
+                           dt_ptr, dtb_ptr, x_ptr, C_ptr, D_ptr, z_ptr, y_ptr, ru_ptr, ra_ptr, s_ru, s_ra, sc_ptr,
+                           H, G, R, C, RING, T, BJ, HAS_D, HAS_DTB, HAS_Z, STATE_PREC, VERIFY_PREC, HW)
 
     if T == 1:  # the output-only form over positions lo..W
         bg = i_b.to(tl.int64) * G + i_g
@@ -553,11 +551,13 @@ def _flush_tile_inputs(u_d, u_sc, u_gs, su_d, su_sc, su_gs, ru_ptr, ra_ptr, s_ru
                        dtb_ptr, slot, start, W, i_b, t, live,
                        H: tl.constexpr, R: tl.constexpr, C: tl.constexpr, RING: tl.constexpr, UFMT: tl.constexpr,
                        HAS_DTB: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr,
-                       HW: tl.constexpr):
-    """What tile t of an autoregressive flush program reads for its own head and rows (tile t: rows
+                       HW: tl.constexpr, NEW: tl.constexpr):
+    """What tile t of a multi-tile flush program reads for its own head and rows (tile t: rows
     block t % (R/BR) of head t // (R/BR)): the update checkpoint's rows as fp32 [BR, BC], the
-    head's window records a [BJ] and u [BJ, BR], its new token's raw dt and x [BR] and the head's A.
-    ``live`` False (a prefetch past the program's last tile) loads nothing."""
+    head's window records a [BJ] and u [BJ, BR], the head's A and, for the autoregressive flush
+    (``NEW``), its new token's raw dt and x [BR] (0 otherwise: the speculative flush's drafts are
+    loaded by ``_spec_flush_drafts``). ``live`` False (a prefetch past the program's last tile)
+    loads nothing."""
     NRB: tl.constexpr = (R + BR - 1) // BR
     i_h = t // NRB
     rows = (t % NRB) * BR + tl.arange(0, BR)
@@ -570,12 +570,16 @@ def _flush_tile_inputs(u_d, u_sc, u_gs, su_d, su_sc, su_gs, ru_ptr, ra_ptr, s_ru
     h_a = tl.load((ra_ptr + slot * s_ra) + (pos * H + i_h), mask=m_win, other=0)
     h_u = tl.load((ru_ptr + slot * s_ru) + ((pos * H + i_h)[:, None] * R + rows[None, :]),
                   mask=m_win[:, None] & m_r[None, :], other=0)
-    bh = i_b.to(tl.int64) * H + i_h
-    dt = tl.load(dt_ptr + bh, mask=live, other=0).to(tl.float32)
-    if HAS_DTB:
-        dt += tl.load(dtb_ptr + i_h, mask=live, other=0).to(tl.float32)
-    x = tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
+    if NEW:
+        bh = i_b.to(tl.int64) * H + i_h
+        dt = tl.load(dt_ptr + bh, mask=live, other=0).to(tl.float32)
+        if HAS_DTB:
+            dt += tl.load(dtb_ptr + i_h, mask=live, other=0).to(tl.float32)
+        x = tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
     A = tl.load(A_ptr + i_h, mask=live, other=0).to(tl.float32)
+    if not NEW:
+        dt = A * 0
+        x = A * 0
     return b_s, h_a, h_u, dt, x, A
 
 
@@ -585,27 +589,33 @@ def mamba2_flush_kernel(
     r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,          # read copy
     ru_ptr, rb_ptr, ra_ptr, s_ru, s_rb, s_ra,     # records u, B, a (slot strides)
     slot_ptr, start_ptr, wlen_ptr, seq_ptr, ev_ptr, seed,
-    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dtb_ptr, z_ptr, y_ptr,
-    H: tl.constexpr, G: tl.constexpr, R: tl.constexpr, C: tl.constexpr, RING: tl.constexpr,
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dtb_ptr, z_ptr, y_ptr, sc_ptr,
+    H: tl.constexpr, G: tl.constexpr, R: tl.constexpr, C: tl.constexpr, RING: tl.constexpr, T: tl.constexpr,
     SPLIT: tl.constexpr, UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
-    BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FOLD_PREC: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
+    FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, STATE_PREC: tl.constexpr,
     TILES: tl.constexpr, TILED_FMT: tl.constexpr,
 ):
-    """The autoregressive flush (T = 1, the new token folded too): S ← the window's W records and the
-    new token folded into the update checkpoint (``_fold_window``; the new token is record W, weight
-    e^0 = 1), y = S C + D x from that fp32 S, both copies stored (``_store_flushed``). No record is
-    kept and no scores are needed.
+    """A flush, several (row block, head) tiles per program; the same fold and stores as the replay
+    kernel's one tile (``_fold_window``, ``_store_flushed``).
+    * T = 1, the autoregressive flush: the window's W records and the new token folded into the update
+      checkpoint (the new token is record W, weight e^0 = 1), y = S C + D x from that fp32 S. No record
+      is kept and no scores are needed.
+    * T > 1, the speculative flush: the W records folded, then the T drafts verified against the folded
+      S (``_spec_flush_drafts``: their records and outputs), with the scores kernel's scores ``sc_ptr``.
 
     A program owns TILES consecutive (row block, head) tiles of one batch entry and one group
-    (grid: (R/BR · H / TILES, batch)): the slot, the window pointers, the group's B records with the
-    new token's B, and C are read once, and each tile's own inputs (checkpoint rows, u and a records,
-    x, dt) are loaded one tile ahead — issued before the current tile's fold product, so that their
-    memory latency overlaps it instead of stalling the program (``_flush_tile_inputs``). The wrapper
-    launches it with two or more tiles per program: one tile per program runs in the replay step
-    kernel, whose straight-line form measured faster than this loop at one tile (FLUSH_TILES)."""
+    (grid: (R/BR · H / TILES, batch)): the slot, the window pointers, the group's window of B records
+    (and, T = 1, the new token's B and C) are read once, and each tile's own window inputs (checkpoint
+    rows, u and a records; T = 1: x, dt) are loaded one tile ahead — issued before the current tile's
+    fold product, so that their memory latency overlaps it instead of stalling the program
+    (``_flush_tile_inputs``). The wrapper launches it with two or more tiles per program: one tile per
+    program runs in the replay step kernel, whose straight-line form measured faster than this loop at
+    one tile (FLUSH_TILES)."""
     NRB: tl.constexpr = (R + BR - 1) // BR
     tl.static_assert((NRB * (H // G)) % TILES == 0, "a program's tiles must lie in one group")
+    FOLD_NEW: tl.constexpr = T == 1
     t0 = tl.program_id(0) * TILES
     i_b = tl.program_id(1)
     i_g = (t0 // NRB) // (H // G)
@@ -618,46 +628,60 @@ def mamba2_flush_kernel(
     m_c = cols < C
     slot_ok = (jj * 0 + slot) >= 0
     at = jj == W
-    m_win = ((jj < W) & slot_ok) | (at & slot_ok)
+    m_win = (jj < W) & slot_ok
     bg = i_b.to(tl.int64) * G + i_g
-    # the group's window of B records with the new token's B as record W (W < L <= RING = BJ, so the
-    # position is free)
+    # the group's window of B records (T = 1: with the new token's B as record W; W < L <= RING = BJ,
+    # so the position is free)
     pos = ((start + jj) & (RING - 1)).to(tl.int64)
     h_b = tl.load(rb_ptr + tl.maximum(slot, 0) * s_rb + (pos * G + i_g)[:, None] * C + cols[None, :],
-                  mask=((jj < W) & slot_ok)[:, None] & m_c[None, :], other=0)
-    n_b = tl.load(B_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
-    h_b = tl.where(at[:, None], n_b[None, :], h_b)
-    b_c = tl.load(C_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
+                  mask=m_win[:, None] & m_c[None, :], other=0)
+    if FOLD_NEW:
+        m_win = m_win | (at & slot_ok)
+        n_b = tl.load(B_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
+        h_b = tl.where(at[:, None], n_b[None, :], h_b)
+        b_c = tl.load(C_ptr + bg * C + cols, mask=m_c, other=0).to(tl.float32)
+    else:
+        tt = tl.arange(0, TP)  # draft index
+        m_t = (tt < T) & ((tt * 0 + slot) >= 0)
     seq = tl.load(seq_ptr + i_b)
     ev = tl.load(ev_ptr + i_b)
     nxt = _flush_tile_inputs(u_d, u_sc, u_gs, su_d, su_sc, su_gs, ru_ptr, ra_ptr, s_ru, s_ra, x_ptr, dt_ptr, A_ptr,
-                             dtb_ptr, slot, start, W, i_b, t0, True, H, R, C, RING, UFMT, HAS_DTB, BR, BC, BJ, HW)
+                             dtb_ptr, slot, start, W, i_b, t0, True, H, R, C, RING, UFMT, HAS_DTB, BR, BC, BJ, HW,
+                             FOLD_NEW)
     for k in range(TILES):
         b_s, h_a, h_u, dt, b_x, A = nxt
         if TILES > 1:  # the next tile's inputs, in flight during this tile's fold
             nxt = _flush_tile_inputs(u_d, u_sc, u_gs, su_d, su_sc, su_gs, ru_ptr, ra_ptr, s_ru, s_ra, x_ptr, dt_ptr,
                                      A_ptr, dtb_ptr, slot, start, W, i_b, t0 + k + 1, k + 1 < TILES,
-                                     H, R, C, RING, UFMT, HAS_DTB, BR, BC, BJ, HW)
+                                     H, R, C, RING, UFMT, HAS_DTB, BR, BC, BJ, HW, FOLD_NEW)
         t = t0 + k
         i_h = t // NRB
         rows = (t % NRB) * BR + tl.arange(0, BR)
         m_r = (rows < R) & ((rows * 0 + slot) >= 0)
-        dt = softplus(dt)
-        n_u = dt * b_x
-        n_a = A * dt
-        h_a = tl.where(at, n_a, h_a)
-        h_u = tl.where(at[:, None], n_u[None, :], h_u)
+        if FOLD_NEW:
+            dt = softplus(dt)
+            n_u = dt * b_x
+            n_a = A * dt
+            h_a = tl.where(at, n_a, h_a)
+            h_u = tl.where(at[:, None], n_u[None, :], h_u)
         b_s = _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC, HW, SPLIT, UFMT, RFMT, TILED_FMT)
-        b_y = tl.sum(b_s * b_c[None, :], 1)  # S C of the folded S, before the stores
+        if FOLD_NEW:
+            b_y = tl.sum(b_s * b_c[None, :], 1)  # S C of the folded S, before the stores
         _store_flushed(b_s, u_d, u_sc, u_gs, su_d, su_sc, su_gs, r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,
                        tl.maximum(slot, 0), i_h, rows, m_r, R, C, seed, seq, ev, SPLIT, UFMT, USR, RFMT, RSR, BR, BC)
-        bh = i_b.to(tl.int64) * H + i_h
-        if HAS_D:
-            b_y += tl.load(D_ptr + i_h).to(tl.float32) * b_x
-        if HAS_Z:
-            b_z = tl.load(z_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
-            b_y = b_y * (b_z / (1.0 + tl.exp(-b_z)))
-        tl.store(y_ptr + bh * R + rows, tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=rows < R)
+        if FOLD_NEW:
+            bh = i_b.to(tl.int64) * H + i_h
+            if HAS_D:
+                b_y += tl.load(D_ptr + i_h).to(tl.float32) * b_x
+            if HAS_Z:
+                b_z = tl.load(z_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
+                b_y = b_y * (b_z / (1.0 + tl.exp(-b_z)))
+            tl.store(y_ptr + bh * R + rows, tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=rows < R)
+        else:
+            _spec_flush_drafts(b_s, valid, i_b, i_h, i_g, t % NRB, tl.maximum(slot, 0), start, W, rows, m_r, cols,
+                               m_c, tt, m_t, A, dt_ptr, dtb_ptr, x_ptr, C_ptr, D_ptr, z_ptr, y_ptr, ru_ptr, ra_ptr,
+                               s_ru, s_ra, sc_ptr, H, G, R, C, RING, T, BJ, HAS_D, HAS_DTB, HAS_Z, STATE_PREC,
+                               VERIFY_PREC, HW)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -848,7 +872,7 @@ def _flush_launch(autoregressive_flush: bool, stored: tuple[int, ...], block_r: 
     comments at FLUSH_MAX_REGISTERS and FLUSH_TILES): an autoregressive flush above the small-batch
     rule with no explicit shape, cap or tile count takes FLUSH_TILES tiles of FLUSH_FP32_SHAPE at
     FLUSH_TILED_MAX_REGISTERS when its (update, read) formats ``stored`` are in FLUSH_TILED_FORMATS
-    and it folds its new token (``fold_new``: only that flush has the multi-tile kernel);
+    and it folds its new token (``fold_new``: the only flush the rule tiles);
     otherwise one tile, FLUSH_FP32_SHAPE when it stores only fp32, and a cap of FLUSH_MAX_REGISTERS
     (when it stores NVFP4: FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE of its update format, ``stored[0]``, or
     FLUSH_NVFP4_MAX_REGISTERS), except that one storing only fp32 over a ``ring`` in
@@ -971,11 +995,12 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     programmatic dependent launch of the scores kernel so that it streams its state while the scores
     are computed (``overlap_scores_launch`` in ``kernels/common/launch.py``: None = wherever the GPU
     has it; same results bit for bit either way).
-    tiles_per_program: (row block, head) tiles each program of an autoregressive flush folds, the next
-    tile's inputs loaded during the current tile's fold (``mamba2_flush_kernel``; must divide a group's
-    row blocks × heads); None = the rule (``_flush_launch``: FLUSH_TILES for an fp32 update copy with an
-    fp32, E4M3 or BF16 read copy above the small-batch rule, SMALL_BATCH_FLUSH_TILES inside it from
-    SMALL_BATCH_TILED_MIN_HEAD_MATRICES on, else 1). Same codes and outputs bit for bit.
+    tiles_per_program: (row block, head) tiles each program of a flush folds, the next tile's inputs
+    loaded during the current tile's fold (``mamba2_flush_kernel``; must divide a group's row blocks ×
+    heads); None = the rule (``_flush_launch``: for the autoregressive flush, FLUSH_TILES for an fp32
+    update copy with an fp32, E4M3 or BF16 read copy above the small-batch rule,
+    SMALL_BATCH_FLUSH_TILES inside it from SMALL_BATCH_TILED_MIN_HEAD_MATRICES on, else 1; the
+    speculative flush takes several only when asked). Same codes, records and outputs bit for bit.
     fp4_decode: how the T = 1 non-flush step multiplies an NVFP4 read copy with C: "fp16" (E2M1
     values as fp16 bit patterns converted to fp32, fp32 products), "ptx" (the inline-PTX E4M3
     conversion instead; GPU only, the interpreter runs "fp16") or "mma" (one tensor-core product
@@ -1018,8 +1043,9 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         max_registers, tiles = FLUSH_TILED_MAX_REGISTERS, SMALL_BATCH_FLUSH_TILES
     if tiles_per_program is not None and tiles_per_program < 1:
         raise ValueError(f"tiles_per_program must be at least 1, got {tiles_per_program}")
-    if tiles > 1 and not fold_new:
-        raise ValueError("tiles_per_program > 1 needs the autoregressive flush (flush=True, fold_new=True)")
+    if tiles > 1 and not (flush and (fold_new or T > 1)):
+        raise ValueError("tiles_per_program > 1 needs a flush: the autoregressive one (flush=True, fold_new=True) "
+                         "or a speculative one (flush=True, T > 1)")
     br = _block_rows(P, N, fmts, (SMALL_BATCH_FLUSH[0] if small_flush else FLUSH_BLOCK_R) if flush and block_r is None
                      else block_r)
     if small_flush and num_warps is None:
@@ -1052,19 +1078,6 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         elif group_tiles % tiles:
             raise ValueError(f"tiles_per_program must divide the {group_tiles} (row block, head) tiles of a "
                              f"group, got {tiles}")
-    if tiles > 1:  # the autoregressive flush, several tiles per program (no record kept, no scores)
-        mamba2_flush_kernel[(nrb * H // tiles, Bsz)](
-            *update.kernel_args(), *read.kernel_args(),
-            records.u, records.b, records.a, records.u.stride(0), records.b.stride(0), records.a.stride(0),
-            slots32, start32, wlen32, as_i64(seq_ids, Bsz, dev), as_i64(events, Bsz, dev), sr_seed(seed, layer),
-            x, dt.contiguous(), A.contiguous(), B, C, _opt(D, A), _opt(dt_bias, A), _opt(z, x), y,
-            H, G, P, N, records.ring,
-            SPLIT=not shared, UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
-            HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
-            BR=br, BC=bc, BJ=bj, HW=x.is_cuda, FOLD_PREC=fold_precision, TILES=tiles, TILED_FMT=tiled_fmt,
-            num_warps=num_warps or _replay_warps(T, flush), **({"maxnreg": max_registers} if max_registers else {}),
-            enable_fp_fusion=False)  # a flush rounds state: no a*b+c fused into FMAs
-        return y
     if fused or fold_new:
         scores = records.a  # not read: every program computes its scores, or (fold_new) needs none
     else:
@@ -1072,6 +1085,21 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         mamba2_replay_scores_kernel[(G, Bsz)](
             records.b, records.b.stride(0), slots32, start32, wlen32, B, C, scores, G, N, records.ring,
             T=T, FLUSH=flush, BC=bc, BJ=bj, PDL=pdl, num_warps=SCORES_NUM_WARPS)
+    state_prec = state_product_precision(verify_precision, br, P, read.code)
+    if tiles > 1:  # a flush, several tiles per program (T = 1: no record kept, no scores)
+        mamba2_flush_kernel[(nrb * H // tiles, Bsz)](
+            *update.kernel_args(), *read.kernel_args(),
+            records.u, records.b, records.a, records.u.stride(0), records.b.stride(0), records.a.stride(0),
+            slots32, start32, wlen32, as_i64(seq_ids, Bsz, dev), as_i64(events, Bsz, dev), sr_seed(seed, layer),
+            x, dt.contiguous(), A.contiguous(), B, C, _opt(D, A), _opt(dt_bias, A), _opt(z, x), y, scores,
+            H, G, P, N, records.ring, T,
+            SPLIT=not shared, UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
+            HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
+            BR=br, BC=bc, BJ=bj, TP=max(pow2(T), 16), HW=x.is_cuda, FOLD_PREC=fold_precision,
+            VERIFY_PREC=verify_precision, STATE_PREC=state_prec, TILES=tiles, TILED_FMT=tiled_fmt,
+            num_warps=num_warps or _replay_warps(T, flush), **({"maxnreg": max_registers} if max_registers else {}),
+            enable_fp_fusion=False)  # a flush rounds state: no a*b+c fused into FMAs
+        return y
     grid = (nrb, H, Bsz)
     mamba2_replay_step_kernel[grid](
         *update.kernel_args(), *read.kernel_args(),
@@ -1084,7 +1112,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
         BR=br, BC=bc, BJ=bj, TP=max(pow2(T), 16), HW=x.is_cuda, FP4=fp4_decode,
         FOLD_PREC=fold_precision,
-        VERIFY_PREC=verify_precision, STATE_PREC=state_product_precision(verify_precision, br, P, read.code),
+        VERIFY_PREC=verify_precision, STATE_PREC=state_prec,
         FUSED=fused, PDL=pdl, TILED_FMT=tiled_fmt, num_warps=num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32),
         **({"maxnreg": max_registers} if max_registers else {}), **pdl_kwargs(pdl),
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance

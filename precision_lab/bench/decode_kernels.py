@@ -70,7 +70,8 @@ UPDATE_FMTS = ["fp32", "fp16-sr", "fp8e4m3-sr"]   # each with an NVFP4 read copy
 CONV_FMTS = ["fp32", "bf16", "fp16-sr", "bf16-sr", "nvfp4"]
 
 # Launch-shape candidates per kernel kind (keywords of the wrappers; a wrapper that lacks a keyword
-# is tuned over the ones it has). "verify" is the non-flush kernel with T > 1 drafts.
+# is tuned over the ones it has). "verify" is the non-flush kernel with T > 1 drafts, "spec_flush" the
+# flush with T > 1 drafts (tuned only where an operator lists it).
 TUNE_SPACE = {
     # the shapes that won (or came close) in earlier runs (``--tune-only`` rows in
     # reports/bench/tune_explore.jsonl); the wrappers' defaults are set from these rows. GDN's
@@ -88,6 +89,9 @@ TUNE_SPACE = {
         # register cap, which an explicit num_warps turns off)
         "nonflush": dict(block_r=[None], num_warps=[None, 1, 2, 4], fp4_decode=["fp16", "ptx", "mma"]),
         "verify": dict(block_r=[64], num_warps=[4]),   # 8 warps faulted (docs/pitfalls.md §14)
+        # the speculative flush (T > 1, on top of the fp32 flush's winner): one tile per program at the
+        # wrapper's rule (None) against several tiles per program in the multi-tile flush kernel
+        "spec_flush": dict(tiles_per_program=[None, 2, 4, 8]),
     },
     "gdn": {
         "conventional": dict(block_r=[4, 8, 16], num_warps=[1, 2, 4]),
@@ -105,6 +109,7 @@ TUNE_SPACE_WIDE = {
         "flush": [dict(block_r=[16, 32], num_warps=[2, 4, 8]), dict(block_r=[64], num_warps=[8])],
         "nonflush": [dict(block_r=[None], num_warps=[1, 2, 4, 8], fp4_decode=["fp16", "ptx", "mma"])],
         "verify": [dict(block_r=[64], num_warps=[2, 4])],
+        "spec_flush": [dict(tiles_per_program=[None, 2, 4, 8, 16], max_registers=[None, 0, 224])],
     },
     "gdn": {
         "conventional": [dict(block_r=[4, 8, 16, 32], num_warps=[1, 2, 4, 8])],
@@ -186,6 +191,8 @@ def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_
 READ_FORMAT_KEYWORDS = {"fp4_decode": "nvfp4"}
 NVFP4_PTX_CHECK = "nonflush-nvfp4-ptx"  # the correctness check of fp4_decode="ptx" (absent in older files)
 NVFP4_MMA_CHECK = "nonflush-nvfp4-mma"  # ... and of fp4_decode="mma", both launch forms (absent in older files)
+#: tiles per program of the multi-tile speculative flush's correctness check (batch 2, real shapes)
+SPEC_FLUSH_CHECK_TILES = 8
 
 
 def tune_candidates(op, kind, wide: bool = False, read: str | None = None, small: bool = False) -> list[dict]:
@@ -206,14 +213,18 @@ def tune_candidates(op, kind, wide: bool = False, read: str | None = None, small
     return out or [{}]
 
 
-def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, nbytes, wide=False, B=256, small=False) -> dict:
+def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, nbytes, wide=False, B=256, small=False,
+         base: dict | None = None) -> dict:
     """Fastest launch shape of one kernel kind at batch ``B`` (every candidate recorded, failures too;
-    ``small``: over ``TUNE_SPACE_SMALL``, each candidate also at the wrappers' defaults ``{}``)."""
+    ``small``: over ``TUNE_SPACE_SMALL``, each candidate also at the wrappers' defaults ``{}``;
+    ``base``: keywords every candidate starts from, e.g. the fp32 flush's winner under the speculative
+    flush's own candidates)."""
     best = None
-    mkind = "nonflush" if kind == "verify" else kind
+    mkind = {"verify": "nonflush", "spec_flush": "flush"}.get(kind, kind)
     cands = tune_candidates(op, kind, wide, read, small)
     if small:
         cands = [{}] + cands
+    cands = [{**(base or {}), **c} for c in cands]
     for cfg in cands:
         try:
             r = measure(op, mkind, B, dev, upd="fp32", read=read, W=W, T=T, ring=ring, cfg=cfg, nbytes=nbytes)
@@ -311,9 +322,13 @@ def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
                 out[f"{op}:{pol.short_str()}{suffix}"] = {"rel_err": errs, "writes": [w, wr], "tol": tol,
                                                           "ok": bool(all(v < tol for v in errs.values()) and w == wr
                                                                      and not torch.isnan(y).any())}
-    # speculative verify (T = 4 drafts over a window of 5) and the speculative flush, vs the step refs
+    # speculative verify (T = 4 drafts over a window of 5) and the speculative flush, vs the step refs;
+    # Mamba-2's speculative flush also in the multi-tile kernel (a tuning candidate, ``tiles_per_program``)
     for op in ops:
-        for flush in (False, True):
+        forms = [(False, {}), (True, {})]
+        if "spec_flush" in TUNE_SPACE[op]:
+            forms.append((True, {"tiles_per_program": SPEC_FLUSH_CHECK_TILES}))
+        for flush, cfg in forms:
             prob = PROBLEMS[op](2, dev, upd="fp32", read="nvfp4", ring=16, W=5, T=4)
             # decoded copies and window in logical order for the reference
             upd_f = prob.upd.data.float().cpu().clone()  # (clone: the flush updates the pool in place)
@@ -321,7 +336,7 @@ def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
             if op == "mamba2":
                 hist = {"u": prob.rec.u[:, :5].cpu().clone(), "b": prob.rec.b[:, :5].cpu().clone(),
                         "a": prob.rec.a[:, :5].cpu().clone()}
-                y = prob.replay(flush, False)
+                y = prob.replay(flush, False, **cfg)
                 yr, _, _ = mamba2_replay_step_ref(upd_f, rd_f, hist, prob.x.cpu(), prob.dt.cpu(), prob.A.cpu(),
                                                   prob.B.cpu(), prob.C.cpu(), prob.D.cpu(), prob.dtb.cpu(),
                                                   flush=flush)
@@ -335,7 +350,8 @@ def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
                                                prob.g.cpu(), prob.beta.cpu(), flush=flush)
             e = rel(y, yr)
             # y is stored in bf16 (the inputs' dtype): one bf16 rounding is ~2e-3 relative
-            out[f"{op}:verify-T4{'-flush' if flush else ''}"] = {"rel_err": {"y": e}, "tol": 5e-3, "ok": e < 5e-3}
+            name = f"{op}:verify-T4{'-flush' if flush else ''}" + (f"-tiles{cfg['tiles_per_program']}" if cfg else "")
+            out[name] = {"rel_err": {"y": e}, "tol": 5e-3, "ok": e < 5e-3}
     # the non-flush step's inline-PTX and tensor-core NVFP4 decodes (tuning candidates, ``fp4_decode``)
     # against the default fp16-pattern decode that the streams above checked: the same products summed
     # in another order, so the bf16 outputs differ by rounding only; the tensor-core decode in both
@@ -428,6 +444,10 @@ def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool =
                 ring = 1 << (16 + T - 1).bit_length()
                 best["verify", T] = tune(op, "verify", dev, rec, W=8, T=T, ring=ring,
                                          nbytes=bytes_nonflush(op, 256, "fp32", 8, T), wide=wide)
+                if "spec_flush" in TUNE_SPACE[op]:
+                    best["spec_flush", T] = tune(op, "spec_flush", dev, rec, W=16, T=T, ring=ring, base=best["flush"],
+                                                 nbytes=bytes_flush(op, 256, "fp32", "fp32", 16, T, split=False),
+                                                 wide=wide)
         print(f"{op}: best launch shapes {best}", flush=True)
         if tune_only:
             continue
@@ -466,7 +486,8 @@ def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool =
             rec(measure(op, "nonflush", 256, dev, W=8, T=T, ring=ring,
                         cfg=best["nonflush", "fp32"] if T == 1 else best["verify", T],
                         nbytes=bytes_nonflush(op, 256, "fp32", 8, T)), f"T{T}")
-            rec(measure(op, "flush", 256, dev, W=16, T=T, ring=ring, fold_new=False, cfg=best["flush"],
+            rec(measure(op, "flush", 256, dev, W=16, T=T, ring=ring, fold_new=False,
+                        cfg=best.get(("spec_flush", T), best["flush"]),
                         nbytes=bytes_flush(op, 256, "fp32", "fp32", 16, T, split=False)), f"T{T}")
         # read formats (split, fp32 update) and update formats (NVFP4 read), batch 256, L = 16; their
         # flushes at the wrappers' per-format launch rule (format_flush_cfg)
