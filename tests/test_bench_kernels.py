@@ -321,6 +321,28 @@ def test_speculative_flush_is_tuned_over_tiles_on_top_of_the_fp32_flush_winner(t
     assert "tiles_per_program" not in row["mamba2", 1] and "tiles_per_program" not in row["gdn", 8]
 
 
+def test_a_multi_tile_speculative_flush_row_stands_on_its_own_check():
+    """The verify-round ratio from a speculative flush timed in the multi-tile kernel is given only when
+    that tile count's check passed (``<op>:verify-T4-flush-tiles<n>``), besides the one-tile checks; each
+    tile count the flush is tuned over is checked."""
+    def row(kernel, tag, us, **kw):
+        return KernelRow(op="mamba2", kernel=kernel, tag=tag, batch=256, us=us, bytes=1e9, GBps=1e9 / (us * 1e3),
+                         pct_ceiling=1.0, **kw)
+
+    rows = [row("conventional", "batch", 500.0), row("nonflush", "T8", 600.0, T=8),
+            row("flush", "T8", 800.0, T=8, cfg={"tiles_per_program": 4})]
+    names = ["mamba2:fp32", "mamba2:verify-T4", "mamba2:verify-T4-flush"]
+    checks = {n: KernelCheck(rel_err={"y": 0.0}, tol=1e-5, ok=True) for n in names}
+    draft = bench_kernels.summarise(rows, checks, 5000.0)["mamba2"].drafts[8]
+    assert draft.ratio_to_one_conventional_step is None            # the 4-tile kernel was not checked
+    checks["mamba2:verify-T4-flush-tiles4"] = KernelCheck(rel_err={"y": 0.0}, tol=1e-5, ok=True)
+    draft = bench_kernels.summarise(rows, checks, 5000.0)["mamba2"].drafts[8]
+    assert draft.ratio_to_one_conventional_step == pytest.approx((600 + 800) / 2 / 500)
+    assert bench_kernels.spec_flush_tile_counts("mamba2") == [2, 4, 8, 16]
+    assert bench_kernels.spec_flush_tile_counts("gdn") == []
+    assert bench_kernels.spec_flush_check("mamba2", {}) == "mamba2:verify-T4-flush"
+
+
 def test_large_batch_launch_rules_switch_the_small_batch_rule_off_and_back():
     """The correctness streams run at batch 2 under Mamba-2's large-batch launch rules (the
     multi-tile, register-capped flush the batch-256 rows time): the rule is off inside, restored

@@ -191,8 +191,19 @@ def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_
 READ_FORMAT_KEYWORDS = {"fp4_decode": "nvfp4"}
 NVFP4_PTX_CHECK = "nonflush-nvfp4-ptx"  # the correctness check of fp4_decode="ptx" (absent in older files)
 NVFP4_MMA_CHECK = "nonflush-nvfp4-mma"  # ... and of fp4_decode="mma", both launch forms (absent in older files)
-#: tiles per program of the multi-tile speculative flush's correctness check (batch 2, real shapes)
-SPEC_FLUSH_CHECK_TILES = 8
+
+
+def spec_flush_tile_counts(op) -> list[int]:
+    """The tile counts above one that the speculative flush is tuned over (either space); each is
+    checked at the real shapes before anything is timed (``<op>:verify-T4-flush-tiles<n>``)."""
+    spaces = [TUNE_SPACE[op].get("spec_flush", {})] + TUNE_SPACE_WIDE[op].get("spec_flush", [])
+    return sorted({t for sp in spaces for t in sp.get("tiles_per_program", []) if t and t > 1})
+
+
+def spec_flush_check(op, cfg: dict) -> str:
+    """The correctness check a speculative flush row's launch keywords ``cfg`` stand on."""
+    tiles = cfg.get("tiles_per_program")
+    return f"{op}:verify-T4-flush" + (f"-tiles{tiles}" if tiles and tiles > 1 else "")
 
 
 def tune_candidates(op, kind, wide: bool = False, read: str | None = None, small: bool = False) -> list[dict]:
@@ -323,11 +334,9 @@ def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
                                                           "ok": bool(all(v < tol for v in errs.values()) and w == wr
                                                                      and not torch.isnan(y).any())}
     # speculative verify (T = 4 drafts over a window of 5) and the speculative flush, vs the step refs;
-    # Mamba-2's speculative flush also in the multi-tile kernel (a tuning candidate, ``tiles_per_program``)
+    # Mamba-2's speculative flush also at each tile count it is tuned over (the multi-tile kernel)
     for op in ops:
-        forms = [(False, {}), (True, {})]
-        if "spec_flush" in TUNE_SPACE[op]:
-            forms.append((True, {"tiles_per_program": SPEC_FLUSH_CHECK_TILES}))
+        forms = [(False, {}), (True, {})] + [(True, {"tiles_per_program": t}) for t in spec_flush_tile_counts(op)]
         for flush, cfg in forms:
             prob = PROBLEMS[op](2, dev, upd="fp32", read="nvfp4", ring=16, W=5, T=4)
             # decoded copies and window in logical order for the reference
@@ -350,7 +359,7 @@ def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
                                                prob.g.cpu(), prob.beta.cpu(), flush=flush)
             e = rel(y, yr)
             # y is stored in bf16 (the inputs' dtype): one bf16 rounding is ~2e-3 relative
-            name = f"{op}:verify-T4{'-flush' if flush else ''}" + (f"-tiles{cfg['tiles_per_program']}" if cfg else "")
+            name = spec_flush_check(op, cfg) if flush else f"{op}:verify-T4"
             out[name] = {"rel_err": {"y": e}, "tol": 5e-3, "ok": e < 5e-3}
     # the non-flush step's inline-PTX and tensor-core NVFP4 decodes (tuning candidates, ``fp4_decode``)
     # against the default fp16-pattern decode that the streams above checked: the same products summed
@@ -600,11 +609,13 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
             v = _find(rows, op=op, tag=f"T{T}", kernel="nonflush")
             f = _find(rows, op=op, tag=f"T{T}", kernel="flush")
             if v and f and c256:
+                # a speculative flush timed in the multi-tile kernel stands on that kernel's check too
+                ok_round = ok_verify and ok(spec_flush_check(op, f.cfg or {}))
                 n_nf = 16 // T - 1  # rounds between flushes with every draft accepted (history block 16)
                 per_round = (n_nf * v.us + f.us) / (n_nf + 1)
                 drafts[T] = DraftPoint(verify_us=v.us, spec_flush_us=f.us, per_round_amortised_us=per_round,
                                        rounds_per_flush=n_nf + 1,
-                                       ratio_to_one_conventional_step=per_round / c256.us if ok_verify and ok_conv
+                                       ratio_to_one_conventional_step=per_round / c256.us if ok_round and ok_conv
                                        else None,
                                        snapshot_baseline_estimate_us=T * c256.us)
         for rf in READ_FMTS:
