@@ -253,16 +253,26 @@ def test_small_batch_tuning_times_the_wrappers_defaults_and_the_small_space(tmp_
     assert {s[2] for s in seen} == {1, 4}
 
 
-def test_format_flush_rows_take_the_wrappers_rule_not_the_fp32_flush_shape(tmp_path, monkeypatch):
-    """The flush is tuned on the shared fp32 flush; when an uncapped shape wins there, the flush rows of
-    the read and update formats still run the wrappers' per-format rule (no block_r, num_warps or
-    max_registers), while the fp32 rows (batch, L and draft sweeps) take the winner."""
+def _replace_the_gpu_parts(monkeypatch, measure):
+    """run() on the CPU: fixture checks (the fp32 stream passes), ceiling and peer, and ``measure`` for
+    the timings."""
     dk = bench_kernels
     monkeypatch.setenv("PRECISION_LAB_GIT", "abc1234")
     monkeypatch.setattr(dk, "check_correctness", lambda dev, ops: {f"{op}:fp32": {"rel_err": {"y": 0.0}, "tol": 1e-5,
                                                                                "ok": True} for op in ops})
     monkeypatch.setattr(dk, "copy_ceiling", lambda dev: Ceiling(method="fixture", bytes=8, us=1.0, GBps=4000.0,
                                                                timing="fixture"))
+    monkeypatch.setattr(dk, "measure", measure)
+    monkeypatch.setattr(dk, "fla_peer", lambda op, B, dev: {"op": op, "kernel": "fla", "batch": B, "us": 3.0,
+                                                            "bytes": 1.0, "GBps": 1.0, "implementation": "fla.fixture"})
+    monkeypatch.setattr(dk, "fla_versions", lambda: {})
+
+
+def test_format_flush_rows_take_the_wrappers_rule_not_the_fp32_flush_shape(tmp_path, monkeypatch):
+    """The flush is tuned on the shared fp32 flush; when an uncapped shape wins there, the flush rows of
+    the read and update formats still run the wrappers' per-format rule (no block_r, num_warps or
+    max_registers), while the fp32 rows (batch, L and draft sweeps) take the winner."""
+    dk = bench_kernels
 
     def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
                 nbytes):
@@ -272,10 +282,7 @@ def test_format_flush_rows_take_the_wrappers_rule_not_the_fp32_flush_shape(tmp_p
                 "cfg": cfg, "us": us, "bytes": 1.0, "GBps": 1.0, "timing": "fixture", "buffer_sets": 1,
                 "fused_scores": None}
 
-    monkeypatch.setattr(dk, "measure", measure)
-    monkeypatch.setattr(dk, "fla_peer", lambda op, B, dev: {"op": op, "kernel": "fla", "batch": B, "us": 3.0,
-                                                            "bytes": 1.0, "GBps": 1.0, "implementation": "fla.fixture"})
-    monkeypatch.setattr(dk, "fla_versions", lambda: {})
+    _replace_the_gpu_parts(monkeypatch, measure)
     res = dk.run(output=tmp_path / "k.json", quick=True, ops=("mamba2",))
     flushes = [r for r in res.rows if r.kernel == "flush"]
     fmt_rows = [r for r in flushes if r.tag in ("read", "update")]
@@ -292,11 +299,6 @@ def test_speculative_flush_is_tuned_over_tiles_on_top_of_the_fp32_flush_winner(t
     the multi-tile kernel), every candidate carrying the fp32 flush's winning keywords, and the draft
     sweep's flush row takes the winner; the T = 1 row and GDN (no such candidate) keep the fp32 flush's."""
     dk = bench_kernels
-    monkeypatch.setenv("PRECISION_LAB_GIT", "abc1234")
-    monkeypatch.setattr(dk, "check_correctness", lambda dev, ops: {f"{op}:fp32": {"rel_err": {"y": 0.0}, "tol": 1e-5,
-                                                                               "ok": True} for op in ops})
-    monkeypatch.setattr(dk, "copy_ceiling", lambda dev: Ceiling(method="fixture", bytes=8, us=1.0, GBps=4000.0,
-                                                               timing="fixture"))
 
     def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
                 nbytes):
@@ -307,10 +309,7 @@ def test_speculative_flush_is_tuned_over_tiles_on_top_of_the_fp32_flush_winner(t
                 "cfg": cfg, "us": us, "bytes": 1.0, "GBps": 1.0, "timing": "fixture", "buffer_sets": 1,
                 "fused_scores": None}
 
-    monkeypatch.setattr(dk, "measure", measure)
-    monkeypatch.setattr(dk, "fla_peer", lambda op, B, dev: {"op": op, "kernel": "fla", "batch": B, "us": 3.0,
-                                                            "bytes": 1.0, "GBps": 1.0, "implementation": "fla.fixture"})
-    monkeypatch.setattr(dk, "fla_versions", lambda: {})
+    _replace_the_gpu_parts(monkeypatch, measure)
     res = dk.run(output=tmp_path / "k.json", quick=True, ops=("mamba2", "gdn"))
     spec_tune = [r for r in res.rows if r.tag == "tune" and r.kernel == "flush" and r.T == 8]
     assert {r.op for r in spec_tune} == {"mamba2"}

@@ -98,6 +98,18 @@ class Mamba2Records:
 
 
 @triton.jit
+def _store_output(b_y, b_x, valid, i_h, bh, rows, m_r, D_ptr, z_ptr, y_ptr, R: tl.constexpr, HAS_D: tl.constexpr,
+                  HAS_Z: tl.constexpr):
+    """A one-token step's output rows: y (+ D x, · silu(z)) stored in y's dtype (zero for a NULL slot)."""
+    if HAS_D:
+        b_y += tl.load(D_ptr + i_h).to(tl.float32) * b_x
+    if HAS_Z:
+        b_z = tl.load(z_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
+        b_y = b_y * (b_z / (1.0 + tl.exp(-b_z)))
+    tl.store(y_ptr + bh * R + rows, tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=rows < R)
+
+
+@triton.jit
 def mamba2_conventional_step_kernel(
     st_d, st_sc, st_gs, s_d, s_sc, s_gs,
     slot_ptr, seq_ptr, ev_ptr, seed,
@@ -128,12 +140,7 @@ def mamba2_conventional_step_kernel(
     b_s = load_state(st_d, st_sc, st_gs, slot, s_d, s_sc, s_gs, i_h, rows, m_r, R, C, FMT, BR, BC, HW)
     b_s = alpha * b_s + (dt * b_x)[:, None] * b_B[None, :]
     b_y = tl.sum(b_s * b_C[None, :], 1)
-    if HAS_D:
-        b_y += tl.load(D_ptr + i_h).to(tl.float32) * b_x
-    if HAS_Z:
-        b_z = tl.load(z_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
-        b_y = b_y * (b_z / (1.0 + tl.exp(-b_z)))
-    tl.store(y_ptr + bh * R + rows, tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=rows < R)
+    _store_output(b_y, b_x, valid, i_h, bh, rows, m_r, D_ptr, z_ptr, y_ptr, R, HAS_D, HAS_Z)
     seq = tl.load(seq_ptr + i_b)
     ev = tl.load(ev_ptr + i_b)
     store_state(b_s, st_d, st_sc, st_gs, slot, s_d, s_sc, s_gs, i_h, rows, m_r, R, C,
@@ -532,12 +539,7 @@ def mamba2_replay_step_kernel(
                     s_c = tl.sum(b_sr * b_c[None, :], 1)
             b_y = tl.exp(tot) * s_c + tl.sum((decay * score)[:, None] * t_u, 0)
         b_x = tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
-        if HAS_D:
-            b_y += tl.load(D_ptr + i_h).to(tl.float32) * b_x
-        if HAS_Z:
-            b_z = tl.load(z_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
-            b_y = b_y * (b_z / (1.0 + tl.exp(-b_z)))
-        tl.store(y_ptr + bh * R + rows, tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=rows < R)
+        _store_output(b_y, b_x, valid, i_h, bh, rows, m_r, D_ptr, z_ptr, y_ptr, R, HAS_D, HAS_Z)
         if NVFP4_STATE_FIRST:  # the new token's records, last (same stores as the T = 1 block above)
             q = ((start + W) & (RING - 1)).to(tl.int64)
             tl.store(ru_ptr + slot * s_ru + (q * H + i_h) * R + rows, n_u, mask=m_r)
@@ -671,12 +673,7 @@ def mamba2_flush_kernel(
                        tl.maximum(slot, 0), i_h, rows, m_r, R, C, seed, seq, ev, SPLIT, UFMT, USR, RFMT, RSR, BR, BC)
         if FOLD_NEW:
             bh = i_b.to(tl.int64) * H + i_h
-            if HAS_D:
-                b_y += tl.load(D_ptr + i_h).to(tl.float32) * b_x
-            if HAS_Z:
-                b_z = tl.load(z_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
-                b_y = b_y * (b_z / (1.0 + tl.exp(-b_z)))
-            tl.store(y_ptr + bh * R + rows, tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=rows < R)
+            _store_output(b_y, b_x, valid, i_h, bh, rows, m_r, D_ptr, z_ptr, y_ptr, R, HAS_D, HAS_Z)
         else:
             _spec_flush_drafts(b_s, valid, i_b, i_h, i_g, t % NRB, tl.maximum(slot, 0), start, W, rows, m_r, cols,
                                m_c, tt, m_t, A, dt_ptr, dtb_ptr, x_ptr, C_ptr, D_ptr, z_ptr, y_ptr, ru_ptr, ra_ptr,
