@@ -315,7 +315,8 @@ def test_speculative_flush_is_tuned_over_tiles_on_top_of_the_fp32_flush_winner(t
     assert {r.op for r in spec_tune} == {"mamba2"}
     assert sorted(str(r.cfg.get("tiles_per_program")) for r in spec_tune) == ["2", "4", "8", "None"]
     assert all(r.cfg.get("max_registers") == 0 and r.W == 16 and r.ring == 32 for r in spec_tune)
-    row = {(r.op, r.T): r.cfg for r in res.rows if r.tag in ("T1", "T8") and r.kernel == "flush"}
+    row = {(r.op, r.T): {k: v for k, v in r.cfg.items() if v is not None}  # (None: the wrapper's rule)
+           for r in res.rows if r.tag in ("T1", "T8") and r.kernel == "flush"}
     assert row["mamba2", 8] == {"max_registers": 0, "fold_precision": "tf32x3", "tiles_per_program": 4}
     assert "tiles_per_program" not in row["mamba2", 1] and "tiles_per_program" not in row["gdn", 8]
 
@@ -337,9 +338,12 @@ def test_a_multi_tile_speculative_flush_row_stands_on_its_own_check():
     checks["mamba2:verify-T4-flush-tiles4"] = KernelCheck(rel_err={"y": 0.0}, tol=1e-5, ok=True)
     draft = bench_kernels.summarise(rows, checks, 5000.0)["mamba2"].drafts[8]
     assert draft.ratio_to_one_conventional_step == pytest.approx((600 + 800) / 2 / 500)
-    assert bench_kernels.spec_flush_tile_counts("mamba2") == [2, 4, 8, 16]
-    assert bench_kernels.spec_flush_tile_counts("gdn") == []
-    assert bench_kernels.spec_flush_check("mamba2", {}) == "mamba2:verify-T4-flush"
+    assert bench_kernels.spec_flush_check_forms("mamba2") == [{"tiles_per_program": t} for t in (2, 4, 8)]
+    assert bench_kernels.spec_flush_check_forms("gdn") == []
+    assert bench_kernels.spec_flush_check("mamba2", {"max_registers": 0}) == "mamba2:verify-T4-flush"
+    assert bench_kernels.spec_flush_check("mamba2", {"tiles_per_program": 1}) == "mamba2:verify-T4-flush"
+    assert bench_kernels.spec_flush_check("mamba2", {"tiles_per_program": 2, "num_warps": 8, "max_registers": 0}
+                                          ) == "mamba2:verify-T4-flush-tiles2-warps8"
 
 
 def test_large_batch_launch_rules_switch_the_small_batch_rule_off_and_back():

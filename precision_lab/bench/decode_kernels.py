@@ -109,7 +109,10 @@ TUNE_SPACE_WIDE = {
         "flush": [dict(block_r=[16, 32], num_warps=[2, 4, 8]), dict(block_r=[64], num_warps=[8])],
         "nonflush": [dict(block_r=[None], num_warps=[1, 2, 4, 8], fp4_decode=["fp16", "ptx", "mma"])],
         "verify": [dict(block_r=[64], num_warps=[2, 4])],
-        "spec_flush": [dict(tiles_per_program=[None, 2, 4, 8, 16], max_registers=[None, 0, 224])],
+        # 8 warps: sm_90 compiles of 8 tiles hold 221 registers and no spill uncapped, against 255 and 48
+        # bytes at 4 warps (scripts/kernel_resources.py); only here, since the verify block faulted at 8
+        # warps on the H200 (docs/pitfalls.md §14) and a fault ends the whole run
+        "spec_flush": [dict(tiles_per_program=[None, 2, 4, 8, 16], max_registers=[None, 0, 224], num_warps=[None, 8])],
     },
     "gdn": {
         "conventional": [dict(block_r=[4, 8, 16, 32], num_warps=[1, 2, 4, 8])],
@@ -193,17 +196,32 @@ NVFP4_PTX_CHECK = "nonflush-nvfp4-ptx"  # the correctness check of fp4_decode="p
 NVFP4_MMA_CHECK = "nonflush-nvfp4-mma"  # ... and of fp4_decode="mma", both launch forms (absent in older files)
 
 
-def spec_flush_tile_counts(op) -> list[int]:
-    """The tile counts above one that the speculative flush is tuned over (either space); each is
-    checked at the real shapes before anything is timed (``<op>:verify-T4-flush-tiles<n>``)."""
-    spaces = [TUNE_SPACE[op].get("spec_flush", {})] + TUNE_SPACE_WIDE[op].get("spec_flush", [])
-    return sorted({t for sp in spaces for t in sp.get("tiles_per_program", []) if t and t > 1})
+# The speculative flush's launch keywords that choose another kernel or layout (a register cap only
+# allocates the same operations differently): each combination it is tuned over is checked.
+SPEC_FLUSH_CHECKED = {"tiles_per_program": "tiles", "num_warps": "warps"}
 
 
 def spec_flush_check(op, cfg: dict) -> str:
-    """The correctness check a speculative flush row's launch keywords ``cfg`` stand on."""
-    tiles = cfg.get("tiles_per_program")
-    return f"{op}:verify-T4-flush" + (f"-tiles{tiles}" if tiles and tiles > 1 else "")
+    """The correctness check a speculative flush row's launch keywords ``cfg`` stand on:
+    ``<op>:verify-T4-flush`` for the wrapper's own form, with ``-tiles<n>`` / ``-warps<n>`` for the others."""
+    form = {k: cfg.get(k) for k in SPEC_FLUSH_CHECKED if cfg.get(k) is not None}
+    if form.get("tiles_per_program") == 1:
+        del form["tiles_per_program"]
+    return f"{op}:verify-T4-flush" + "".join(f"-{SPEC_FLUSH_CHECKED[k]}{v}" for k, v in form.items())
+
+
+def spec_flush_check_forms(op) -> list[dict]:
+    """The launch forms of the speculative flush that the correctness checks run besides the wrapper's
+    own: every combination of SPEC_FLUSH_CHECKED keywords in TUNE_SPACE, the space a timed run tunes
+    over (none for an operator that is not tuned over them; a tune-only run reports no speedup)."""
+    if "spec_flush" not in TUNE_SPACE[op]:
+        return []
+    forms = []
+    for cand in tune_candidates(op, "spec_flush"):
+        form = {k: v for k, v in cand.items() if k in SPEC_FLUSH_CHECKED and v is not None}
+        if form and form not in forms:
+            forms.append(form)
+    return forms
 
 
 def tune_candidates(op, kind, wide: bool = False, read: str | None = None, small: bool = False) -> list[dict]:
@@ -334,9 +352,9 @@ def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
                                                           "ok": bool(all(v < tol for v in errs.values()) and w == wr
                                                                      and not torch.isnan(y).any())}
     # speculative verify (T = 4 drafts over a window of 5) and the speculative flush, vs the step refs;
-    # Mamba-2's speculative flush also at each tile count it is tuned over (the multi-tile kernel)
+    # Mamba-2's speculative flush also in each launch form it is tuned over (the multi-tile kernel, 8 warps)
     for op in ops:
-        forms = [(False, {}), (True, {})] + [(True, {"tiles_per_program": t}) for t in spec_flush_tile_counts(op)]
+        forms = [(False, {}), (True, {})] + [(True, form) for form in spec_flush_check_forms(op)]
         for flush, cfg in forms:
             prob = PROBLEMS[op](2, dev, upd="fp32", read="nvfp4", ring=16, W=5, T=4)
             # decoded copies and window in logical order for the reference
@@ -609,7 +627,7 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
             v = _find(rows, op=op, tag=f"T{T}", kernel="nonflush")
             f = _find(rows, op=op, tag=f"T{T}", kernel="flush")
             if v and f and c256:
-                # a speculative flush timed in the multi-tile kernel stands on that kernel's check too
+                # a speculative flush timed in another launch form stands on that form's check too
                 ok_round = ok_verify and ok(spec_flush_check(op, f.cfg or {}))
                 n_nf = 16 // T - 1  # rounds between flushes with every draft accepted (history block 16)
                 per_round = (n_nf * v.us + f.us) / (n_nf + 1)
