@@ -313,8 +313,10 @@ def test_speculative_flush_is_tuned_over_tiles_on_top_of_the_fp32_flush_winner(t
     res = dk.run(output=tmp_path / "k.json", quick=True, ops=("mamba2", "gdn"))
     spec_tune = [r for r in res.rows if r.tag == "tune" and r.kernel == "flush" and r.T == 8]
     assert {r.op for r in spec_tune} == {"mamba2"}
-    assert sorted(str(r.cfg.get("tiles_per_program")) for r in spec_tune) == ["2", "4", "8", "None"]
-    assert all(r.cfg.get("max_registers") == 0 and r.W == 16 and r.ring == 32 for r in spec_tune)
+    assert sorted(str(r.cfg.get("tiles_per_program")) for r in spec_tune) == ["2", "2", "4", "4", "8", "8", "None",
+                                                                            "None"]
+    assert sorted(str(r.cfg.get("max_registers")) for r in spec_tune) == ["0"] * 4 + ["224"] * 4  # None: the base's 0
+    assert all(r.W == 16 and r.ring == 32 for r in spec_tune)
     row = {(r.op, r.T): {k: v for k, v in r.cfg.items() if v is not None}  # (None: the wrapper's rule)
            for r in res.rows if r.tag in ("T1", "T8") and r.kernel == "flush"}
     assert row["mamba2", 8] == {"max_registers": 0, "fold_precision": "tf32x3", "tiles_per_program": 4}

@@ -90,8 +90,10 @@ TUNE_SPACE = {
         "nonflush": dict(block_r=[None], num_warps=[None, 1, 2, 4], fp4_decode=["fp16", "ptx", "mma"]),
         "verify": dict(block_r=[64], num_warps=[4]),   # 8 warps faulted (docs/pitfalls.md §14)
         # the speculative flush (T > 1, on top of the fp32 flush's winner): one tile per program at the
-        # wrapper's rule (None) against several tiles per program in the multi-tile flush kernel
-        "spec_flush": dict(tiles_per_program=[None, 2, 4, 8]),
+        # wrapper's rule (None) against several tiles per program in the multi-tile flush kernel, each at
+        # the rule's cap (168) and at 224 (sm_90 compiles of 8 tiles: 392 bytes of spill stack per thread
+        # at 168, 40 at 224; one tile at 224 measured 1507-1516 µs against 1294-1299 at 168)
+        "spec_flush": dict(tiles_per_program=[None, 2, 4, 8], max_registers=[None, 224]),
     },
     "gdn": {
         "conventional": dict(block_r=[4, 8, 16], num_warps=[1, 2, 4]),
@@ -247,13 +249,14 @@ def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, nbytes, wide=False
     """Fastest launch shape of one kernel kind at batch ``B`` (every candidate recorded, failures too;
     ``small``: over ``TUNE_SPACE_SMALL``, each candidate also at the wrappers' defaults ``{}``;
     ``base``: keywords every candidate starts from, e.g. the fp32 flush's winner under the speculative
-    flush's own candidates)."""
+    flush's own candidates; a candidate's None keeps the base's value, or the wrapper's rule)."""
     best = None
     mkind = {"verify": "nonflush", "spec_flush": "flush"}.get(kind, kind)
     cands = tune_candidates(op, kind, wide, read, small)
     if small:
         cands = [{}] + cands
-    cands = [{**(base or {}), **c} for c in cands]
+    if base:
+        cands = [{**base, **{k: v for k, v in c.items() if v is not None}} for c in cands]
     for cfg in cands:
         try:
             r = measure(op, mkind, B, dev, upd="fp32", read=read, W=W, T=T, ring=ring, cfg=cfg, nbytes=nbytes)
