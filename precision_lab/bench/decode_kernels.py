@@ -355,7 +355,7 @@ def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
                                                           "ok": bool(all(v < tol for v in errs.values()) and w == wr
                                                                      and not torch.isnan(y).any())}
     # speculative verify (T = 4 drafts over a window of 5) and the speculative flush, vs the step refs;
-    # Mamba-2's speculative flush also in each launch form it is tuned over (the multi-tile kernel, 8 warps)
+    # Mamba-2's speculative flush also in each launch form a timed run tunes it over (the multi-tile kernel)
     for op in ops:
         forms = [(False, {}), (True, {})] + [(True, form) for form in spec_flush_check_forms(op)]
         for flush, cfg in forms:
