@@ -750,11 +750,10 @@ def test_flush_register_cap_changes_no_bit(upd_fmt, read_fmt, block_r, num_warps
 def test_flush_tiles_change_no_bit(upd_fmt, read_fmt, T, device):
     """Random inputs (decays != 1): the multi-tile flush kernel (2 and 6 tiles per program, 4-row
     blocks; the speculative flush and a flush that stores NVFP4 have whole heads as tiles, 2 per
-    group) stores the same codes and records
-    and returns the same outputs as one tile per program in the replay step kernel, bit for bit, at the
-    tiled rule's register cap (on a GPU: different compiled kernels running the same operations in the
-    same order). T = 1: the autoregressive flush; T > 1: the speculative flush, over a window that
-    wraps the ring."""
+    group) stores the same codes and records and returns the same outputs as one tile per program in
+    the replay step kernel, bit for bit, at the tiled rule's register cap (on a GPU: different compiled
+    kernels running the same operations in the same order). T = 1: the autoregressive flush; T > 1: the
+    speculative flush, over a window that wraps the ring."""
     from precision_lab.kernels.mamba2 import decode as md
 
     results = []
