@@ -200,13 +200,16 @@ def test_run_records_every_row_and_writes_what_the_report_reads(tmp_path, monkey
         dataclasses.asdict(r))) for r in res.rows]
     checkpoint = load(json.loads(out.read_text()))  # the last per-operator checkpoint: every row, no summary
     assert checkpoint.partial and checkpoint.summary is None and len(checkpoint.rows) == len(res.rows)
-    assert {r.tag for r in res.rows} == {"tune", "batch", "fused", "L16", "T1", "T8", "read", "update", "convfmt"}
+    assert {r.tag for r in res.rows} == {"tune", "batch", "fused", "fused-nvfp4", "L16", "T1", "T8", "read", "update",
+                                         "convfmt"}
     # every replay row says which launch form it ran in: the rule's at batch 1 and 256 (GDN: 32 value
     # heads, Mamba-2: 128), both forms in the "fused" rows, none for other kernels
     form = {(r.op, r.tag, r.kernel, r.batch, r.fused_scores) for r in res.rows if r.kernel in ("nonflush", "flush")}
     assert all(f is not None for *_, f in form)
     assert ("gdn", "batch", "nonflush", 1, True) in form and ("mamba2", "batch", "flush", 256, False) in form
     assert {f for op, tag, k, b, f in form if tag == "fused"} == {True, False}
+    assert {(k, f) for op, tag, k, b, f in form if tag == "fused-nvfp4"} == {("nonflush", True), ("nonflush", False)}
+    assert {r.read for r in res.rows if r.tag == "fused-nvfp4"} == {"nvfp4"}
     assert all(r.fused_scores is None for r in res.rows if r.kernel not in ("nonflush", "flush"))
     lf = res.summary["mamba2"].launch_forms[1]
     assert (lf.conventional_us, lf.nonflush_one_launch_us, lf.nonflush_two_launch_us) == (2.0, 8.0, 8.5)

@@ -145,13 +145,25 @@ def gdn_conventional_step_kernel(
 
 
 @triton.jit
+def _raw_qk(q_ptr, k_ptr, bk, C, BC: tl.constexpr):
+    """A new token's q and k as given (fp32 [BC], 0 past C; ``bk``: its (token, key head) row)."""
+    cols = tl.arange(0, BC)
+    m_c = cols < C
+    return (tl.load(q_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32),
+            tl.load(k_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32))
+
+
+@triton.jit
 def _new_qk(q_ptr, k_ptr, bk, C, scale, NORM: tl.constexpr, BC: tl.constexpr):
     """A new token's q̃ = scale·l2norm(q) and k = l2norm(k) (fp32 [BC], 0 past C; ``bk``: its (token,
     key head) row), and the factors f_q, f_k with q̃ ≈ f_q·q, k ≈ f_k·k (one rounding apart)."""
-    cols = tl.arange(0, BC)
-    m_c = cols < C
-    q = tl.load(q_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32)
-    k = tl.load(k_ptr + bk * C + cols, mask=m_c, other=0).to(tl.float32)
+    q, k = _raw_qk(q_ptr, k_ptr, bk, C, BC)
+    return _norm_qk(q, k, scale, NORM)
+
+
+@triton.jit
+def _norm_qk(q, k, scale, NORM: tl.constexpr):
+    """``_new_qk`` of q and k already loaded."""
     if NORM:
         r_q = tl.rsqrt(tl.sum(q * q, 0) + 1e-6)
         r_k = tl.rsqrt(tl.sum(k * k, 0) + 1e-6)
@@ -423,6 +435,12 @@ def gdn_replay_step_kernel(
     # normalises the new q, k from the inputs (q_ptr, k_ptr) and computes the scores it needs itself,
     # and one program per (key head, batch entry) writes the new k record (the output-only block)
     tl.static_assert((not FUSED) or (T == 1 and (FOLD_NEW or not FLUSH)))
+    # FP32_LOADS_FIRST (the one-launch output-only step from an fp32 read copy, small batches): every
+    # global load goes out before the first wait (see below); the new token's q and k need only the
+    # program's ids, so they are requested even before the slot lookup
+    FP32_LOADS_FIRST: tl.constexpr = FUSED and (not FLUSH) and T == 1 and RFMT == C_FP32
+    if FP32_LOADS_FIRST:
+        q_in, k_in = _raw_qk(q_ptr, k_ptr, tl.program_id(2).to(tl.int64) * Hk + tl.program_id(1) // (Hv // Hk), C, BC)
     i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
     i_kh = i_h // (Hv // Hk)
     bk = i_b.to(tl.int64) * Hk + i_kh  # this token's q, k row (batch entry, key head)
@@ -467,12 +485,19 @@ def gdn_replay_step_kernel(
     # so that they are in flight during that work and the scores. H200, batch 1, both in one run
     # (reports/diagnostics/nonflush-order.jsonl, run 10): W = 15 4.85-4.93 µs against 5.07-5.12, W = 7
     # 4.77-4.84 against 4.85-4.86, W = 0 the same (4.54-4.62 against 4.53); batch 4 6.81-6.90 against 6.90-6.93.
-    FP32_LOADS_FIRST: tl.constexpr = FUSED and (not FLUSH) and T == 1 and RFMT == C_FP32
+    # That order in the source left three loads late in the sm_90 compile (ptxas keeps a load behind
+    # a wait, docs/pitfalls.md §17): q and k after the d-record tile's layout change, the k window
+    # after q's normalisation, v, g, β after the scores; five memory round trips at batch 1
+    # (scripts/kernel_resources.py rounds=3/10/2/8/4). Now q, k go out with the slot lookup and the
+    # k window and the token's v, g, β before the d-record tile: two round trips (rounds=5/22, the
+    # conventional step's count), 1048 SASS instructions against 1112. Not timed yet.
     if FP32_LOADS_FIRST:
+        t_k = _k_window(rk, start, tl.arange(0, BJ), tl.arange(0, BJ) < n_w, cols, m_c, Hk, C, RING)
+        b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, i_b.to(tl.int64) * Hv + i_h, rows, m_r, R)
         s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV, HW)
         jj, m_win, h_a, h_d = _window_records(ra, rd, start, n_w, m_r, Hv, R, RING, BJ)
-        t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
-    if FUSED or RAW_QK:  # the new token's q̃, k as the scores kernel computes them (same helper)
+        n_q, n_k, f_q, f_k = _norm_qk(q_in, k_in, scale, NORM)
+    elif FUSED or RAW_QK:  # the new token's q̃, k as the scores kernel computes them (same helper)
         n_q, n_k, f_q, f_k = _new_qk(q_ptr, k_ptr, bk, C, scale, NORM, BC)
 
     if FLUSH:
@@ -540,7 +565,8 @@ def gdn_replay_step_kernel(
         if EARLY_SCORES:
             sc_q = tl.load(kq_ptr + bk * BJ + jj)
             sc_k = tl.load(kk_ptr + bk * BJ + jj)
-        b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
+        if not FP32_LOADS_FIRST:
+            b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
         tot = tl.sum(h_a, 0)
         decay = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
         e_tot = tl.exp(tot)

@@ -503,6 +503,10 @@ def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool =
                             nbytes=bytes_nonflush(op, B, "fp32", Lmid(16))), "fused")
                 rec(measure(op, "flush", B, dev, W=15, fused=fused,
                             nbytes=bytes_flush(op, B, "fp32", "fp32", 15, split=False)), "fused")
+                # the output-only step from an NVFP4 read copy: what a split policy's non-flush steps
+                # run (the rule above picks its form too)
+                rec(measure(op, "nonflush", B, dev, read="nvfp4", W=Lmid(16), fused=fused,
+                            nbytes=bytes_nonflush(op, B, "nvfp4", Lmid(16))), "fused-nvfp4")
         # L sweep (batch 256, shared:fp32)
         for L in Ls:
             ring = 1 << (L - 1).bit_length()
