@@ -166,7 +166,8 @@ class _Compile:
     def __getitem__(self, grid):
         def call(*args, num_warps=4, enable_fp_fusion=True, maxnreg=None, **kw):  # Triton's defaults when not given
             r = resources(self.fn, args, kw, num_warps, enable_fp_fusion, maxnreg)
-            keys = ("T", "FLUSH", "FOLD_NEW", "FUSED", "UFMT", "USR", "RFMT", "RSR", "FMT", "BR", "BJ", "RECOMPUTE", "UPD_FMT", "UPD_SR",
+            keys = ("T", "FLUSH", "FOLD_NEW", "FUSED", "UFMT", "USR", "RFMT", "RSR", "FMT", "BR", "BJ", "BW", "RECOMPUTE",
+                    "UPD_FMT", "UPD_SR",
                     "READ_FMT", "READ_SR", "SPLIT", "SR", "BLOCK", "ONE_TILE", "RB", "BLOCK_R", "TILES")
             shape = " ".join(f"{k}={kw[k]}" for k in keys if k in kw)
             shape += f" maxnreg={maxnreg}" if maxnreg else ""
@@ -203,18 +204,20 @@ def mamba2_configs(B=2, flush_kw=None, fp4_decode="fp16"):
         m2.mamba2_conventional_step(PackedState.empty("fp32", B, H, P, N), torch.arange(B), z(B, H, P), z(B, H),
                                     torch.zeros(H), z(B, G, N), z(B, G, N), torch.zeros(H), torch.zeros(H), z(B, H, P))
         # (fused: the one-launch form of the one-token steps, and the two-launch form, whose scores
-        # kernel is not compiled here)
-        for T, flush, read, L, fused in [(1, False, "fp32", 16, False), (1, False, "nvfp4", 16, False),
-                                         (1, False, "fp32", 16, True), (1, False, "nvfp4", 16, True),
-                                         (1, False, "fp32", 64, True), (1, True, "fp32", 16, False),
-                                         (1, True, "nvfp4", 16, False), (1, True, "fp32", 16, True),
-                                         (8, False, "fp32", 24, False), (8, True, "fp32", 24, False)]:
+        # kernel is not compiled here; wb: the T > 1 steps' window_bound, the benchmark's windows)
+        for T, flush, read, L, fused, wb in [(1, False, "fp32", 16, False, None), (1, False, "nvfp4", 16, False, None),
+                                             (1, False, "fp32", 16, True, None), (1, False, "nvfp4", 16, True, None),
+                                             (1, False, "fp32", 64, True, None), (1, True, "fp32", 16, False, None),
+                                             (1, True, "nvfp4", 16, False, None), (1, True, "fp32", 16, True, None),
+                                             (8, False, "fp32", 24, False, None), (8, True, "fp32", 24, False, None),
+                                             (8, False, "fp32", 24, False, 8), (8, True, "fp32", 24, False, 16)]:
             rec = m2.Mamba2Records(B, triton.next_power_of_2(L), H, G, P, N)
             ints = [torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.zeros(B, dtype=torch.int32)]
             m2.mamba2_replay_step(PackedState.empty("fp32", B, H, P, N), PackedState.empty(read, B, H, P, N), rec,
                                   *ints, z(B, T, H, P), z(B, T, H), torch.zeros(H), z(B, T, G, N), z(B, T, G, N),
                                   torch.zeros(H), torch.zeros(H), z(B, T, H, P), flush=flush, fold_new=flush and T == 1,
-                                  fused_scores=fused, fp4_decode=fp4_decode, **((flush_kw or {}) if flush else {}))
+                                  fused_scores=fused, fp4_decode=fp4_decode, window_bound=wb,
+                                  **((flush_kw or {}) if flush else {}))
     finally:
         for n, f in saved.items():
             setattr(m2, n, f)

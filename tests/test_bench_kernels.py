@@ -32,7 +32,10 @@ def test_tune_candidates_join_spaces_and_drop_keywords_a_wrapper_lacks(monkeypat
                         [dict(block_r=[8, 16], num_warps=[2]), dict(block_r=[8], num_warps=[2, 4], no_such_kw=[1, 2])])
     got = bench_kernels.tune_candidates("gdn", "conventional", wide=True)
     assert got == [dict(block_r=8, num_warps=2), dict(block_r=16, num_warps=2), dict(block_r=8, num_warps=4)]
-    assert bench_kernels.tune_candidates("mamba2", "verify") == [dict(block_r=64, num_warps=4)]
+    assert bench_kernels.tune_candidates("mamba2", "verify") == [dict(block_r=64, num_warps=4, window_bound=None),
+                                                                 dict(block_r=64, num_warps=4, window_bound="W")]
+    # GDN's wrapper has no window_bound: its verify is not multiplied by it
+    assert all("window_bound" not in c for c in bench_kernels.tune_candidates("gdn", "verify"))
 
 
 def test_tune_candidates_try_the_nvfp4_decodes_only_where_nvfp4_is_read():
@@ -299,8 +302,10 @@ def test_format_flush_rows_take_the_wrappers_rule_not_the_fp32_flush_shape(tmp_p
 
 def test_speculative_flush_is_tuned_over_tiles_on_top_of_the_fp32_flush_winner(tmp_path, monkeypatch):
     """Mamba-2's speculative flush (T > 1) is tuned over ``tiles_per_program`` (one tile at the rule against
-    the multi-tile kernel), every candidate carrying the fp32 flush's winning keywords, and the draft
-    sweep's flush row takes the winner; the T = 1 row and GDN (no such candidate) keep the fp32 flush's."""
+    the multi-tile kernel) and ``window_bound`` (None, or the row's window W = 16: WINDOW), every
+    candidate carrying the fp32 flush's winning keywords, and the draft sweep's flush row takes the
+    winner; the T = 1 row and GDN (no such candidate) keep the fp32 flush's. Verify (W = 8) is tuned
+    over the window bound too, and its row takes the winner."""
     dk = bench_kernels
 
     def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
@@ -308,6 +313,7 @@ def test_speculative_flush_is_tuned_over_tiles_on_top_of_the_fp32_flush_winner(t
         cfg = dict(cfg or {})
         us = 1.0 if cfg.get("max_registers") == 0 else 2.0        # the fp32 flush's winner: uncapped
         us += 0.0 if cfg.get("tiles_per_program") == 4 else 0.5   # the speculative flush's: 4 tiles
+        us -= 0.25 if cfg.get("window_bound") == W else 0.0       # ... over the window's tiles
         return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
                 "cfg": cfg, "us": us, "bytes": 1.0, "GBps": 1.0, "timing": "fixture", "buffer_sets": 1,
                 "fused_scores": None}
@@ -316,20 +322,25 @@ def test_speculative_flush_is_tuned_over_tiles_on_top_of_the_fp32_flush_winner(t
     res = dk.run(output=tmp_path / "k.json", quick=True, ops=("mamba2", "gdn"))
     spec_tune = [r for r in res.rows if r.tag == "tune" and r.kernel == "flush" and r.T == 8]
     assert {r.op for r in spec_tune} == {"mamba2"}
-    assert sorted(str(r.cfg.get("tiles_per_program")) for r in spec_tune) == ["2", "2", "4", "4", "8", "8", "None",
-                                                                            "None"]
-    assert sorted(str(r.cfg.get("max_registers")) for r in spec_tune) == ["0"] * 4 + ["224"] * 4  # None: the base's 0
+    assert sorted(str(r.cfg.get("tiles_per_program")) for r in spec_tune) == sorted(["2", "4", "8", "None"] * 4)
+    assert sorted(str(r.cfg.get("max_registers")) for r in spec_tune) == ["0"] * 8 + ["224"] * 8  # None: the base's 0
+    assert sorted(str(r.cfg.get("window_bound")) for r in spec_tune) == ["16"] * 8 + ["None"] * 8
     assert all(r.W == 16 and r.ring == 32 for r in spec_tune)
     row = {(r.op, r.T): {k: v for k, v in r.cfg.items() if v is not None}  # (None: the wrapper's rule)
            for r in res.rows if r.tag in ("T1", "T8") and r.kernel == "flush"}
-    assert row["mamba2", 8] == {"max_registers": 0, "fold_precision": "tf32x3", "tiles_per_program": 4}
+    assert row["mamba2", 8] == {"max_registers": 0, "fold_precision": "tf32x3", "tiles_per_program": 4,
+                                "window_bound": 16}
     assert "tiles_per_program" not in row["mamba2", 1] and "tiles_per_program" not in row["gdn", 8]
+    verify = {r.op: r for r in res.rows if r.tag == "T8" and r.kernel == "nonflush"}
+    assert verify["mamba2"].cfg.get("window_bound") == 8 and verify["mamba2"].W == 8
+    assert "window_bound" not in verify["gdn"].cfg
 
 
 def test_a_multi_tile_speculative_flush_row_stands_on_its_own_check():
     """The verify-round ratio from a speculative flush timed in the multi-tile kernel is given only when
     that tile count's check passed (``<op>:verify-T4-flush-tiles<n>``), besides the one-tile checks; each
-    tile count the flush is tuned over is checked."""
+    tile count the flush is tuned over is checked, with and without the window's history tiles
+    (``-window``), and so is verify's windowed form (``<op>:verify-T4-window``)."""
     def row(kernel, tag, us, **kw):
         return KernelRow(op="mamba2", kernel=kernel, tag=tag, batch=256, us=us, bytes=1e9, GBps=1e9 / (us * 1e3),
                          pct_ceiling=1.0, **kw)
@@ -343,8 +354,20 @@ def test_a_multi_tile_speculative_flush_row_stands_on_its_own_check():
     checks["mamba2:verify-T4-flush-tiles4"] = KernelCheck(rel_err={"y": 0.0}, tol=1e-5, ok=True)
     draft = bench_kernels.summarise(rows, checks, 5000.0)["mamba2"].drafts[8]
     assert draft.ratio_to_one_conventional_step == pytest.approx((600 + 800) / 2 / 500)
-    assert bench_kernels.spec_flush_check_forms("mamba2") == [{"tiles_per_program": t} for t in (2, 4, 8)]
-    assert bench_kernels.spec_flush_check_forms("gdn") == []
+    # both timed with the window's history tiles: each stands on its windowed check
+    rows[1:] = [row("nonflush", "T8", 600.0, T=8, cfg={"window_bound": 8}),
+                row("flush", "T8", 800.0, T=8, cfg={"tiles_per_program": 4, "window_bound": 16})]
+    for name in ("mamba2:verify-T4-window", "mamba2:verify-T4-flush-tiles4-window"):
+        assert bench_kernels.summarise(rows, checks, 5000.0)["mamba2"].drafts[8].ratio_to_one_conventional_step is None
+        checks[name] = KernelCheck(rel_err={"y": 0.0}, tol=1e-5, ok=True)
+    draft = bench_kernels.summarise(rows, checks, 5000.0)["mamba2"].drafts[8]
+    assert draft.ratio_to_one_conventional_step == pytest.approx((600 + 800) / 2 / 500)
+    W = bench_kernels.WINDOW
+    assert bench_kernels.spec_flush_check_forms("mamba2") == [{"window_bound": W}] + [
+        {"tiles_per_program": t, **w} for t in (2, 4, 8) for w in ({}, {"window_bound": W})]
+    assert bench_kernels.verify_check_forms("mamba2") == [{"window_bound": W}]
+    assert bench_kernels.spec_flush_check_forms("gdn") == [] and bench_kernels.verify_check_forms("gdn") == []
+    assert bench_kernels.verify_check("mamba2", {"window_bound": 8, "num_warps": 4}) == "mamba2:verify-T4-window"
     assert bench_kernels.spec_flush_check("mamba2", {"max_registers": 0}) == "mamba2:verify-T4-flush"
     assert bench_kernels.spec_flush_check("mamba2", {"tiles_per_program": 1}) == "mamba2:verify-T4-flush"
     assert bench_kernels.spec_flush_check("mamba2", {"tiles_per_program": 2, "num_warps": 8, "max_registers": 0}
@@ -368,3 +391,19 @@ def test_large_batch_launch_rules_switch_the_small_batch_rule_off_and_back():
     with pytest.raises(RuntimeError), bench_kernels.large_batch_launch_rules():
         raise RuntimeError("inside")
     assert md.SMALL_BATCH_HEAD_MATRICES == keep
+
+
+def test_draft_checks_run_every_form_the_timed_run_tunes(monkeypatch):
+    """``check_drafts`` (on the CPU, Mamba-2 at a small shape with the real one's structure: 8 heads per
+    group, so 2, 4 and 8 tiles per program divide a group) runs verify and the speculative flush in
+    every launch form TUNE_SPACE tunes them over, the windowed ones over a ring of 32, and each one
+    agrees with the step reference."""
+    from precision_lab.bench import problems
+
+    for k, v in dict(H=16, P=32, N=32, G=2).items():
+        monkeypatch.setitem(problems.MAMBA2, k, v)
+    out = bench_kernels.check_drafts("cpu", ops=("mamba2",))
+    tiles = [f"-tiles{t}{w}" for t in (2, 4, 8) for w in ("", "-window")]
+    assert set(out) == {"mamba2:verify-T4", "mamba2:verify-T4-window", "mamba2:verify-T4-flush",
+                        "mamba2:verify-T4-flush-window"} | {f"mamba2:verify-T4-flush{t}" for t in tiles}
+    assert all(c["ok"] and c["rel_err"]["y"] < 5e-3 for c in out.values()), out

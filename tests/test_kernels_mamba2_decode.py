@@ -809,6 +809,67 @@ def test_spec_flush_tiles_over_row_blocks(device, monkeypatch):
             assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
+
+@pytest.mark.parametrize("flush,tiles", [(False, None), (True, None), (True, 2)])
+def test_window_bound_changes_no_bit(flush, tiles, device):
+    """``window_bound`` (T > 1): the history held as 16-position tiles instead of the ring's 32 (a window
+    of 9 records that wraps the ring) stores the same records and codes and returns the same outputs,
+    bit for bit, as without it, in verify and in the speculative flush (one tile per program and two:
+    whole heads of 16 rows); a bound above 16 takes the ring's tiles again. A bound outside the ring is
+    refused."""
+    from precision_lab.kernels.mamba2 import decode as md
+
+    results = []
+    for bound in (None, 9, 20):
+        torch.manual_seed(0)
+        s = _replay_setup(device, "fp32", "bf16-sr", W=9, T=3, exact=False, start=27, ring=32)
+        n = s["new"]
+        y = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"],
+                               n["A"], n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=flush,
+                               seq_ids=s["seq_ids"].to(device), events=2, seed=4, layer=1, block_r=16,
+                               max_registers=md.SPEC_FLUSH_MAX_REGISTERS, tiles_per_program=tiles, window_bound=bound)
+        results.append([y, s["rec"].u, s["rec"].a, s["rec"].b] +
+                       [t for st in (s["upd"], s["rd"]) for t in (st.data, st.scale) if t is not None])
+    y_ref, _, _ = mamba2_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() if n[k] is not None else None
+                                         for k in ("x", "dt", "A", "B", "C", "D", "dt_bias", "z")), flush=flush)
+    live = (s["slots"] >= 0).cpu()
+    assert rel(results[1][0].cpu()[live], y_ref[live]) < 1e-5
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    for bad in (-1, 33):  # a window holds at most the ring's 32 records
+        with pytest.raises(ValueError, match="window_bound"):
+            mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"],
+                               n["A"], n["B"], n["C"], flush=flush, window_bound=bad)
+
+
+
+def test_window_bound_sets_the_history_tile(monkeypatch):
+    """The history tile width (BW) a launch gets: max(pow2(window_bound), 16) for T > 1, at most the ring's
+    (BJ); the ring's without a bound and for every one-token step."""
+    from precision_lab.kernels.mamba2 import decode as md
+
+    seen = []
+
+    class Grab:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append((kw["BJ"], kw["BW"]))
+
+    monkeypatch.setattr(md, "mamba2_replay_step_kernel", Grab())
+    monkeypatch.setattr(md, "mamba2_flush_kernel", Grab())
+    monkeypatch.setattr(md, "mamba2_replay_scores_kernel", type("Skip", (), {"__getitem__": lambda self, g: (
+        lambda *a, **k: None)})())
+    s = _replay_setup("cpu", "fp32", "fp32", W=3, T=8, exact=False, ring=64)
+    n = s["new"]
+    for T, flush, bound, tiles in [(8, False, None, None), (8, False, 3, None), (8, True, 16, None),
+                                   (8, True, 17, 2), (8, True, 56, None), (1, False, 3, None), (1, True, 3, None)]:
+        args = [n[k][:, :T] for k in ("x", "dt")] + [n["A"]] + [n[k][:, :T] for k in ("B", "C")]
+        mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], *args, flush=flush,
+                           fold_new=flush and T == 1, window_bound=bound, block_r=16 if tiles else None,
+                           tiles_per_program=tiles)
+    assert seen == [(64, 64), (64, 16), (64, 16), (64, 32), (64, 64), (64, 64), (64, 64)]
+
+
 def test_conventional_launch_shapes():
     """The conventional step: 16 rows x 8 warps at large batch, 4 rows x 1 warp at small batch
     (batch x heads <= SMALL_BATCH_HEAD_MATRICES); an NVFP4 state owns whole heads with the warps of

@@ -174,6 +174,20 @@ def test_triton_decode_speculative_rounds_match_decode(kind, n_drafts):
                                                                         s0.state.window)
 
 
+def test_triton_decode_speculative_rounds_over_a_ring_of_32():
+    """L = 24 (a ring of 32): the engine passes its window mirror as Mamba-2's ``window_bound``, so
+    rounds over up to 16 history records hold them as 16-position tiles and later ones as the ring's
+    32 (kernels/mamba2/decode.py); both agree with the torch decode engine."""
+    inp = _inputs("mamba2", 40, seed=6)
+    drafts = Drafts(n=3, accept=[1 + (r * 5) % 4 for r in range(40)])
+    y0, s0 = run_layer(inp, "split:fp16-sr/nvfp4@L24", engine="decode", prefill_len=3, drafts=drafts)
+    y1, s1 = run_layer(inp, "split:fp16-sr/nvfp4@L24", engine="triton-decode", prefill_len=3, drafts=drafts)
+    assert "triton:" in s1.implementation and "fallback" not in s1.implementation
+    assert _rel(y1, y0) < 1e-5
+    assert (s1.state_writes, s1.record_writes, s1.state.window) == (s0.state_writes, s0.record_writes, s0.state.window)
+    assert s0.state_writes >= 2  # the stream crossed speculative flushes
+
+
 def test_shared_lossy_window_after_a_speculative_flush_round_is_re_solved():
     """A speculative flush round commits GDN d's computed from the unrounded S, which an NVFP4
     checkpoint does not store (docs/design.md §4.5): the device state marks its window, and the next

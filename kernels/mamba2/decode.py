@@ -330,7 +330,7 @@ def mamba2_replay_step_kernel(
     T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, SPLIT: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
-    BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, BW: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
     FP4: tl.constexpr, FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, STATE_PREC: tl.constexpr,
     FUSED: tl.constexpr, PDL: tl.constexpr, TILED_FMT: tl.constexpr,
 ):
@@ -344,7 +344,9 @@ def mamba2_replay_step_kernel(
     start = tl.load(start_ptr + i_b)
     W = tl.load(wlen_ptr + i_b)
     cols = tl.arange(0, BC)
-    jj = tl.arange(0, BJ)
+    # window positions held as tiles: BW of them (BJ, the scores' row width, for a one-token step;
+    # a speculative step's history alone may take fewer: the wrappers' window_bound)
+    jj = tl.arange(0, BW)
     # (block & scalar masks trip the interpreter: broadcast the slot test explicitly)
     m_c = cols < C
     slot_ok = (jj * 0 + slot) >= 0
@@ -595,7 +597,7 @@ def mamba2_flush_kernel(
     H: tl.constexpr, G: tl.constexpr, R: tl.constexpr, C: tl.constexpr, RING: tl.constexpr, T: tl.constexpr,
     SPLIT: tl.constexpr, UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
-    BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, BW: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
     FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, STATE_PREC: tl.constexpr,
     TILES: tl.constexpr, TILED_FMT: tl.constexpr,
 ):
@@ -626,7 +628,7 @@ def mamba2_flush_kernel(
     W = tl.load(wlen_ptr + i_b)
     valid = slot >= 0
     cols = tl.arange(0, BC)
-    jj = tl.arange(0, BJ)
+    jj = tl.arange(0, BW)  # the window's positions held as tiles (as in the replay kernel)
     m_c = cols < C
     slot_ok = (jj * 0 + slot) >= 0
     at = jj == W
@@ -648,14 +650,14 @@ def mamba2_flush_kernel(
     seq = tl.load(seq_ptr + i_b)
     ev = tl.load(ev_ptr + i_b)
     nxt = _flush_tile_inputs(u_d, u_sc, u_gs, su_d, su_sc, su_gs, ru_ptr, ra_ptr, s_ru, s_ra, x_ptr, dt_ptr, A_ptr,
-                             dtb_ptr, slot, start, W, i_b, t0, True, H, R, C, RING, UFMT, HAS_DTB, BR, BC, BJ, HW,
+                             dtb_ptr, slot, start, W, i_b, t0, True, H, R, C, RING, UFMT, HAS_DTB, BR, BC, BW, HW,
                              FOLD_NEW)
     for k in range(TILES):
         b_s, h_a, h_u, dt, b_x, A = nxt
         if TILES > 1:  # the next tile's inputs, in flight during this tile's fold
             nxt = _flush_tile_inputs(u_d, u_sc, u_gs, su_d, su_sc, su_gs, ru_ptr, ra_ptr, s_ru, s_ra, x_ptr, dt_ptr,
                                      A_ptr, dtb_ptr, slot, start, W, i_b, t0 + k + 1, k + 1 < TILES,
-                                     H, R, C, RING, UFMT, HAS_DTB, BR, BC, BJ, HW, FOLD_NEW)
+                                     H, R, C, RING, UFMT, HAS_DTB, BR, BC, BW, HW, FOLD_NEW)
         t = t0 + k
         i_h = t // NRB
         rows = (t % NRB) * BR + tl.arange(0, BR)
@@ -964,7 +966,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
                        verify_precision: str = "tf32x3", fused_scores: bool | None = None,
                        fp4_decode: str = "fp16", max_registers: int | None = None,
                        overlap_scores: bool | None = None, tiles_per_program: int | None = None,
-                       out: torch.Tensor | None = None) -> torch.Tensor:
+                       window_bound: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM step for T = x.shape[1] tokens (T = 1: autoregressive; T > 1: speculative verify).
 
     update / read: PackedState pools [S, H, P, N] (read=None: shared mode, one copy, ``update``);
@@ -1006,6 +1008,14 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     runs in the interpreter too); ``read_state_dot`` in ``kernels/common/state_io.py``. The outputs
     agree up to fp32-level rounding; which is fastest is a GPU measurement (the kernel benchmark's
     tuning rows).
+    window_bound: for T > 1 (verify, speculative flush), an upper bound on every entry's window
+    length W (``wlen``), known on the host (the ``triton-decode`` engine passes its window mirror).
+    The history's records are then held as tiles of max(pow2(window_bound), 16) positions instead of
+    the whole ring's: a round of T drafts needs a ring of at least the history block + T records,
+    twice the history tile at T = 8 and a history block of 16. A bound below some entry's W drops
+    that entry's oldest records beyond it: the caller must not understate it. None = the ring
+    (always safe). Same outputs, records and codes as without it (the positions it leaves out hold
+    no records). Ignored for T = 1.
     """
     for name, prec in (("fold_precision", fold_precision), ("verify_precision", verify_precision)):
         if prec not in ("tf32x3", "ieee"):
@@ -1017,6 +1027,9 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         raise ValueError("fold_new (autoregressive flush) needs flush=True and T = 1")
     if T > records.ring:
         raise ValueError(f"T = {T} tokens do not fit a ring of {records.ring} records")
+    if window_bound is not None and not 0 <= window_bound <= records.ring:
+        raise ValueError(f"window_bound must lie in [0, ring] = [0, {records.ring}] (a window holds at most the "
+                         f"ring's records), got {window_bound}")
     shared = read is None
     read = update if shared else read
     for st in (update, read):
@@ -1051,6 +1064,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         br = max(br, 16)  # the verify block's matrix products need 16 rows
     bc = max(pow2(N), 16)
     bj = max(records.ring, 16)
+    bw = min(max(pow2(window_bound), 16), bj) if T > 1 and window_bound is not None else bj
     fused = fused_scores_launch(Bsz, G, T, flush, fold_new, fused_scores)
     nonflush_cap = _nonflush_max_registers(T, flush, fused, read.code, explicit_shape, fp4_decode)
     if nonflush_cap is not None:
@@ -1092,7 +1106,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
             H, G, P, N, records.ring, T,
             SPLIT=not shared, UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
             HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
-            BR=br, BC=bc, BJ=bj, TP=max(pow2(T), 16), HW=x.is_cuda, FOLD_PREC=fold_precision,
+            BR=br, BC=bc, BJ=bj, BW=bw, TP=max(pow2(T), 16), HW=x.is_cuda, FOLD_PREC=fold_precision,
             VERIFY_PREC=verify_precision, STATE_PREC=state_prec, TILES=tiles, TILED_FMT=tiled_fmt,
             num_warps=num_warps or _replay_warps(T, flush), **({"maxnreg": max_registers} if max_registers else {}),
             enable_fp_fusion=False)  # a flush rounds state: no a*b+c fused into FMAs
@@ -1107,7 +1121,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         HAS_D=D is not None, HAS_DTB=dt_bias is not None, HAS_Z=z is not None,
-        BR=br, BC=bc, BJ=bj, TP=max(pow2(T), 16), HW=x.is_cuda, FP4=fp4_decode,
+        BR=br, BC=bc, BJ=bj, BW=bw, TP=max(pow2(T), 16), HW=x.is_cuda, FP4=fp4_decode,
         FOLD_PREC=fold_precision,
         VERIFY_PREC=verify_precision, STATE_PREC=state_prec,
         FUSED=fused, PDL=pdl, TILED_FMT=tiled_fmt, num_warps=num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32),

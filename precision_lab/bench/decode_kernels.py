@@ -69,6 +69,10 @@ READ_FMTS = ["fp32", "bf16", "fp8e4m3", "nvfp4"]
 UPDATE_FMTS = ["fp32", "fp16-sr", "fp8e4m3-sr"]   # each with an NVFP4 read copy
 CONV_FMTS = ["fp32", "bf16", "fp16-sr", "bf16-sr", "nvfp4"]
 
+# A candidate value that stands for the row's window length W: ``tune`` puts W in its place. Mamba-2's
+# ``window_bound`` (T > 1) takes it, as the triton-decode engine passes its window mirror there.
+WINDOW = "W"
+
 # Launch-shape candidates per kernel kind (keywords of the wrappers; a wrapper that lacks a keyword
 # is tuned over the ones it has). "verify" is the non-flush kernel with T > 1 drafts, "spec_flush" the
 # flush with T > 1 drafts (tuned only where an operator lists it).
@@ -88,12 +92,17 @@ TUNE_SPACE = {
         # num_warps None: the wrapper's rule (the read format's warps and, from an NVFP4 read copy, its
         # register cap, which an explicit num_warps turns off)
         "nonflush": dict(block_r=[None], num_warps=[None, 1, 2, 4], fp4_decode=["fp16", "ptx", "mma"]),
-        "verify": dict(block_r=[64], num_warps=[4]),   # 8 warps faulted (docs/pitfalls.md §14)
+        # 8 warps faulted (docs/pitfalls.md §14). window_bound: the history held as tiles of the window's
+        # positions (16 for W = 8) instead of the ring's 32 (sm_90 compile: 120 bytes of spill stack per
+        # thread against 144, 1480 SASS instructions against 1568)
+        "verify": dict(block_r=[64], num_warps=[4], window_bound=[None, WINDOW]),
         # the speculative flush (T > 1, on top of the fp32 flush's winner): one tile per program at the
         # wrapper's rule (None) against several tiles per program in the multi-tile flush kernel, each at
         # the rule's cap (168) and at 224 (sm_90 compiles of 8 tiles: 392 bytes of spill stack per thread
-        # at 168, 40 at 224; one tile at 224 measured 1507-1516 µs against 1294-1299 at 168)
-        "spec_flush": dict(tiles_per_program=[None, 2, 4, 8], max_registers=[None, 224]),
+        # at 168, 40 at 224; one tile at 224 measured 1507-1516 µs against 1294-1299 at 168), each with the
+        # ring's history tiles and with the window's (W = 16: one tile at 168 registers spills nothing
+        # instead of 104 bytes per thread, 1912 SASS instructions against 2312)
+        "spec_flush": dict(tiles_per_program=[None, 2, 4, 8], max_registers=[None, 224], window_bound=[None, WINDOW]),
     },
     "gdn": {
         "conventional": dict(block_r=[4, 8, 16], num_warps=[1, 2, 4]),
@@ -110,11 +119,12 @@ TUNE_SPACE_WIDE = {
         "conventional": [dict(block_r=[16, 32], num_warps=[4, 8])],
         "flush": [dict(block_r=[16, 32], num_warps=[2, 4, 8]), dict(block_r=[64], num_warps=[8])],
         "nonflush": [dict(block_r=[None], num_warps=[1, 2, 4, 8], fp4_decode=["fp16", "ptx", "mma"])],
-        "verify": [dict(block_r=[64], num_warps=[2, 4])],
+        "verify": [dict(block_r=[64], num_warps=[2, 4], window_bound=[None, WINDOW])],
         # 8 warps: sm_90 compiles of 8 tiles hold 221 registers and no spill uncapped, against 255 and 48
         # bytes at 4 warps (scripts/kernel_resources.py); only here, since the verify block faulted at 8
         # warps on the H200 (docs/pitfalls.md §14) and a fault ends the whole run
-        "spec_flush": [dict(tiles_per_program=[None, 2, 4, 8, 16], max_registers=[None, 0, 224], num_warps=[None, 8])],
+        "spec_flush": [dict(tiles_per_program=[None, 2, 4, 8, 16], max_registers=[None, 0, 224], num_warps=[None, 8],
+                            window_bound=[None, WINDOW])],
     },
     "gdn": {
         "conventional": [dict(block_r=[4, 8, 16, 32], num_warps=[1, 2, 4, 8])],
@@ -198,29 +208,60 @@ NVFP4_PTX_CHECK = "nonflush-nvfp4-ptx"  # the correctness check of fp4_decode="p
 NVFP4_MMA_CHECK = "nonflush-nvfp4-mma"  # ... and of fp4_decode="mma", both launch forms (absent in older files)
 
 
-# The speculative flush's launch keywords that choose another kernel or layout (a register cap only
-# allocates the same operations differently): each combination it is tuned over is checked.
-SPEC_FLUSH_CHECKED = {"tiles_per_program": "tiles", "num_warps": "warps"}
+# The T > 1 launch keywords that choose another kernel or layout (a register cap only allocates the
+# same operations differently): each combination the speculative flush or verify is tuned over is
+# checked. window_bound is named without its value (the checks' window is not the timed rows').
+SPEC_FLUSH_CHECKED = {"tiles_per_program": "tiles", "num_warps": "warps", "window_bound": "window"}
+
+
+def _check_suffix(form: dict) -> str:
+    return "".join(f"-{SPEC_FLUSH_CHECKED[k]}" + ("" if k == "window_bound" else str(v)) for k, v in form.items())
+
+
+def _checked_form(cfg: dict) -> dict:
+    form = {k: cfg.get(k) for k in SPEC_FLUSH_CHECKED if cfg.get(k) is not None}
+    if form.get("tiles_per_program") == 1:
+        del form["tiles_per_program"]
+    return form
 
 
 def spec_flush_check(op, cfg: dict) -> str:
     """The correctness check a speculative flush row's launch keywords ``cfg`` stand on:
-    ``<op>:verify-T4-flush`` for the wrapper's own form, with ``-tiles<n>`` / ``-warps<n>`` for the others."""
-    form = {k: cfg.get(k) for k in SPEC_FLUSH_CHECKED if cfg.get(k) is not None}
-    if form.get("tiles_per_program") == 1:
-        del form["tiles_per_program"]
-    return f"{op}:verify-T4-flush" + "".join(f"-{SPEC_FLUSH_CHECKED[k]}{v}" for k, v in form.items())
+    ``<op>:verify-T4-flush`` for the wrapper's own form, with ``-tiles<n>`` / ``-warps<n>`` / ``-window``
+    for the others."""
+    return f"{op}:verify-T4-flush" + _check_suffix(_checked_form(cfg))
+
+
+def verify_check(op, cfg: dict) -> str:
+    """The correctness check a verify row's launch keywords ``cfg`` stand on: ``<op>:verify-T4``, with
+    ``-window`` when it held its history as the window's tiles (``window_bound``)."""
+    return f"{op}:verify-T4" + _check_suffix({k: v for k, v in _checked_form(cfg).items() if k == "window_bound"})
+
+
+def _check_forms(op, kind) -> list[dict]:
+    if kind not in TUNE_SPACE[op]:
+        return []
+    forms = []
+    for cand in tune_candidates(op, kind):
+        form = {k: v for k, v in cand.items() if k in SPEC_FLUSH_CHECKED and v is not None}
+        if form and form not in forms:
+            forms.append(form)
+    return forms
 
 
 def spec_flush_check_forms(op) -> list[dict]:
     """The launch forms of the speculative flush that the correctness checks run besides the wrapper's
     own: every combination of SPEC_FLUSH_CHECKED keywords in TUNE_SPACE, the space a timed run tunes
-    over (none for an operator that is not tuned over them; a tune-only run reports no speedup)."""
-    if "spec_flush" not in TUNE_SPACE[op]:
-        return []
+    over (none for an operator that is not tuned over them; a tune-only run reports no speedup).
+    ``window_bound`` comes as WINDOW: the check's own window."""
+    return _check_forms(op, "spec_flush")
+
+
+def verify_check_forms(op) -> list[dict]:
+    """``spec_flush_check_forms`` of verify: the windowed form where TUNE_SPACE tunes over it."""
     forms = []
-    for cand in tune_candidates(op, "spec_flush"):
-        form = {k: v for k, v in cand.items() if k in SPEC_FLUSH_CHECKED and v is not None}
+    for form in _check_forms(op, "verify"):  # (its tuned 4 warps are the wrapper's own: the plain check's)
+        form = {k: v for k, v in form.items() if k == "window_bound"}
         if form and form not in forms:
             forms.append(form)
     return forms
@@ -257,6 +298,7 @@ def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, nbytes, wide=False
         cands = [{}] + cands
     if base:
         cands = [{**base, **{k: v for k, v in c.items() if v is not None}} for c in cands]
+    cands = [{k: W if v == WINDOW else v for k, v in c.items()} for c in cands]  # (the row's window)
     for cfg in cands:
         try:
             r = measure(op, mkind, B, dev, upd="fp32", read=read, W=W, T=T, ring=ring, cfg=cfg, nbytes=nbytes)
@@ -315,8 +357,6 @@ def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
     two-launch form under ``<op>:<policy>`` (what the large-batch rows time), the one-launch form
     under ``<op>:<policy>:one-launch``; Mamba-2's also with the large-batch launch rules (its
     register-capped flush) under ``mamba2:<policy>:large-batch-launch``."""
-    from precision_lab.kernels.gdn.decode_reference import gdn_replay_step_ref
-    from precision_lab.kernels.mamba2.decode_reference import mamba2_replay_step_ref
     from precision_lab.layer import GDNInputs, Mamba2Inputs, run_layer
     from precision_lab.policy import StatePolicy
 
@@ -354,12 +394,38 @@ def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
                 out[f"{op}:{pol.short_str()}{suffix}"] = {"rel_err": errs, "writes": [w, wr], "tol": tol,
                                                           "ok": bool(all(v < tol for v in errs.values()) and w == wr
                                                                      and not torch.isnan(y).any())}
-    # speculative verify (T = 4 drafts over a window of 5) and the speculative flush, vs the step refs;
-    # Mamba-2's speculative flush also in each launch form a timed run tunes it over (the multi-tile kernel)
+    out.update(check_drafts(dev, ops))
+    # the non-flush step's inline-PTX and tensor-core NVFP4 decodes (tuning candidates, ``fp4_decode``)
+    # against the default fp16-pattern decode that the streams above checked: the same products summed
+    # in another order, so the bf16 outputs differ by rounding only; the tensor-core decode in both
+    # launch forms (the batch-256 rows run the two-launch form)
     for op in ops:
-        forms = [(False, {}), (True, {})] + [(True, form) for form in spec_flush_check_forms(op)]
-        for flush, cfg in forms:
-            prob = PROBLEMS[op](2, dev, upd="fp32", read="nvfp4", ring=16, W=5, T=4)
+        prob = PROBLEMS[op](2, dev, upd="fp32", read="nvfp4", ring=16, W=5, T=1)
+        y16 = prob.replay(False, False, fp4_decode="fp16").float().clone()  # (writes only y and the record)
+        e = rel(prob.replay(False, False, fp4_decode="ptx"), y16)
+        out[f"{op}:{NVFP4_PTX_CHECK}"] = {"rel_err": {"y": e}, "tol": 5e-3, "ok": e < 5e-3}
+        errs = {f"y_{name}": rel(prob.replay(False, False, fp4_decode="mma", fused_scores=fused), y16)
+                for name, fused in (("two_launch", False), ("one_launch", True))}
+        out[f"{op}:{NVFP4_MMA_CHECK}"] = {"rel_err": errs, "tol": 5e-3, "ok": max(errs.values()) < 5e-3}
+    return out
+
+
+def check_drafts(dev, ops=("mamba2", "gdn")) -> dict:
+    """The T > 1 steps at the real shapes (batch 2): speculative verify (T = 4 drafts over a window of 5)
+    and the speculative flush against the step references; Mamba-2's verify and speculative flush also
+    in each launch form a timed run tunes them over (the multi-tile kernel; the history as the window's
+    tiles, over a ring of 32 so that they are narrower than the ring's)."""
+    from precision_lab.kernels.gdn.decode_reference import gdn_replay_step_ref
+    from precision_lab.kernels.mamba2.decode_reference import mamba2_replay_step_ref
+
+    out = {}
+    Hk, Hv = GDN["Hk"], GDN["Hv"]
+    for op in ops:
+        forms = ([(False, {}), (True, {})] + [(False, form) for form in verify_check_forms(op)]
+                 + [(True, form) for form in spec_flush_check_forms(op)])
+        for flush, form in forms:
+            cfg = {k: 5 if v == WINDOW else v for k, v in form.items()}
+            prob = PROBLEMS[op](2, dev, upd="fp32", read="nvfp4", ring=32 if "window_bound" in cfg else 16, W=5, T=4)
             # decoded copies and window in logical order for the reference
             upd_f = prob.upd.data.float().cpu().clone()  # (clone: the flush updates the pool in place)
             rd_f = packed_to(prob.read, "cpu").dequantize()
@@ -380,20 +446,8 @@ def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
                                                prob.g.cpu(), prob.beta.cpu(), flush=flush)
             e = rel(y, yr)
             # y is stored in bf16 (the inputs' dtype): one bf16 rounding is ~2e-3 relative
-            name = spec_flush_check(op, cfg) if flush else f"{op}:verify-T4"
+            name = spec_flush_check(op, cfg) if flush else verify_check(op, cfg)
             out[name] = {"rel_err": {"y": e}, "tol": 5e-3, "ok": e < 5e-3}
-    # the non-flush step's inline-PTX and tensor-core NVFP4 decodes (tuning candidates, ``fp4_decode``)
-    # against the default fp16-pattern decode that the streams above checked: the same products summed
-    # in another order, so the bf16 outputs differ by rounding only; the tensor-core decode in both
-    # launch forms (the batch-256 rows run the two-launch form)
-    for op in ops:
-        prob = PROBLEMS[op](2, dev, upd="fp32", read="nvfp4", ring=16, W=5, T=1)
-        y16 = prob.replay(False, False, fp4_decode="fp16").float().clone()  # (writes only y and the record)
-        e = rel(prob.replay(False, False, fp4_decode="ptx"), y16)
-        out[f"{op}:{NVFP4_PTX_CHECK}"] = {"rel_err": {"y": e}, "tol": 5e-3, "ok": e < 5e-3}
-        errs = {f"y_{name}": rel(prob.replay(False, False, fp4_decode="mma", fused_scores=fused), y16)
-                for name, fused in (("two_launch", False), ("one_launch", True))}
-        out[f"{op}:{NVFP4_MMA_CHECK}"] = {"rel_err": errs, "tol": 5e-3, "ok": max(errs.values()) < 5e-3}
     return out
 
 
@@ -589,7 +643,7 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
         for check in (NVFP4_PTX_CHECK, NVFP4_MMA_CHECK):  # the NVFP4 read row may come from any decode
             if f"{op}:{check}" in checks:
                 ok_nvfp4 = ok_nvfp4 and ok(f"{op}:{check}")
-        ok_verify = ok(f"{op}:verify-T4") and ok(f"{op}:verify-T4-flush")
+        ok_flush = ok(f"{op}:verify-T4-flush")
         batch, windows, drafts, read, update, conv = {}, {}, {}, {}, {}, {}
         for B in BATCHES:
             c = _find(rows, op=op, tag="batch", kernel="conventional", batch=B)
@@ -634,8 +688,8 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
             v = _find(rows, op=op, tag=f"T{T}", kernel="nonflush")
             f = _find(rows, op=op, tag=f"T{T}", kernel="flush")
             if v and f and c256:
-                # a speculative flush timed in another launch form stands on that form's check too
-                ok_round = ok_verify and ok(spec_flush_check(op, f.cfg or {}))
+                # a verify or speculative flush timed in another launch form stands on that form's check too
+                ok_round = ok_flush and ok(verify_check(op, v.cfg or {})) and ok(spec_flush_check(op, f.cfg or {}))
                 n_nf = 16 // T - 1  # rounds between flushes with every draft accepted (history block 16)
                 per_round = (n_nf * v.us + f.us) / (n_nf + 1)
                 drafts[T] = DraftPoint(verify_us=v.us, spec_flush_us=f.us, per_round_amortised_us=per_round,

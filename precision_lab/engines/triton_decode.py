@@ -82,9 +82,12 @@ def _launch(ds: DeviceState, inputs, t0: int, T: int, *, flush: bool, fold_new: 
                                          inputs.B[:, t0], inputs.C[:, t0], inputs.D, inputs.dt_bias,
                                          None if z is None else z[:, 0], **common)
             return y.unsqueeze(1)
+        # a speculative round's history tiles need only the window the host mirrors, not the whole
+        # ring (window_bound: the batch moves in lockstep, so every entry's W is ds.window)
         return mamba2_replay_step(ds.update, read, ds.records, ds.slots, ds.start, ds.wlen, inputs.x[:, sl],
                                   inputs.dt[:, sl], inputs.A, inputs.B[:, sl], inputs.C[:, sl], inputs.D,
-                                  inputs.dt_bias, z, flush=flush, fold_new=fold_new, **common)
+                                  inputs.dt_bias, z, flush=flush, fold_new=fold_new,
+                                  window_bound=ds.window if T > 1 else None, **common)
     gkw = dict(scale=inputs.scale, qk_l2norm=inputs.qk_l2norm)
     if not pol.is_replay:
         o = gdn_conventional_step(ds.update, ds.slots, inputs.q[:, t0], inputs.k[:, t0], inputs.v[:, t0],
