@@ -238,12 +238,13 @@ def verify_check(op, cfg: dict) -> str:
     return f"{op}:verify-T4" + _check_suffix({k: v for k, v in _checked_form(cfg).items() if k == "window_bound"})
 
 
-def _check_forms(op, kind) -> list[dict]:
+def _check_forms(op, kind, keys=SPEC_FLUSH_CHECKED) -> list[dict]:
+    """The distinct combinations of the ``keys`` keywords (not None) among the candidates of ``kind``."""
     if kind not in TUNE_SPACE[op]:
         return []
     forms = []
     for cand in tune_candidates(op, kind):
-        form = {k: v for k, v in cand.items() if k in SPEC_FLUSH_CHECKED and v is not None}
+        form = {k: v for k, v in cand.items() if k in keys and v is not None}
         if form and form not in forms:
             forms.append(form)
     return forms
@@ -258,13 +259,9 @@ def spec_flush_check_forms(op) -> list[dict]:
 
 
 def verify_check_forms(op) -> list[dict]:
-    """``spec_flush_check_forms`` of verify: the windowed form where TUNE_SPACE tunes over it."""
-    forms = []
-    for form in _check_forms(op, "verify"):  # (its tuned 4 warps are the wrapper's own: the plain check's)
-        form = {k: v for k, v in form.items() if k == "window_bound"}
-        if form and form not in forms:
-            forms.append(form)
-    return forms
+    """``spec_flush_check_forms`` of verify: the windowed form where TUNE_SPACE tunes over it (its
+    tuned 4 warps are the wrapper's own, which the plain check runs)."""
+    return _check_forms(op, "verify", keys=("window_bound",))
 
 
 def tune_candidates(op, kind, wide: bool = False, read: str | None = None, small: bool = False) -> list[dict]:
