@@ -8,6 +8,7 @@ costs in registers, spills and shared memory — no GPU and no device time neede
     python scripts/kernel_resources.py --ops mamba2-scan gdn-scan quant   # scans, quantizer kernels
     python scripts/kernel_resources.py --hw --ops flush   # autoregressive flushes per split policy
     python scripts/kernel_resources.py --hw --ops flush --policies fp16-sr/nvfp4 fp32/fp32
+    python scripts/kernel_resources.py --hw --ops gdn --batch 1 --loads   # batch 1's rules, load by load
 
 For every launch the wrappers would make, the kernel launch is replaced by ``triton.compile`` for
 ``cuda:90`` with the same arguments (pointer alignment and divisibility-by-16 of integer arguments
@@ -70,7 +71,10 @@ def _signature(fn, args, kwargs):
     return sig, const, attrs
 
 
-def resources(fn, args, kwargs, num_warps: int, enable_fp_fusion: bool = False, maxnreg: int | None = None) -> dict:
+def resources(fn, args, kwargs, num_warps: int, enable_fp_fusion: bool = False, maxnreg: int | None = None,
+              loads: bool = False) -> dict:
+    """Compile one launch for sm_90 and read what it costs; ``loads``: also every global load's memory
+    round and source line (``load_rounds`` of nvdisasm's text with line information), under "loads"."""
     sig, const, attrs = _signature(fn, args, kwargs)
     options = dict(num_warps=num_warps, enable_fp_fusion=enable_fp_fusion, **({"maxnreg": maxnreg} if maxnreg else {}))
     k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs),
@@ -80,6 +84,8 @@ def resources(fn, args, kwargs, num_warps: int, enable_fp_fusion: bool = False, 
     usage = subprocess.run([os.path.join(_BIN, "cuobjdump"), "--dump-resource-usage", f.name],
                            capture_output=True, text=True).stdout
     sass = subprocess.run([os.path.join(_BIN, "cuobjdump"), "-sass", f.name], capture_output=True, text=True).stdout
+    lined = subprocess.run([os.path.join(_BIN, "nvdisasm"), "-g", "-c", f.name], capture_output=True,
+                           text=True).stdout if loads else ""
     os.unlink(f.name)
     if os.environ.get("KERNEL_RESOURCES_DUMP"):  # keep the compiled text (ttgir, ptx, sass) for reading
         d = os.environ["KERNEL_RESOURCES_DUMP"]
@@ -94,7 +100,8 @@ def resources(fn, args, kwargs, num_warps: int, enable_fp_fusion: bool = False, 
     code = [line.strip() for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,5}\*/", line)]
     return {"regs": grab(r"REG:(\d+)"), "stack": grab(r"STACK:(\d+)"), "smem": k.metadata.shared,
             "convert_layout": k.asm["ttgir"].count("convert_layout"), "sass": len(code),
-            "digest": hashlib.sha256("\n".join(code).encode()).hexdigest()[:12], "rounds": memory_rounds(sass)}
+            "digest": hashlib.sha256("\n".join(code).encode()).hexdigest()[:12], "rounds": memory_rounds(sass),
+            **({"loads": load_rounds(lined)} if loads else {})}
 
 
 _INSTR = re.compile(r"/\*([0-9a-f]{4,5})\*/\s+(.*?)\s*;")
@@ -118,18 +125,31 @@ def memory_rounds(sass: str) -> list[int]:
     (docs/pitfalls.md §17). Read from the SASS text alone (register names, no control codes): a sketch
     of the thread's critical path, not a timing."""
     rounds: list[int] = []
+    for k, _, _ in load_rounds(sass):
+        rounds.extend([0] * (k - len(rounds)))
+        rounds[k - 1] += 1
+    return rounds
+
+
+_LINE = re.compile(r'## File "([^"]+)", line (\d+)')
+
+
+def load_rounds(sass: str) -> list[tuple[int, str, str]]:
+    """``memory_rounds`` load by load: (round, opcode, source line) of every global load in program
+    order. The source line ("file:line") is read from nvdisasm's line-information comments (``## File
+    "...", line N``) where the text has them, else "?"."""
+    out: list[tuple[int, str, str]] = []
     pending: dict[int, int] = {}  # register -> round of the load writing it
     copies: list[int] = []  # rounds of asynchronous copies to shared memory (LDGSTS) not yet waited for
     waited = 0
-
-    def issue() -> int:
-        k = waited + 1
-        rounds.extend([0] * (k - len(rounds)))
-        rounds[k - 1] += 1
-        return k
-
-    for _, text in _INSTR.findall(sass):
-        text = re.sub(r"^@!?U?P\w+\s+", "", text)  # the predicate guard
+    where = "?"
+    for line in sass.splitlines():
+        if m := _LINE.search(line):
+            where = f"{os.path.basename(m.group(1))}:{m.group(2)}"
+            continue
+        if not (m := _INSTR.search(line)):
+            continue
+        text = re.sub(r"^@!?U?P\w+\s+", "", m.group(2))  # the predicate guard
         op, _, operands = text.partition(" ")
         parts = operands.split(",")
         load = op == "LDG" or op.startswith("LDG.")
@@ -144,28 +164,30 @@ def memory_rounds(sass: str) -> list[int]:
         if hit:
             waited = max(waited, max(hit))
         if op.startswith("LDGSTS"):
-            copies.append(issue())
+            copies.append(waited + 1)
+            out.append((waited + 1, op, where))
         elif load and _regs(parts[0]):
             base = min(_regs(parts[0]))
             width = 4 if ".128" in op else 2 if ".64" in op else 1
-            k = issue()
             for r in range(base, base + width):
-                pending[r] = k
+                pending[r] = waited + 1
+            out.append((waited + 1, op, where))
         elif not store and parts[0].strip():
             for r in _regs(parts[0]):  # overwritten: no longer the load's value
                 pending.pop(r, None)
-    return rounds
-
+    return out
 
 class _Compile:
-    """Stands in for ``kernel[grid]``: compiles instead of launching and prints the resources."""
+    """Stands in for ``kernel[grid]``: compiles instead of launching and prints the resources (with
+    ``LOADS`` set, every global load's round and source line below each launch)."""
+    LOADS = False
 
     def __init__(self, fn, label):
         self.fn, self.label = fn, label
 
     def __getitem__(self, grid):
         def call(*args, num_warps=4, enable_fp_fusion=True, maxnreg=None, **kw):  # Triton's defaults when not given
-            r = resources(self.fn, args, kw, num_warps, enable_fp_fusion, maxnreg)
+            r = resources(self.fn, args, kw, num_warps, enable_fp_fusion, maxnreg, loads=self.LOADS)
             keys = ("T", "FLUSH", "FOLD_NEW", "FUSED", "UFMT", "USR", "RFMT", "RSR", "FMT", "BR", "BJ", "BW", "RECOMPUTE",
                     "UPD_FMT", "UPD_SR",
                     "READ_FMT", "READ_SR", "SPLIT", "SR", "BLOCK", "ONE_TILE", "RB", "BLOCK_R", "TILES")
@@ -174,7 +196,20 @@ class _Compile:
             print(f"{self.label:16s} warps={num_warps:<2d} {shape:60s} REG={r['regs']:<4} STACK={r['stack']:<5} "
                   f"smem={r['smem']:<6} convert_layout={r['convert_layout']:<3} sass={r['sass']:<5} "
                   f"digest={r['digest']} rounds={'/'.join(map(str, r['rounds']))}")
+            for (k, op, where), n in _runs(r.get("loads", [])):
+                print(f"    round {k:<3d} {op:14s} {where}" + (f"  x{n}" if n > 1 else ""))
         return call
+
+
+def _runs(items):
+    """Consecutive equal items as (item, count)."""
+    out = []
+    for it in items:
+        if out and out[-1][0] == it:
+            out[-1][1] += 1
+        else:
+            out.append([it, 1])
+    return [tuple(x) for x in out]
 
 
 class _Skip:
@@ -425,17 +460,24 @@ def main(argv=None) -> int:
                     help="extra keywords of the --ops flush launches (both operators), e.g. num_warps=8")
     ap.add_argument("--fp4-decode", choices=list(FP4_DECODES), default="fp16",
                     help="NVFP4 element decode of the non-flush steps (the wrappers' fp4_decode; 'ptx' needs --hw)")
+    ap.add_argument("--batch", type=int, default=None, metavar="B",
+                    help="compile the decode kernels (--ops mamba2 gdn) at batch B under the wrappers' own "
+                         "rules, small-batch ones included (default: batch 2 at the large-batch shapes)")
+    ap.add_argument("--loads", action="store_true",
+                    help="below each launch, every global load's memory round and source line")
     args = ap.parse_args(argv)
+    _Compile.LOADS = args.loads
     if args.hw:  # the wrappers choose the hardware decode path from x.is_cuda
         torch.Tensor.is_cuda = property(lambda self: True)
     import precision_lab.kernels.gdn.decode as gd
     import precision_lab.kernels.mamba2.decode as m2
 
-    with large_batch_shapes(m2, gd):
+    with large_batch_shapes(m2, gd) if args.batch is None else contextlib.nullcontext():
+        B = 2 if args.batch is None else args.batch
         if "mamba2" in args.ops:
-            mamba2_configs(flush_kw=_keywords(args.m2_flush), fp4_decode=args.fp4_decode)
+            mamba2_configs(B=B, flush_kw=_keywords(args.m2_flush), fp4_decode=args.fp4_decode)
         if "gdn" in args.ops:
-            gdn_configs(fp4_decode=args.fp4_decode)
+            gdn_configs(B=B, fp4_decode=args.fp4_decode)
         for op in ("mamba2", "gdn"):
             if f"{op}-scan" in args.ops:
                 scan_configs(op)

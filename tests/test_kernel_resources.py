@@ -34,6 +34,17 @@ def test_memory_rounds_follow_the_waits():
     assert rounds(_sass("FADD R1, R2, R3")) == []
 
 
+def test_load_rounds_name_each_load_by_its_source_line():
+    """``load_rounds``: every global load's round, opcode and the source line of nvdisasm's line comments
+    above it ("?" before the first); the rounds are memory_rounds' own."""
+    text = "\n".join(['\t//## File "/x/kernels/gdn/decode.py", line 31', _sass("LDG.E R4, desc[UR4][R2.64]"),
+                      '\t//## File "/x/kernels/common/state_io.py", line 73',
+                      _sass("IMAD.WIDE R10, R4, 0x4, R12", "LDG.E.128 R20, desc[UR4][R10.64]")])
+    assert kernel_resources.load_rounds(text) == [(1, "LDG.E", "decode.py:31"), (2, "LDG.E.128", "state_io.py:73")]
+    assert kernel_resources.memory_rounds(text) == [1, 1]
+    assert kernel_resources.load_rounds(_sass("LDG.E R4, desc[UR4][R2.64]")) == [(1, "LDG.E", "?")]
+
+
 
 
 # Compiles one launch of the GDN replay step for sm_90 (no GPU) and prints its resources as JSON. It

@@ -488,9 +488,10 @@ def gdn_replay_step_kernel(
     # That order in the source left three loads late in the sm_90 compile (ptxas keeps a load behind
     # a wait, docs/pitfalls.md §17): q and k after the d-record tile's layout change, the k window
     # after q's normalisation, v, g, β after the scores; five memory round trips at batch 1
-    # (scripts/kernel_resources.py rounds=3/10/2/8/4). Now q, k go out with the slot lookup and the
-    # k window and the token's v, g, β before the d-record tile: two round trips (rounds=5/22, the
-    # conventional step's count), 1048 SASS instructions against 1112. Not timed yet.
+    # (scripts/kernel_resources.py --hw --ops gdn --batch 1: rounds=3/10/2/8/4). Now q, k go out
+    # with the slot lookup and the k window and the token's v, g, β before the d-record tile: two
+    # round trips (rounds=5/22, the conventional step's count), 1048 SASS instructions against 1112.
+    # Not timed yet.
     if FP32_LOADS_FIRST:
         t_k = _k_window(rk, start, tl.arange(0, BJ), tl.arange(0, BJ) < n_w, cols, m_c, Hk, C, RING)
         b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, i_b.to(tl.int64) * Hv + i_h, rows, m_r, R)
