@@ -47,40 +47,15 @@ def test_load_rounds_name_each_load_by_its_source_line():
 
 
 
-# Compiles one launch of the GDN replay step for sm_90 (no GPU) and prints its resources as JSON. It
-# runs in a child process: the tests' own process runs Triton's interpreter, whose kernels do not compile.
-_COMPILE_ONE_GDN_STEP = """
-import json, sys, torch
-sys.path.insert(0, "scripts")
-import kernel_resources
-import precision_lab.kernels.gdn.decode as gd
-from precision_lab.kernels.decode_state import PackedState
-kernel, out = gd.gdn_replay_step_kernel, []
-class Compile:  # stands in for kernel[grid]: compiles instead of launching
-    def __getitem__(self, grid):
-        def call(*args, num_warps=4, enable_fp_fusion=True, maxnreg=None, **kw):
-            out.append(kernel_resources.resources(kernel, args, kw, num_warps, enable_fp_fusion, maxnreg))
-        return call
-gd.gdn_replay_step_kernel = Compile()
-torch.Tensor.is_cuda = property(lambda self: True)  # the GPU code path
-B, Hk, Hv, V, K = 1, 16, 32, 128, 128
-z = lambda *s: torch.zeros(*s, dtype=torch.bfloat16)
-ints = [torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.zeros(B, dtype=torch.int32)]
-gd.gdn_replay_step(PackedState.empty("fp32", B, Hv, V, K), PackedState.empty("fp32", B, Hv, V, K),
-                   gd.GDNRecords(B, 16, Hk, Hv, V, K), *ints, z(B, 1, Hk, K), z(B, 1, Hk, K), z(B, 1, Hv, V),
-                   z(B, 1, Hv), z(B, 1, Hv), fused_scores=True)
-print(json.dumps(out))
-"""
-
-
 def test_gdn_one_launch_step_requests_every_load_in_two_round_trips():
     """The one-launch output-only step from an fp32 read copy (GDN at batch 1, Qwen3.5-4B's shape),
-    compiled for sm_90: every global load goes out in the first two memory round trips (the slot
-    lookup with q and k, then the state tile, the records and the token's inputs), as in the
-    conventional step. A load written after a wait (a reduction, a layout change) adds a round trip
-    (docs/pitfalls.md §17)."""
-    import json
+    compiled for sm_90 by ``scripts/kernel_resources.py --hw --ops gdn --batch 1``: every global load
+    goes out in the first two memory round trips (the slot lookup with q and k, then the state tile,
+    the records and the token's inputs), as in the conventional step. A load written after a wait (a
+    reduction, a layout change) adds a round trip (docs/pitfalls.md §17). The script runs in a child
+    process: the tests' own process runs Triton's interpreter, whose kernels do not compile."""
     import os
+    import re
     import subprocess
     import sys
 
@@ -90,8 +65,12 @@ def test_gdn_one_launch_step_requests_every_load_in_two_round_trips():
         pytest.skip("Triton's ptxas is not installed")
     root = Path(__file__).resolve().parent.parent
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", _COMPILE_ONE_GDN_STEP], cwd=root, env=env, capture_output=True,
-                         text=True, timeout=600)
+    run = subprocess.run([sys.executable, "scripts/kernel_resources.py", "--hw", "--ops", "gdn", "--batch", "1"],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
-    (launch,) = json.loads(run.stdout.strip().splitlines()[-1])
-    assert len(launch["rounds"]) == 2, launch
+    step = [line for line in run.stdout.splitlines()
+            if line.startswith("gdn replay") and "T=1 FLUSH=False" in line and "FUSED=True" in line and "RFMT=0 " in line
+            and "BJ=16 " in line]
+    assert len(step) == 1, run.stdout
+    assert "BR=16 " in step[0]  # batch 1's small-grid rule: 16-row blocks
+    assert len(re.search(r"rounds=([\d/]+)", step[0]).group(1).split("/")) == 2, step[0]
