@@ -45,8 +45,6 @@ def test_load_rounds_name_each_load_by_its_source_line():
     assert kernel_resources.load_rounds(_sass("LDG.E R4, desc[UR4][R2.64]")) == [(1, "LDG.E", "?")]
 
 
-
-
 def test_gdn_one_launch_step_requests_every_load_in_two_round_trips():
     """The one-launch output-only step from an fp32 read copy (GDN at batch 1, Qwen3.5-4B's shape),
     compiled for sm_90 by ``scripts/kernel_resources.py --hw --ops gdn --batch 1``: every global load
