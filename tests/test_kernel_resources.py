@@ -1,6 +1,13 @@
 """``scripts/kernel_resources.py``'s reading of compiled code (no compile needed: SASS text by hand)."""
+import functools
 import importlib.util
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 _spec = importlib.util.spec_from_file_location(
     "kernel_resources", Path(__file__).resolve().parent.parent / "scripts" / "kernel_resources.py")
@@ -45,20 +52,11 @@ def test_load_rounds_name_each_load_by_its_source_line():
     assert kernel_resources.load_rounds(_sass("LDG.E R4, desc[UR4][R2.64]")) == [(1, "LDG.E", "?")]
 
 
-def test_gdn_one_launch_step_requests_every_load_in_two_round_trips():
-    """The one-launch output-only step from an fp32 read copy (GDN at batch 1, Qwen3.5-4B's shape),
-    compiled for sm_90 by ``scripts/kernel_resources.py --hw --ops gdn --batch 1``: every global load
-    goes out in the first two memory round trips (the slot lookup with q and k, then the state tile,
-    the records and the token's inputs), as in the conventional step. A load written after a wait (a
-    reduction, a layout change) adds a round trip (docs/pitfalls.md §17). The script runs in a child
-    process: the tests' own process runs Triton's interpreter, whose kernels do not compile."""
-    import os
-    import re
-    import subprocess
-    import sys
-
-    import pytest
-
+@functools.cache
+def _gdn_batch1_launches() -> tuple[str, ...]:
+    """The lines of ``scripts/kernel_resources.py --hw --ops gdn --batch 1`` (GDN's launches at batch 1,
+    Qwen3.5-4B's shape, compiled for sm_90). The script runs in a child process: the tests' own
+    process runs Triton's interpreter, whose kernels do not compile."""
     if not Path(kernel_resources._BIN, "ptxas").exists():
         pytest.skip("Triton's ptxas is not installed")
     root = Path(__file__).resolve().parent.parent
@@ -66,9 +64,38 @@ def test_gdn_one_launch_step_requests_every_load_in_two_round_trips():
     run = subprocess.run([sys.executable, "scripts/kernel_resources.py", "--hw", "--ops", "gdn", "--batch", "1"],
                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
-    step = [line for line in run.stdout.splitlines()
+    return tuple(run.stdout.splitlines())
+
+
+def _rounds(line: str) -> list[int]:
+    return [int(n) for n in re.search(r"rounds=([\d/]+)", line).group(1).split("/")]
+
+
+def test_gdn_one_launch_step_requests_every_load_in_two_round_trips():
+    """The one-launch output-only step from an fp32 read copy (GDN at batch 1): every global load
+    goes out in the first two memory round trips (the slot lookup with q and k, then the state tile,
+    the records and the token's inputs), as in the conventional step. A load written after a wait (a
+    reduction, a layout change) adds a round trip (docs/pitfalls.md §17)."""
+    lines = _gdn_batch1_launches()
+    step = [line for line in lines
             if line.startswith("gdn replay") and "T=1 FLUSH=False" in line and "FUSED=True" in line and "RFMT=0 " in line
             and "BJ=16 " in line]
-    assert len(step) == 1, run.stdout
+    assert len(step) == 1, lines
     assert "BR=16 " in step[0]  # batch 1's small-grid rule: 16-row blocks
-    assert len(re.search(r"rounds=([\d/]+)", step[0]).group(1).split("/")) == 2, step[0]
+    assert len(_rounds(step[0])) == 2, step[0]
+
+
+def test_gdn_batch1_flush_requests_the_whole_window_at_once():
+    """The autoregressive flush at batch 1 (one launch, fp32 checkpoint) stages every record of a
+    ring of 16 in shared memory before it applies the first (``_fold_stages``: a small grid's pipeline
+    depth is the ring), and requests the new token's v, g, β before the fold: the round trip after the
+    slot lookup carries the state tile, those inputs and all 15 window records' loads — k in four
+    quarters, the d and log-decay (the recompute fold also v and β) — more than 60 loads a thread,
+    and only the loop's own next-record loads come later. At three records ahead it carried 29 and
+    the token's inputs waited for the end of the fold (rounds=5/29/7/4)."""
+    lines = _gdn_batch1_launches()
+    flush = [line for line in lines
+             if line.startswith("gdn replay") and "T=1 FLUSH=True FOLD_NEW=True FUSED=True" in line and "RFMT=0 " in line]
+    assert len(flush) == 1, lines
+    rounds = _rounds(flush[0])
+    assert len(rounds) == 3 and rounds[1] > 60, flush[0]

@@ -237,6 +237,32 @@ def _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fused, device,
     assert rel(o.cpu()[live], o_ref[live]) < 1e-5
 
 
+@pytest.mark.parametrize("upd_fmt,read_fmt,T,fold_new,recompute", [
+    ("fp32", None, 1, True, False), ("fp16-sr", "nvfp4", 1, True, True), ("fp32", "fp32", 3, False, True)])
+def test_fold_stages_change_no_bit(upd_fmt, read_fmt, T, fold_new, recompute, device):
+    """The folds' software-pipeline depth (``fold_stages``: one record at a time, three ahead, the
+    whole ring ahead) changes when records are requested, not what is computed: the same state codes,
+    records and outputs bit for bit, for a flush and for a verify step (whose history is folded).
+    Triton's interpreter runs the loop as written at every depth; the check has teeth on a GPU."""
+    s = _replay_setup(device, upd_fmt, read_fmt or upd_fmt, W=5, T=T, exact=False, recompute=recompute)
+    n = s["new"]
+    runs = []
+    for stages in (1, 4, 16):
+        c = _clone_setup(s)
+        o = gdn_replay_step(c["upd"], None if read_fmt is None else c["rd"], c["rec"], c["slots"], c["start"],
+                            c["wlen"], *(n[k] for k in NEW), flush=T == 1, fold_new=fold_new, recompute=recompute,
+                            seq_ids=s["seq_ids"].to(device), events=2, seed=4, layer=2, fold_stages=stages)
+        runs.append((o, c))
+    (o_ref, ref), *others = runs
+    assert not torch.isnan(o_ref[:2]).any()
+    for o, c in others:
+        assert torch.equal(_bits(o), _bits(o_ref))
+        assert_same_codes(c["upd"], ref["upd"])
+        assert_same_codes(c["rd"], ref["rd"])
+        for name in ("k", "d", "v", "a", "beta"):
+            assert torch.equal(_bits(getattr(c["rec"], name)), _bits(getattr(ref["rec"], name))), name
+
+
 def _clone_setup(s):
     """An independent copy of a replay setup's pools and records (a step updates them in place)."""
     rec = GDNRecords.__new__(GDNRecords)
@@ -581,6 +607,12 @@ def test_replay_wrapper_passes_its_rules_to_the_launch():
         assert not launch("fp32", None, **flush, window_from_update=False)["RESOLVE"]  # fp32 stores S unrounded
         assert not launch("bf16", None, window_from_update=False)["RESOLVE"]           # no flush, nothing folded
         assert scores_launches and {kw["num_warps"] for kw in scores_launches} == {gd.SCORES_NUM_WARPS} == {2}
+        # the folds' pipeline depth: the whole ring of 16 in a small grid (batch 1), FOLD_STAGES else
+        assert launch("fp32", None, b=1, **flush)["FOLD_STAGES"] == 16
+        assert launch("fp32", None, **flush)["FOLD_STAGES"] == gd.FOLD_STAGES == 4
+        assert launch("fp32", None, b=1, **flush, fold_stages=2)["FOLD_STAGES"] == 2   # explicit depth wins
+        with pytest.raises(ValueError, match="fold_stages"):
+            launch("fp32", None, b=1, **flush, fold_stages=0)
     finally:
         gd.gdn_replay_step_kernel, gd.gdn_replay_scores_kernel = keep
 

@@ -41,8 +41,8 @@ Why no ``tl.dot`` and no window tiles: a fold is W rank-1 updates, each needing 
 fp32 dot over [W, rows] record tiles (plus picking rows out of tiles with where/sum) kept whole
 tiles live and spilled; here S stays in registers as four column quarters (each thread holds more
 columns of fewer rows, so S·x is an FMA chain plus three shuffle levels), records are read one at
-a time through the software pipeliner (``tl.range(num_stages=4)`` stages the next records in shared
-memory), and the folds use ``tl.fma`` (a flush runs with enable_fp_fusion=False: it rounds state;
+a time through the software pipeliner (``tl.range(num_stages=)`` stages the next records in shared
+memory: three ahead at large grids, the whole ring at small ones, ``_fold_stages``), and the folds use ``tl.fma`` (a flush runs with enable_fp_fusion=False: it rounds state;
 steps that store none run with fusion on, like Mamba-2's).
 
 One program per (row block of V, value head, batch entry). ``slots[b] = -1`` skips an entry.
@@ -368,13 +368,13 @@ def _rank1(s0, s1, s2, s3, alpha, d, k0, k1, k2, k3):
 
 # The folds walk the window oldest record first. A record's loads would sit on the loop's critical
 # path (a few hundred cycles, more under load, per record); the software pipeliner stages the next
-# records in shared memory while the current one is applied (num_stages=4: three records ahead).
+# STAGES - 1 records in shared memory while the current one is applied (``_fold_stages``).
 @triton.jit
 def _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R, C, RING,
-                    BC: tl.constexpr):
+                    BC: tl.constexpr, STAGES: tl.constexpr):
     """The recurrence itself over the n_w window records (the "recompute" fold):
     d'_j = β_j (v_j − α_j S k_j),  S ← α_j S + d'_j k_jᵀ."""
-    for j in tl.range(0, n_w, num_stages=4):
+    for j in tl.range(0, n_w, num_stages=STAGES):
         p = ((start + j) & (RING - 1)).to(tl.int64)
         k0, k1, k2, k3 = _vec4(rk + p * Hk * C, C, BC, False)
         alpha = tl.exp(tl.load(ra + p * Hv))
@@ -386,7 +386,7 @@ def _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, 
 
 @triton.jit
 def _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RING,
-                   BC: tl.constexpr, BJ: tl.constexpr):
+                   BC: tl.constexpr, BJ: tl.constexpr, STAGES: tl.constexpr):
     """Closed form over the n_w window records with their stored d's (the "buffered" fold, and the
     history of a verify step): S ← e^{c_W} S + Σ_j e^{c_W − c_j} d_j k_jᵀ, one FMA per element and
     record."""
@@ -396,7 +396,7 @@ def _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RI
     e_tot = tl.exp(tot)
     s0, s1, s2, s3 = e_tot * s0, e_tot * s1, e_tot * s2, e_tot * s3
     c = tot * 0
-    for j in tl.range(0, n_w, num_stages=4):
+    for j in tl.range(0, n_w, num_stages=STAGES):
         p = ((start + j) & (RING - 1)).to(tl.int64)
         k0, k1, k2, k3 = _vec4(rk + p * Hk * C, C, BC, False)
         c = c + tl.load(ra + p * Hv)
@@ -429,7 +429,7 @@ def gdn_replay_step_kernel(
     RECOMPUTE: tl.constexpr, RESOLVE: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL: tl.constexpr, FOLD_STAGES: tl.constexpr,
 ):
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
     # normalises the new q, k from the inputs (q_ptr, k_ptr) and computes the scores it needs itself,
@@ -503,16 +503,20 @@ def gdn_replay_step_kernel(
 
     if FLUSH:
         s0, s1, s2, s3 = _load4(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, ILV, HW)
+        if FOLD_NEW and FUSED:
+            # the one-launch flush (small batches) requests the new token's v, g, β before the fold: after
+            # it they waited a round trip of their own (sm_90, batch 1: rounds=5/29/7/4, the last these)
+            b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, i_b.to(tl.int64) * Hv + i_h, rows, m_r, R)
         # RESOLVE: re-solve the window's d's from U (the recompute fold). The wrapper clears it where the
         # stored d's already are those d's (shared mode, R = U; docs/design.md §4.5), and the flush then
         # folds them in closed form, one FMA per element and record instead of a product, a multiply
         # and an FMA.
         if RESOLVE:
             s0, s1, s2, s3 = _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R, C,
-                                             RING, BC)
+                                             RING, BC, FOLD_STAGES)
         else:
             s0, s1, s2, s3 = _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RING,
-                                            BC, BJ)
+                                            BC, BJ, FOLD_STAGES)
         # + 0: the reference adds the window's record sum (+0 where no term is nonzero) to e^{c_W} S, so a
         # −0 element comes out +0; the in-register fold keeps −0 where every term is −0. Same zeros, same codes.
         s0, s1, s2, s3 = s0 + 0.0, s1 + 0.0, s2 + 0.0, s3 + 0.0
@@ -526,7 +530,7 @@ def gdn_replay_step_kernel(
                 await_scores(PDL)  # the fold above needed nothing from the scores kernel
                 q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
                 k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
-            b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
+                b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
             alpha = tl.exp(g)
             b_d = beta * (b_v - alpha * _matvec(s0, s1, s2, s3, k0, k1, k2, k3))
             s0, s1, s2, s3 = _rank1(s0, s1, s2, s3, alpha, b_d, k0, k1, k2, k3)
@@ -614,7 +618,7 @@ def gdn_replay_step_kernel(
         # stored: d_t = β (v − α S k),  o_t = α S q̃ + (k·q̃) d_t,  S ← α S + d_t kᵀ
         if not FLUSH:
             s0, s1, s2, s3 = _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RING,
-                                            BC, BJ)
+                                            BC, BJ, FOLD_STAGES)
         # (token t + 1's inputs are loaded before token t's stores, which they cannot pass)
         q0, q1, q2, q3, k0, k1, k2, k3, b_v, g, beta, kq = _token(qn_ptr, kn_ptr, kq_ptr, v_ptr, g_ptr, beta_ptr,
                                                                   i_b, 0, i_h, i_kh, rows, m_r, Hk, Hv, R, C,
@@ -712,6 +716,28 @@ def _small_grid_warps(T: int, flush: bool, fused: bool, R: int, br: int, bj: int
             and (flush or (fused and bj <= 32))):
         return SMALL_GRID_WARPS
     return None
+
+
+# The folds' software-pipeline depth (``tl.range(num_stages=)``: STAGES - 1 records requested ahead
+# of the one being applied). FOLD_STAGES where the grid is large and other programs' warps cover a
+# record's latency. A small grid (``_small_grid``: batch 1 of Qwen3.5-4B) has too few, and there the
+# fold's few FMAs per record leave each staged record's latency bare: a flush over W = 15 records
+# waits about W / 3 latencies in a row at three ahead. There the whole ring is requested before the
+# first record is applied (up to FOLD_STAGES_SMALL_GRID_MAX stages: ~0.6 KB of shared memory each at
+# 16 rows).
+FOLD_STAGES = 4
+FOLD_STAGES_SMALL_GRID_MAX = 32
+
+
+def _fold_stages(ring: int, R: int, head_matrices: int, block_r: int | None, fold_stages: int | None) -> int:
+    """The fold's pipeline depth: ``fold_stages`` if given, else the rule above."""
+    if fold_stages is not None:
+        if fold_stages < 1:
+            raise ValueError(f"fold_stages must be >= 1, got {fold_stages}")
+        return fold_stages
+    if _small_grid(R, head_matrices, block_r):
+        return min(ring, FOLD_STAGES_SMALL_GRID_MAX)
+    return FOLD_STAGES
 
 
 def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None, serial: bool,
@@ -819,7 +845,8 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
                     block_r: int | None = None, num_warps: int | None = None,
                     fused_scores: bool | None = None, fp4_decode: str = "fp16",
                     max_registers: int | None = None, window_from_update: bool = True,
-                    overlap_scores: bool | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                    overlap_scores: bool | None = None, fold_stages: int | None = None,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
     """One ReplaySSM GDN step for T = v.shape[1] tokens (see the module docstring).
 
     update / read: PackedState pools [S, Hv, V, K] (read=None: shared mode); records: ring buffers;
@@ -854,6 +881,8 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     NVFP4 codes then takes its state products with the raw q, k scaled afterwards, as the one-launch
     form does: outputs and d records agree with the plain launch up to fp32 rounding; everything
     else is the same bit for bit.
+    fold_stages: the software-pipeline depth of the window folds (flush, and the history of a verify
+    step); None = ``_fold_stages``. Any depth stores the same bits.
     """
     check_fp4_decode(fp4_decode)
     Bsz, T, Hk, K = q.shape
@@ -910,6 +939,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, RESOLVE=resolve, NORM=qk_l2norm, FUSED=fused,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode, PDL=pdl,
+        FOLD_STAGES=_fold_stages(records.ring, V, Bsz * Hv, block_r, fold_stages),
         # a step that stores no state may fuse a*b+c into FMAs (its outputs and d records are compared
         # with a tolerance; the k, v, a, beta records are copies); a flush rounds state and must not
         num_warps=num_warps or nw, enable_fp_fusion=not flush,

@@ -106,9 +106,11 @@ TUNE_SPACE = {
     },
     "gdn": {
         "conventional": dict(block_r=[4, 8, 16], num_warps=[1, 2, 4]),
-        "flush": dict(block_r=[None]),
+        # fold_stages: the folds' pipeline depth (records staged ahead + 1; the rule's 4 at batch 256 beat
+        # 3 and 2 by 10-26 %, reports/diagnostics/gdn-fold-stages.jsonl; deeper was not timed)
+        "flush": dict(block_r=[None], fold_stages=[None, 6, 8]),
         "nonflush": dict(block_r=[None, 128], num_warps=[None, 2, 4], fp4_decode=["fp16", "ptx", "mma"]),
-        "verify": dict(block_r=[None], num_warps=[None, 4]),   # None: 64 rows x 2 warps
+        "verify": dict(block_r=[None], num_warps=[None, 4], fold_stages=[None, 8]),   # None: 64 rows x 2 warps
     },
 }
 
@@ -158,7 +160,7 @@ TUNE_SPACE_SMALL = {
 # nothing about them. (It once did: once the uncapped and capped fp32 flushes timed within noise,
 # max_registers=0 won its tuning by 0.7 % and every format's flush row ran uncapped, NVFP4-storing
 # and split ones 4-13 % slower than the rule.)
-FLUSH_SHAPE_KEYWORDS = ("block_r", "num_warps", "max_registers")
+FLUSH_SHAPE_KEYWORDS = ("block_r", "num_warps", "max_registers", "fold_stages")
 
 
 def format_flush_cfg(cfg: dict) -> dict:
