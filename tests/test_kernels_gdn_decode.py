@@ -202,13 +202,16 @@ def test_replay_nonflush_nvfp4_mma(fused, qk_dtype, device):
     assert torch.equal(s["upd"].data, before[0]) and torch.equal(s["rd"].data, before[1])
 
 
-@pytest.mark.parametrize("upd_fmt,read_fmt,T,fold_new,recompute,fused", [
-    ("fp32", "fp32", 1, True, True, False), ("fp32", "fp32", 1, True, True, True),
-    ("fp16-sr", "nvfp4", 1, True, False, False), ("fp16-sr", "nvfp4", 1, True, False, True),
-    ("bf16-sr", "fp8e4m3", 3, False, True, False), ("fp8e4m3-sr", "nvfp4-sr", 2, False, False, False),
+# block_r: an explicit row block, which is never a small grid (``_small_grid``): the one-launch flush
+# then takes its token's inputs after the fold, as at batches 2-8 of the real shapes
+@pytest.mark.parametrize("upd_fmt,read_fmt,T,fold_new,recompute,fused,block_r", [
+    ("fp32", "fp32", 1, True, True, False, None), ("fp32", "fp32", 1, True, True, True, None),
+    ("fp32", "fp32", 1, True, True, True, 8),
+    ("fp16-sr", "nvfp4", 1, True, False, False, None), ("fp16-sr", "nvfp4", 1, True, False, True, None),
+    ("bf16-sr", "fp8e4m3", 3, False, True, False, None), ("fp8e4m3-sr", "nvfp4-sr", 2, False, False, False, None),
 ])
-def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fused, device):
-    _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fused, device)
+def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fused, block_r, device):
+    _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fused, device, block_r=block_r)
 
 
 # 64 state columns: the flush stores its column quarters one by one (16 columns: whole SR groups and
@@ -220,13 +223,14 @@ def test_replay_flush_exact_codes_column_quarters(upd_fmt, read_fmt, T, recomput
     _flush_exact_codes(upd_fmt, read_fmt, T, T == 1, recompute, False, device, K=64)
 
 
-def _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fused, device, K=None):
+def _flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fused, device, K=None, block_r=None):
     s = _replay_setup(device, upd_fmt, read_fmt, W=5, T=T, exact=True, K=K)
     n = s["new"]
     out = torch.full((3, T, HV, V), float("nan"), device=device)
     o = gdn_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
                         qk_l2norm=False, flush=True, fold_new=fold_new, recompute=recompute,
-                        seq_ids=s["seq_ids"].to(device), events=2, seed=4, layer=2, out=out, fused_scores=fused)
+                        seq_ids=s["seq_ids"].to(device), events=2, seed=4, layer=2, out=out, fused_scores=fused,
+                        block_r=block_r)
     o_ref, _, S = gdn_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() for k in NEW), qk_l2norm=False,
                                       flush=True, fold_new=fold_new, recompute=recompute)
     live = (s["slots"] >= 0).cpu()
@@ -611,6 +615,8 @@ def test_replay_wrapper_passes_its_rules_to_the_launch():
         assert launch("fp32", None, b=1, **flush)["FOLD_STAGES"] == 16
         assert launch("fp32", None, **flush)["FOLD_STAGES"] == gd.FOLD_STAGES == 4
         assert launch("fp32", None, b=1, **flush, fold_stages=2)["FOLD_STAGES"] == 2   # explicit depth wins
+        # a small grid's one-launch flush requests its token's inputs before the fold (TOKEN_FIRST)
+        assert launch("fp32", None, b=1, **flush)["SMALL_GRID"] and not launch("fp32", None, **flush)["SMALL_GRID"]
         with pytest.raises(ValueError, match="fold_stages"):
             launch("fp32", None, b=1, **flush, fold_stages=0)
     finally:

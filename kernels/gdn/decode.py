@@ -429,7 +429,7 @@ def gdn_replay_step_kernel(
     RECOMPUTE: tl.constexpr, RESOLVE: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr,
-    PDL: tl.constexpr, FOLD_STAGES: tl.constexpr,
+    PDL: tl.constexpr, FOLD_STAGES: tl.constexpr, SMALL_GRID: tl.constexpr,
 ):
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
     # normalises the new q, k from the inputs (q_ptr, k_ptr) and computes the scores it needs itself,
@@ -439,6 +439,7 @@ def gdn_replay_step_kernel(
     # global load goes out before the first wait (see below); the new token's q and k need only the
     # program's ids, so they are requested even before the slot lookup
     FP32_LOADS_FIRST: tl.constexpr = FUSED and (not FLUSH) and T == 1 and RFMT == C_FP32
+    TOKEN_FIRST: tl.constexpr = FUSED and FLUSH and FOLD_NEW and SMALL_GRID  # (below, at the fold)
     if FP32_LOADS_FIRST:
         q_in, k_in = _raw_qk(q_ptr, k_ptr, tl.program_id(2).to(tl.int64) * Hk + tl.program_id(1) // (Hv // Hk), C, BC)
     i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
@@ -503,9 +504,10 @@ def gdn_replay_step_kernel(
 
     if FLUSH:
         s0, s1, s2, s3 = _load4(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, ILV, HW)
-        if FOLD_NEW and FUSED:
-            # the one-launch flush (small batches) requests the new token's v, g, β before the fold: after
-            # it they waited a round trip of their own (sm_90, batch 1: rounds=5/29/7/4, the last these)
+        if TOKEN_FIRST:
+            # the one-launch flush of a small grid requests the new token's v, g, β before the fold: after
+            # it they waited a round trip of their own (sm_90, batch 1: rounds=5/29/7/4, the last these).
+            # Only there: the same move at batch 4 timed 3 % slower (reports/diagnostics/early-inputs.jsonl)
             b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, i_b.to(tl.int64) * Hv + i_h, rows, m_r, R)
         # RESOLVE: re-solve the window's d's from U (the recompute fold). The wrapper clears it where the
         # stored d's already are those d's (shared mode, R = U; docs/design.md §4.5), and the flush then
@@ -530,6 +532,7 @@ def gdn_replay_step_kernel(
                 await_scores(PDL)  # the fold above needed nothing from the scores kernel
                 q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
                 k0, k1, k2, k3 = _vec4(kn_ptr + bk * C, C, BC, ILV)
+            if not TOKEN_FIRST:
                 b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
             alpha = tl.exp(g)
             b_d = beta * (b_v - alpha * _matvec(s0, s1, s2, s3, k0, k1, k2, k3))
@@ -940,6 +943,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode, PDL=pdl,
         FOLD_STAGES=_fold_stages(records.ring, V, Bsz * Hv, block_r, fold_stages),
+        SMALL_GRID=_small_grid(V, Bsz * Hv, block_r),
         # a step that stores no state may fuse a*b+c into FMAs (its outputs and d records are compared
         # with a tolerance; the k, v, a, beta records are copies); a flush rounds state and must not
         num_warps=num_warps or nw, enable_fp_fusion=not flush,
