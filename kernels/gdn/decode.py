@@ -727,7 +727,9 @@ def _small_grid_warps(T: int, flush: bool, fused: bool, R: int, br: int, bj: int
 # fold's few FMAs per record leave each staged record's latency bare: a flush over W = 15 records
 # waits about W / 3 latencies in a row at three ahead. There the whole ring is requested before the
 # first record is applied (up to FOLD_STAGES_SMALL_GRID_MAX stages: ~0.6 KB of shared memory each at
-# 16 rows).
+# 16 rows). sm_90, batch 1 (scripts/kernel_resources.py --hw --ops gdn --batch 1): the flush's second
+# round trip carries 117 loads a thread against 29. Not timed yet. At batch 256 the rule's 4 beat 3
+# and 2 (reports/diagnostics/gdn-fold-stages.jsonl); deeper is tuned by the benchmark (TUNE_SPACE).
 FOLD_STAGES = 4
 FOLD_STAGES_SMALL_GRID_MAX = 32
 
