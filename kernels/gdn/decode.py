@@ -42,8 +42,9 @@ fp32 dot over [W, rows] record tiles (plus picking rows out of tiles with where/
 tiles live and spilled; here S stays in registers as four column quarters (each thread holds more
 columns of fewer rows, so S·x is an FMA chain plus three shuffle levels), records are read one at
 a time through the software pipeliner (``tl.range(num_stages=)`` stages the next records in shared
-memory: three ahead at large grids, the whole ring at small ones, ``_fold_stages``), and the folds use ``tl.fma`` (a flush runs with enable_fp_fusion=False: it rounds state;
-steps that store none run with fusion on, like Mamba-2's).
+memory: three ahead at large grids, the whole ring at small ones, ``_fold_stages``), and the folds use
+``tl.fma`` (a flush runs with enable_fp_fusion=False: it rounds state; steps that store none run with
+fusion on, like Mamba-2's).
 
 One program per (row block of V, value head, batch entry). ``slots[b] = -1`` skips an entry.
 """
@@ -734,15 +735,14 @@ FOLD_STAGES = 4
 FOLD_STAGES_SMALL_GRID_MAX = 32
 
 
-def _fold_stages(ring: int, R: int, head_matrices: int, block_r: int | None, fold_stages: int | None) -> int:
-    """The fold's pipeline depth: ``fold_stages`` if given, else the rule above."""
+def _fold_stages(ring: int, small_grid: bool, fold_stages: int | None) -> int:
+    """The fold's pipeline depth: ``fold_stages`` if given, else the rule above (``small_grid``:
+    ``_small_grid`` of the launch)."""
     if fold_stages is not None:
         if fold_stages < 1:
             raise ValueError(f"fold_stages must be >= 1, got {fold_stages}")
         return fold_stages
-    if _small_grid(R, head_matrices, block_r):
-        return min(ring, FOLD_STAGES_SMALL_GRID_MAX)
-    return FOLD_STAGES
+    return min(ring, FOLD_STAGES_SMALL_GRID_MAX) if small_grid else FOLD_STAGES
 
 
 def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None, serial: bool,
@@ -913,6 +913,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     scale = float(K ** -0.5 if scale is None else scale)
     fused = fused_scores_launch(Bsz, Hk, T, flush, fold_new, fused_scores)
     resolve = flush and recompute and not (shared and (update.code == C_FP32 or window_from_update))
+    small_grid = _small_grid(V, Bsz * Hv, block_r)
     if fused and not flush:  # the window's k records as a [ring, K] tile too: more warps (no spill)
         nw = max(nw, fused_nonflush_warps(bj))
     nw = _small_grid_warps(T, flush, fused, V, br, bj, Bsz * Hv, block_r) or nw
@@ -944,8 +945,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, RESOLVE=resolve, NORM=qk_l2norm, FUSED=fused,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode, PDL=pdl,
-        FOLD_STAGES=_fold_stages(records.ring, V, Bsz * Hv, block_r, fold_stages),
-        SMALL_GRID=_small_grid(V, Bsz * Hv, block_r),
+        FOLD_STAGES=_fold_stages(records.ring, small_grid, fold_stages), SMALL_GRID=small_grid,
         # a step that stores no state may fuse a*b+c into FMAs (its outputs and d records are compared
         # with a tolerance; the k, v, a, beta records are copies); a flush rounds state and must not
         num_warps=num_warps or nw, enable_fp_fusion=not flush,
