@@ -611,12 +611,17 @@ def test_replay_wrapper_passes_its_rules_to_the_launch():
         assert not launch("fp32", None, **flush, window_from_update=False)["RESOLVE"]  # fp32 stores S unrounded
         assert not launch("bf16", None, window_from_update=False)["RESOLVE"]           # no flush, nothing folded
         assert scores_launches and {kw["num_warps"] for kw in scores_launches} == {gd.SCORES_NUM_WARPS} == {2}
-        # the folds' pipeline depth: the whole ring of 16 in a small grid (batch 1), FOLD_STAGES else
-        assert launch("fp32", None, b=1, **flush)["FOLD_STAGES"] == 16
-        assert launch("fp32", None, **flush)["FOLD_STAGES"] == gd.FOLD_STAGES == 4
+        # the folds' pipeline depth: FOLD_STAGES at a large grid, FOLD_STAGES_SMALL_GRID in a small one
+        # (batch 1)
+        assert launch("fp32", None, **flush)["FOLD_STAGES"] == gd.FOLD_STAGES == 8
+        assert launch("fp32", None, b=1, **flush)["FOLD_STAGES"] == gd.FOLD_STAGES_SMALL_GRID == 4
         assert launch("fp32", None, b=1, **flush, fold_stages=2)["FOLD_STAGES"] == 2   # explicit depth wins
-        # a small grid's one-launch flush requests its token's inputs before the fold (TOKEN_FIRST)
-        assert launch("fp32", None, b=1, **flush)["SMALL_GRID"] and not launch("fp32", None, **flush)["SMALL_GRID"]
+        # a small grid's one-launch autoregressive flush requests its token's inputs before the fold
+        # (TOKEN_FIRST); a large grid's, a two-launch one and a flush without the new token do not
+        assert launch("fp32", None, b=1, **flush, fused_scores=True)["TOKEN_FIRST"]
+        assert not launch("fp32", None, **flush, fused_scores=True)["TOKEN_FIRST"]
+        assert not launch("fp32", None, b=1, **flush, fused_scores=False)["TOKEN_FIRST"]
+        assert not launch("fp32", None, b=1, flush=True)["TOKEN_FIRST"]
         with pytest.raises(ValueError, match="fold_stages"):
             launch("fp32", None, b=1, **flush, fold_stages=0)
     finally:

@@ -753,7 +753,12 @@ def test_flush_tiles_change_no_bit(upd_fmt, read_fmt, T, device):
     group) stores the same codes and records and returns the same outputs as one tile per program in
     the replay step kernel, bit for bit, at the tiled rule's register cap (on a GPU: different compiled
     kernels running the same operations in the same order). T = 1: the autoregressive flush; T > 1: the
-    speculative flush, over a window that wraps the ring."""
+    speculative flush, over a window that wraps the ring. One exception, seen on an H100: with a 16-bit
+    update copy (fp16-SR, BF16-SR) the speculative flush's draft outputs differ between the two
+    kernels in the last bits (up to 9.5e-7 absolute on O(1) outputs; reports/diagnostics/
+    tiles-bits.jsonl) while the folded state, its codes and the records stay the same, and with fp32
+    FMAs for either product they agree bit for bit: the compiled tensor-core products of the drafts
+    round differently in the two kernels. Those outputs are compared to fp32 rounding."""
     from precision_lab.kernels.mamba2 import decode as md
 
     results = []
@@ -768,8 +773,11 @@ def test_flush_tiles_change_no_bit(upd_fmt, read_fmt, T, device):
         results.append([y, s["rec"].u, s["rec"].a, s["rec"].b] +
                        [t for st in (s["upd"], s["rd"]) for t in (st.data, st.scale, st.gscale) if t is not None])
     assert not torch.isnan(results[0][0]).any()
+    outputs_to_rounding = T > 1 and upd_fmt != "fp32"
     for other in results[1:]:
-        for a, b in zip(results[0], other):
+        if outputs_to_rounding:
+            torch.testing.assert_close(other[0], results[0][0], rtol=1e-5, atol=1e-5)
+        for a, b in zip(results[0][outputs_to_rounding:], other[outputs_to_rounding:]):
             assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 

@@ -42,7 +42,7 @@ fp32 dot over [W, rows] record tiles (plus picking rows out of tiles with where/
 tiles live and spilled; here S stays in registers as four column quarters (each thread holds more
 columns of fewer rows, so S·x is an FMA chain plus three shuffle levels), records are read one at
 a time through the software pipeliner (``tl.range(num_stages=)`` stages the next records in shared
-memory: three ahead at large grids, the whole ring at small ones, ``_fold_stages``), and the folds use
+memory, seven ahead, three in a small grid: ``_fold_stages``), and the folds use
 ``tl.fma`` (a flush runs with enable_fp_fusion=False: it rounds state; steps that store none run with
 fusion on, like Mamba-2's).
 
@@ -430,8 +430,9 @@ def gdn_replay_step_kernel(
     RECOMPUTE: tl.constexpr, RESOLVE: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr,
-    PDL: tl.constexpr, FOLD_STAGES: tl.constexpr, SMALL_GRID: tl.constexpr,
+    PDL: tl.constexpr, FOLD_STAGES: tl.constexpr, TOKEN_FIRST: tl.constexpr,
 ):
+    tl.static_assert((not TOKEN_FIRST) or (FUSED and FLUSH and FOLD_NEW))
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
     # normalises the new q, k from the inputs (q_ptr, k_ptr) and computes the scores it needs itself,
     # and one program per (key head, batch entry) writes the new k record (the output-only block)
@@ -440,7 +441,6 @@ def gdn_replay_step_kernel(
     # global load goes out before the first wait (see below); the new token's q and k need only the
     # program's ids, so they are requested even before the slot lookup
     FP32_LOADS_FIRST: tl.constexpr = FUSED and (not FLUSH) and T == 1 and RFMT == C_FP32
-    TOKEN_FIRST: tl.constexpr = FUSED and FLUSH and FOLD_NEW and SMALL_GRID  # (below, at the fold)
     if FP32_LOADS_FIRST:
         q_in, k_in = _raw_qk(q_ptr, k_ptr, tl.program_id(2).to(tl.int64) * Hk + tl.program_id(1) // (Hv // Hk), C, BC)
     i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
@@ -506,9 +506,8 @@ def gdn_replay_step_kernel(
     if FLUSH:
         s0, s1, s2, s3 = _load4(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, ILV, HW)
         if TOKEN_FIRST:
-            # the one-launch flush of a small grid requests the new token's v, g, β before the fold: after
-            # it they waited a round trip of their own (sm_90, batch 1: rounds=5/29/7/4, the last these).
-            # Only there: the same move at batch 4 timed 3 % slower (reports/diagnostics/early-inputs.jsonl)
+            # the new token's v, g, β requested before the fold (the wrapper's _token_first: the
+            # one-launch autoregressive flush of a small grid)
             b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, i_b.to(tl.int64) * Hv + i_h, rows, m_r, R)
         # RESOLVE: re-solve the window's d's from U (the recompute fold). The wrapper clears it where the
         # stored d's already are those d's (shared mode, R = U; docs/design.md §4.5), and the flush then
@@ -723,26 +722,40 @@ def _small_grid_warps(T: int, flush: bool, fused: bool, R: int, br: int, bj: int
 
 
 # The folds' software-pipeline depth (``tl.range(num_stages=)``: STAGES - 1 records requested ahead
-# of the one being applied). FOLD_STAGES where the grid is large and other programs' warps cover a
-# record's latency. A small grid (``_small_grid``: batch 1 of Qwen3.5-4B) has too few, and there the
-# fold's few FMAs per record leave each staged record's latency bare: a flush over W = 15 records
-# waits about W / 3 latencies in a row at three ahead. There the whole ring is requested before the
-# first record is applied (up to FOLD_STAGES_SMALL_GRID_MAX stages: ~0.6 KB of shared memory each at
-# 16 rows). sm_90, batch 1 (scripts/kernel_resources.py --hw --ops gdn --batch 1): the flush's second
-# round trip carries 117 loads a thread against 29. Not timed yet. At batch 256 the rule's 4 beat 3
-# and 2 (reports/diagnostics/gdn-fold-stages.jsonl); deeper is tuned by the benchmark (TUNE_SPACE).
-FOLD_STAGES = 4
-FOLD_STAGES_SMALL_GRID_MAX = 32
+# of the one being applied). FOLD_STAGES where the grid is large: H100, batch 256, both depths in one
+# run (reports/diagnostics/gdn-fold-stages-256.jsonl): shared fp32 flush 413.7-414.1 µs at 8 stages
+# against 485.8-487.3 at 4, verify T = 8 542.3-543.0 against 564.8-566.4, fp32/NVFP4 flush
+# 682.6-683.0 against 716.9-717.5, fp16-SR/NVFP4 flush the same (723.1-723.2 against 721.2-721.3);
+# on the H200 4 had beaten 3 and 2 by 10-26 % (gdn-fold-stages.jsonl). FOLD_STAGES_SMALL_GRID in a
+# small grid (``_small_grid``: batch 1 of Qwen3.5-4B), where deeper staging timed slower: H100, batch
+# 1, the one-launch fp32 flush at W = 15, 16 stages 8.13-8.21 µs against 7.33-7.73 at 4
+# (gdn-batch1-token-first.jsonl; batch1-fold-ab-88539a5.jsonl the same), though its sm_90 compile
+# requests all the window's records in one round trip (117 loads a thread against 29).
+FOLD_STAGES = 8
+FOLD_STAGES_SMALL_GRID = 4
 
 
-def _fold_stages(ring: int, small_grid: bool, fold_stages: int | None) -> int:
+def _fold_stages(small_grid: bool, fold_stages: int | None) -> int:
     """The fold's pipeline depth: ``fold_stages`` if given, else the rule above (``small_grid``:
     ``_small_grid`` of the launch)."""
     if fold_stages is not None:
         if fold_stages < 1:
             raise ValueError(f"fold_stages must be >= 1, got {fold_stages}")
         return fold_stages
-    return min(ring, FOLD_STAGES_SMALL_GRID_MAX) if small_grid else FOLD_STAGES
+    return FOLD_STAGES_SMALL_GRID if small_grid else FOLD_STAGES
+
+
+# The one-launch autoregressive flush of a small grid requests the new token's v, g, β before the
+# fold (TOKEN_FIRST), where after it they waited a round trip of their own (sm_90, batch 1:
+# rounds=5/29/7/4, the last these). H100, batch 1, fp32 flush at W = 15, 4 stages, both in one run
+# (reports/diagnostics/gdn-batch1-token-first.jsonl): 7.33 / 7.73 / 7.67 µs against 7.83 / 7.87 / 7.83.
+# Only in a small grid: the same move at batch 4 timed 3 % slower (early-inputs.jsonl).
+TOKEN_FIRST_SMALL_GRID = True
+
+
+def _token_first(fused: bool, flush: bool, fold_new: bool, small_grid: bool) -> bool:
+    """Whether the launch requests the new token's inputs before the fold (TOKEN_FIRST_SMALL_GRID)."""
+    return TOKEN_FIRST_SMALL_GRID and fused and flush and fold_new and small_grid
 
 
 def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None, serial: bool,
@@ -887,7 +900,8 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     form does: outputs and d records agree with the plain launch up to fp32 rounding; everything
     else is the same bit for bit.
     fold_stages: the software-pipeline depth of the window folds (flush, and the history of a verify
-    step); None = ``_fold_stages``. Any depth stores the same bits.
+    step); None = the rule (``_fold_stages``: FOLD_STAGES, FOLD_STAGES_SMALL_GRID in a small
+    grid). Any depth stores the same bits.
     """
     check_fp4_decode(fp4_decode)
     Bsz, T, Hk, K = q.shape
@@ -945,7 +959,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, RESOLVE=resolve, NORM=qk_l2norm, FUSED=fused,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode, PDL=pdl,
-        FOLD_STAGES=_fold_stages(records.ring, small_grid, fold_stages), SMALL_GRID=small_grid,
+        FOLD_STAGES=_fold_stages(small_grid, fold_stages), TOKEN_FIRST=_token_first(fused, flush, fold_new, small_grid),
         # a step that stores no state may fuse a*b+c into FMAs (its outputs and d records are compared
         # with a tolerance; the k, v, a, beta records are copies); a flush rounds state and must not
         num_warps=num_warps or nw, enable_fp_fusion=not flush,

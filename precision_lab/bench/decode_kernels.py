@@ -106,11 +106,11 @@ TUNE_SPACE = {
     },
     "gdn": {
         "conventional": dict(block_r=[4, 8, 16], num_warps=[1, 2, 4]),
-        # fold_stages: the folds' pipeline depth (records staged ahead + 1; the rule's 4 at batch 256 beat
-        # 3 and 2 by 10-26 %, reports/diagnostics/gdn-fold-stages.jsonl; deeper was not timed)
-        "flush": dict(block_r=[None], fold_stages=[None, 6, 8]),
+        # fold_stages: the folds' pipeline depth (records staged ahead + 1; the rule's 8 at batch 256 beat
+        # 4 by 15 % on the shared fp32 flush, reports/diagnostics/gdn-fold-stages-256.jsonl)
+        "flush": dict(block_r=[None], fold_stages=[None, 6, 12]),
         "nonflush": dict(block_r=[None, 128], num_warps=[None, 2, 4], fp4_decode=["fp16", "ptx", "mma"]),
-        "verify": dict(block_r=[None], num_warps=[None, 4], fold_stages=[None, 8]),   # None: 64 rows x 2 warps
+        "verify": dict(block_r=[None], num_warps=[None, 4], fold_stages=[None, 4]),   # None: 64 rows x 2 warps
     },
 }
 
