@@ -506,6 +506,39 @@ def test_verify_and_speculative_flush_register_caps(monkeypatch):
         assert [w[1:] for w in seen] == expected, read_fmt
 
 
+def test_speculative_flush_tiles_rule(monkeypatch):
+    """The speculative flush (T > 1) above the small-batch rule runs SPEC_FLUSH_TILES tiles per program
+    in the multi-tile kernel at SPEC_FLUSH_TILED_MAX_REGISTERS when it stores no NVFP4 and
+    ``window_bound`` narrows its history tiles below the ring; without the bound, with an explicit
+    keyword, storing NVFP4, or inside the small-batch rule it stays one tile per program."""
+    from precision_lab.kernels.mamba2 import decode as md
+
+    assert (md.SPEC_FLUSH_TILES, md.SPEC_FLUSH_TILED_MAX_REGISTERS) == (8, 224)
+    seen = _grab_step_launches(monkeypatch, tiles=True)
+
+    def launch(read_fmt, large=True, **cfg):
+        monkeypatch.setattr(md, "SMALL_BATCH_HEAD_MATRICES", 0 if large else 10 ** 9)
+        s = _replay_setup("cpu", "fp32", read_fmt, W=5, T=3, exact=False, ring=32)
+        n = s["new"]
+        seen.clear()
+        mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
+                           n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"], flush=True, **cfg)
+        (launched,) = seen
+        return launched[2:]  # (maxnreg, TILES)
+
+    group_tiles = -(-P // 32) * (H // G)  # the default 32-row blocks, the heads of one group
+    tiles = max(d for d in range(1, 9) if group_tiles % d == 0)
+    assert tiles > 1
+    assert launch("fp32", window_bound=5) == (224, tiles)
+    assert launch("bf16-sr", window_bound=5) == (224, tiles)
+    assert launch("fp32") == (168, None)                                  # history tiles as wide as the ring
+    assert launch("fp32", window_bound=20) == (168, None)                 # ... a bound that does not narrow them
+    assert launch("fp32", window_bound=5, max_registers=168) == (168, None)
+    assert launch("fp32", window_bound=5, tiles_per_program=2) == (168, 2)    # a tile count alone: the cap stays
+    assert launch("nvfp4", window_bound=5) == (None, None)                # stores NVFP4: whole heads, uncapped
+    assert launch("fp32", large=False, window_bound=5) == (168, None)    # inside the small-batch rule
+
+
 def _grab_step_launches(monkeypatch, tiles: bool = False) -> list:
     """Replace the replay step and flush kernels by a recorder: each launch appends (BR, num_warps,
     maxnreg), with ``tiles`` also the flush kernel's TILES (None for the step kernel)."""

@@ -831,6 +831,16 @@ VERIFY_MAX_REGISTERS = 168
 # uncapped: fp32/NVFP4 2049-2063 at 168 against 1976-1992 (fp16-SR/NVFP4 2039-2053 against 2135-2151,
 # a gain too small to carry a rule of its own).
 SPEC_FLUSH_MAX_REGISTERS = 168
+# Above the small-batch rule, a speculative flush that stores no NVFP4 and holds its history as tiles
+# narrower than the ring (``window_bound``, which the triton-decode engine passes) runs SPEC_FLUSH_TILES
+# (row block, head) tiles per program in ``mamba2_flush_kernel`` at SPEC_FLUSH_TILED_MAX_REGISTERS.
+# H100, batch 256, T = 8 drafts, W = 16, ring 32, shared fp32 (tuning rows of reports/bench/
+# bench_kernels_round2zc_quick_h100.json): 1170.3 µs at 8 tiles and 224 registers against 1303.2 for
+# one tile at 168 with the same history tiles (4 tiles 1226.2, 2 tiles 1330.2; at 168 registers every
+# tile count ran 1350-1381). Without window_bound the tiled forms lost (8 tiles at 224: 1477.2 against
+# 1354.9). reports/diagnostics/spec-flush-tiles-rule.jsonl times the rule against one tile per format.
+SPEC_FLUSH_TILES = 8
+SPEC_FLUSH_TILED_MAX_REGISTERS = 224
 
 
 def _drafts_max_registers(T: int, flush: bool, stored: tuple[int, ...], explicit: tuple,
@@ -844,6 +854,17 @@ def _drafts_max_registers(T: int, flush: bool, stored: tuple[int, ...], explicit
     if T > 1 and flush and FMT_NVFP4 not in stored and all(v is None for v in explicit):
         return SPEC_FLUSH_MAX_REGISTERS
     return None
+
+
+def _spec_flush_tiled(T: int, flush: bool, small_flush: bool, stored: tuple[int, ...], ring: int,
+                      window_bound: int | None, explicit: tuple) -> bool:
+    """Whether a speculative flush (T > 1) runs SPEC_FLUSH_TILES tiles per program: above the small-batch
+    rule (not ``small_flush``), storing no NVFP4, with history tiles narrower than the ring
+    (``window_bound``), and none of the ``explicit`` launch keywords (block_r, num_warps, max_registers,
+    tiles_per_program) given."""
+    return (T > 1 and flush and not small_flush and FMT_NVFP4 not in stored and window_bound is not None
+            and min(max(pow2(window_bound), 16), max(ring, 16)) < max(ring, 16)
+            and all(v is None for v in explicit))
 
 
 def _replay_warps(T: int, flush: bool, fused: bool = False, bj: int = 16, read_fp32: bool = True) -> int:
@@ -998,8 +1019,12 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     loaded during the current tile's fold (``mamba2_flush_kernel``; must divide a group's row blocks ×
     heads); None = the rule (``_flush_launch``: for the autoregressive flush, FLUSH_TILES for an fp32
     update copy with an fp32, E4M3 or BF16 read copy above the small-batch rule,
-    SMALL_BATCH_FLUSH_TILES inside it from SMALL_BATCH_TILED_MIN_HEAD_MATRICES on, else 1; the
-    speculative flush takes several only when asked). Same codes, records and outputs bit for bit.
+    SMALL_BATCH_FLUSH_TILES inside it from SMALL_BATCH_TILED_MIN_HEAD_MATRICES on, else 1; for the
+    speculative flush, SPEC_FLUSH_TILES above the small-batch rule when it stores no NVFP4 and
+    ``window_bound`` narrows its history tiles, ``_spec_flush_tiled``, else 1). Same codes and records
+    bit for bit; the same outputs bit for bit too, except a speculative flush's draft outputs with a
+    16-bit update copy, which agree to fp32 rounding (the drafts' compiled tensor-core products round
+    differently in the two kernels).
     fp4_decode: how the T = 1 non-flush step multiplies an NVFP4 read copy with C: "fp16" (E2M1
     values as fp16 bit patterns converted to fp32, fp32 products), "ptx" (the inline-PTX E4M3
     conversion instead; GPU only, the interpreter runs "fp16") or "mma" (one tensor-core product
@@ -1051,6 +1076,10 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
                                                              records.ring)
     if small_tiled:
         max_registers, tiles = FLUSH_TILED_MAX_REGISTERS, SMALL_BATCH_FLUSH_TILES
+    spec_tiled = _spec_flush_tiled(T, flush, small_flush, fmts, records.ring, window_bound,
+                                   explicit_shape + (tiles_per_program,))
+    if spec_tiled:
+        max_registers, tiles = SPEC_FLUSH_TILED_MAX_REGISTERS, SPEC_FLUSH_TILES
     if tiles_per_program is not None and tiles_per_program < 1:
         raise ValueError(f"tiles_per_program must be at least 1, got {tiles_per_program}")
     if tiles > 1 and not (flush and (fold_new or T > 1)):
@@ -1070,7 +1099,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     if nonflush_cap is not None:
         max_registers = nonflush_cap
     drafts_cap = _drafts_max_registers(T, flush, fmts, explicit_shape, num_warps)
-    if drafts_cap is not None:
+    if drafts_cap is not None and not spec_tiled:
         max_registers = drafts_cap
     if T > 1 and not flush and num_warps is not None and num_warps > VERIFY_MAX_WARPS:
         raise ValueError(f"the verify block (T > 1, non-flush) runs at most {VERIFY_MAX_WARPS} warps: at 8 "
