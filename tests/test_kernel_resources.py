@@ -85,17 +85,48 @@ def test_gdn_one_launch_step_requests_every_load_in_two_round_trips():
     assert len(_rounds(step[0])) == 2, step[0]
 
 
-def test_gdn_batch1_flush_requests_the_whole_window_at_once():
-    """The autoregressive flush at batch 1 (one launch, fp32 checkpoint) stages every record of a
-    ring of 16 in shared memory before it applies the first (``_fold_stages``: a small grid's pipeline
-    depth is the ring), and requests the new token's v, g, β before the fold: the round trip after the
-    slot lookup carries the state tile, those inputs and all 15 window records' loads — k in four
-    quarters, the d and log-decay (the recompute fold also v and β) — more than 60 loads a thread,
-    and only the loop's own next-record loads come later. At three records ahead it carried 29 and
-    the token's inputs waited for the end of the fold (rounds=5/29/7/4)."""
-    lines = _gdn_batch1_launches()
-    flush = [line for line in lines
-             if line.startswith("gdn replay") and "T=1 FLUSH=True FOLD_NEW=True FUSED=True" in line and "RFMT=0 " in line]
-    assert len(flush) == 1, lines
-    rounds = _rounds(flush[0])
-    assert len(rounds) == 3 and rounds[1] > 60, flush[0]
+@functools.cache
+def _gdn_batch1_loads() -> tuple[str, ...]:
+    """``scripts/kernel_resources.py --hw --ops gdn --batch 1 --loads``: each launch's line followed by
+    one line per global load (its memory round trip, opcode and source line)."""
+    if not Path(kernel_resources._BIN, "ptxas").exists():
+        pytest.skip("Triton's ptxas is not installed")
+    root = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "scripts/kernel_resources.py", "--hw", "--ops", "gdn", "--batch", "1",
+                          "--loads"], cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return tuple(run.stdout.splitlines())
+
+
+def _source_lines(path: Path, function: str, call: str) -> set[int]:
+    """The line numbers of ``call`` inside ``function``'s body in ``path``."""
+    text = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(text) if line.startswith(f"def {function}("))
+    end = next(i for i in range(start + 1, len(text)) if text[i].startswith(("def ", "@triton.jit")))
+    return {i + 1 for i in range(start, end) if call in text[i]}
+
+
+def test_gdn_batch1_flush_requests_the_token_inputs_with_the_state():
+    """The autoregressive flush at batch 1 (one launch, fp32 checkpoint: a small grid) requests the new
+    token's v, g, β (``_token_inputs``) no later than the round trip that carries the state tile
+    (``_load4``), before the fold, instead of after the fold in a round trip of their own
+    (``_token_first``; 4 fold stages there, ``FOLD_STAGES_SMALL_GRID``)."""
+    lines = _gdn_batch1_loads()
+    at = [i for i, line in enumerate(lines) if line.startswith("gdn replay")
+          and "T=1 FLUSH=True FOLD_NEW=True FUSED=True" in line and "RFMT=0 " in line]
+    assert len(at) == 1, lines
+    loads = []
+    for line in lines[at[0] + 1:]:
+        m = re.match(r"\s+round (\d+)\s+\S+\s+(\S+):(\d+)", line)
+        if not m:
+            break
+        loads.append((int(m.group(1)), m.group(2), int(m.group(3))))
+    decode = Path(__file__).resolve().parent.parent / "kernels" / "gdn" / "decode.py"
+    token = _source_lines(decode, "_token_inputs", "tl.load(")
+    state = _source_lines(decode, "_load4", "tl.load(")
+    token_rounds = [r for r, f, n in loads if f == "decode.py" and n in token]
+    state_rounds = [r for r, f, n in loads if f == "decode.py" and n in state]
+    assert len(token) == 3 and token_rounds and state_rounds, loads
+    assert max(token_rounds) <= min(state_rounds), loads
+    assert len(_rounds(lines[at[0]])) <= 4, lines[at[0]]
