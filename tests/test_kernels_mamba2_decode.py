@@ -508,9 +508,10 @@ def test_verify_and_speculative_flush_register_caps(monkeypatch):
 
 def test_speculative_flush_tiles_rule(monkeypatch):
     """The speculative flush (T > 1) above the small-batch rule runs SPEC_FLUSH_TILES tiles per program
-    in the multi-tile kernel at SPEC_FLUSH_TILED_MAX_REGISTERS when it stores no NVFP4 and
-    ``window_bound`` narrows its history tiles below the ring; without the bound, with an explicit
-    keyword, storing NVFP4, or inside the small-batch rule it stays one tile per program."""
+    in the multi-tile kernel at SPEC_FLUSH_TILED_MAX_REGISTERS when it stores only fp32 (the form
+    timed) and ``window_bound`` narrows its history tiles below the ring; without the bound, with an
+    explicit keyword, storing another format, or inside the small-batch rule it stays one tile per
+    program."""
     from precision_lab.kernels.mamba2 import decode as md
 
     assert (md.SPEC_FLUSH_TILES, md.SPEC_FLUSH_TILED_MAX_REGISTERS) == (8, 224)
@@ -530,7 +531,7 @@ def test_speculative_flush_tiles_rule(monkeypatch):
     tiles = max(d for d in range(1, 9) if group_tiles % d == 0)
     assert tiles > 1
     assert launch("fp32", window_bound=5) == (224, tiles)
-    assert launch("bf16-sr", window_bound=5) == (224, tiles)
+    assert launch("bf16-sr", window_bound=5) == (168, None)               # a 16-bit read copy: not timed tiled
     assert launch("fp32") == (168, None)                                  # history tiles as wide as the ring
     assert launch("fp32", window_bound=20) == (168, None)                 # ... a bound that does not narrow them
     assert launch("fp32", window_bound=5, max_registers=168) == (168, None)

@@ -831,14 +831,15 @@ VERIFY_MAX_REGISTERS = 168
 # uncapped: fp32/NVFP4 2049-2063 at 168 against 1976-1992 (fp16-SR/NVFP4 2039-2053 against 2135-2151,
 # a gain too small to carry a rule of its own).
 SPEC_FLUSH_MAX_REGISTERS = 168
-# Above the small-batch rule, a speculative flush that stores no NVFP4 and holds its history as tiles
+# Above the small-batch rule, a speculative flush that stores only fp32 and holds its history as tiles
 # narrower than the ring (``window_bound``, which the triton-decode engine passes) runs SPEC_FLUSH_TILES
 # (row block, head) tiles per program in ``mamba2_flush_kernel`` at SPEC_FLUSH_TILED_MAX_REGISTERS.
 # H100, batch 256, T = 8 drafts, W = 16, ring 32, shared fp32 (tuning rows of reports/bench/
 # bench_kernels_round2zc_quick_h100.json): 1170.3 µs at 8 tiles and 224 registers against 1303.2 for
 # one tile at 168 with the same history tiles (4 tiles 1226.2, 2 tiles 1330.2; at 168 registers every
 # tile count ran 1350-1381). Without window_bound the tiled forms lost (8 tiles at 224: 1477.2 against
-# 1354.9). reports/diagnostics/spec-flush-tiles-rule.jsonl times the rule against one tile per format.
+# 1354.9). Only shared fp32 was timed: split fp32/fp32 takes the rule untimed (the same kernel plus one
+# more fp32 store), and flushes storing a 16-bit, FP8 or NVFP4 copy keep one tile until they are timed.
 SPEC_FLUSH_TILES = 8
 SPEC_FLUSH_TILED_MAX_REGISTERS = 224
 
@@ -859,10 +860,10 @@ def _drafts_max_registers(T: int, flush: bool, stored: tuple[int, ...], explicit
 def _spec_flush_tiled(T: int, flush: bool, small_flush: bool, stored: tuple[int, ...], ring: int,
                       window_bound: int | None, explicit: tuple) -> bool:
     """Whether a speculative flush (T > 1) runs SPEC_FLUSH_TILES tiles per program: above the small-batch
-    rule (not ``small_flush``), storing no NVFP4, with history tiles narrower than the ring
+    rule (not ``small_flush``), storing only fp32, with history tiles narrower than the ring
     (``window_bound``), and none of the ``explicit`` launch keywords (block_r, num_warps, max_registers,
     tiles_per_program) given."""
-    return (T > 1 and flush and not small_flush and FMT_NVFP4 not in stored and window_bound is not None
+    return (T > 1 and flush and not small_flush and all(f == FMT_FP32 for f in stored) and window_bound is not None
             and min(max(pow2(window_bound), 16), max(ring, 16)) < max(ring, 16)
             and all(v is None for v in explicit))
 
@@ -1020,7 +1021,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     heads); None = the rule (``_flush_launch``: for the autoregressive flush, FLUSH_TILES for an fp32
     update copy with an fp32, E4M3 or BF16 read copy above the small-batch rule,
     SMALL_BATCH_FLUSH_TILES inside it from SMALL_BATCH_TILED_MIN_HEAD_MATRICES on, else 1; for the
-    speculative flush, SPEC_FLUSH_TILES above the small-batch rule when it stores no NVFP4 and
+    speculative flush, SPEC_FLUSH_TILES above the small-batch rule when it stores only fp32 and
     ``window_bound`` narrows its history tiles, ``_spec_flush_tiled``, else 1). Same codes and records
     bit for bit; the same outputs bit for bit too, except a speculative flush's draft outputs with a
     16-bit update copy, which agree to fp32 rounding (the drafts' compiled tensor-core products round
