@@ -857,14 +857,13 @@ def _drafts_max_registers(T: int, flush: bool, stored: tuple[int, ...], explicit
     return None
 
 
-def _spec_flush_tiled(T: int, flush: bool, small_flush: bool, stored: tuple[int, ...], ring: int,
-                      window_bound: int | None, explicit: tuple) -> bool:
+def _spec_flush_tiled(T: int, flush: bool, small_flush: bool, stored: tuple[int, ...], narrowed: bool,
+                      explicit: tuple) -> bool:
     """Whether a speculative flush (T > 1) runs SPEC_FLUSH_TILES tiles per program: above the small-batch
     rule (not ``small_flush``), storing only fp32, with history tiles narrower than the ring
-    (``window_bound``), and none of the ``explicit`` launch keywords (block_r, num_warps, max_registers,
-    tiles_per_program) given."""
-    return (T > 1 and flush and not small_flush and all(f == FMT_FP32 for f in stored) and window_bound is not None
-            and min(max(pow2(window_bound), 16), max(ring, 16)) < max(ring, 16)
+    (``narrowed``: ``window_bound`` made them so), and none of the ``explicit`` launch keywords
+    (block_r, num_warps, max_registers, tiles_per_program) given."""
+    return (T > 1 and flush and not small_flush and all(f == FMT_FP32 for f in stored) and narrowed
             and all(v is None for v in explicit))
 
 
@@ -1077,8 +1076,9 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
                                                              records.ring)
     if small_tiled:
         max_registers, tiles = FLUSH_TILED_MAX_REGISTERS, SMALL_BATCH_FLUSH_TILES
-    spec_tiled = _spec_flush_tiled(T, flush, small_flush, fmts, records.ring, window_bound,
-                                   explicit_shape + (tiles_per_program,))
+    bj = max(records.ring, 16)
+    bw = min(max(pow2(window_bound), 16), bj) if T > 1 and window_bound is not None else bj
+    spec_tiled = _spec_flush_tiled(T, flush, small_flush, fmts, bw < bj, explicit_shape + (tiles_per_program,))
     if spec_tiled:
         max_registers, tiles = SPEC_FLUSH_TILED_MAX_REGISTERS, SPEC_FLUSH_TILES
     if tiles_per_program is not None and tiles_per_program < 1:
@@ -1093,8 +1093,6 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     if T > 1:
         br = max(br, 16)  # the verify block's matrix products need 16 rows
     bc = max(pow2(N), 16)
-    bj = max(records.ring, 16)
-    bw = min(max(pow2(window_bound), 16), bj) if T > 1 and window_bound is not None else bj
     fused = fused_scores_launch(Bsz, G, T, flush, fold_new, fused_scores)
     nonflush_cap = _nonflush_max_registers(T, flush, fused, read.code, explicit_shape, fp4_decode)
     if nonflush_cap is not None:
