@@ -508,18 +508,18 @@ def test_verify_and_speculative_flush_register_caps(monkeypatch):
 
 def test_speculative_flush_tiles_rule(monkeypatch):
     """The speculative flush (T > 1) above the small-batch rule runs SPEC_FLUSH_TILES tiles per program
-    in the multi-tile kernel at SPEC_FLUSH_TILED_MAX_REGISTERS when it stores only fp32 (the form
-    timed) and ``window_bound`` narrows its history tiles below the ring; without the bound, with an
-    explicit keyword, storing another format, or inside the small-batch rule it stays one tile per
-    program."""
+    in the multi-tile kernel at SPEC_FLUSH_TILED_MAX_REGISTERS for an fp32 update copy with an fp32,
+    E4M3 or BF16 read copy (shared fp32 too: the formats timed faster tiled) when ``window_bound``
+    narrows its history tiles below the ring; without the bound, with an explicit keyword, with a 16-bit
+    update copy, storing NVFP4, or inside the small-batch rule it stays one tile per program."""
     from precision_lab.kernels.mamba2 import decode as md
 
     assert (md.SPEC_FLUSH_TILES, md.SPEC_FLUSH_TILED_MAX_REGISTERS) == (8, 224)
     seen = _grab_step_launches(monkeypatch, tiles=True)
 
-    def launch(read_fmt, large=True, **cfg):
+    def launch(read_fmt, large=True, upd_fmt="fp32", **cfg):
         monkeypatch.setattr(md, "SMALL_BATCH_HEAD_MATRICES", 0 if large else 10 ** 9)
-        s = _replay_setup("cpu", "fp32", read_fmt, W=5, T=3, exact=False, ring=32)
+        s = _replay_setup("cpu", upd_fmt, read_fmt, W=5, T=3, exact=False, ring=32)
         n = s["new"]
         seen.clear()
         mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"], n["A"],
@@ -530,8 +530,9 @@ def test_speculative_flush_tiles_rule(monkeypatch):
     group_tiles = -(-P // 32) * (H // G)  # the default 32-row blocks, the heads of one group
     tiles = max(d for d in range(1, 9) if group_tiles % d == 0)
     assert tiles > 1
-    assert launch("fp32", window_bound=5) == (224, tiles)
-    assert launch("bf16-sr", window_bound=5) == (168, None)               # a 16-bit read copy: not timed tiled
+    for read_fmt in ("fp32", "bf16", "fp8e4m3"):
+        assert launch(read_fmt, window_bound=5) == (224, tiles), read_fmt
+    assert launch("bf16", upd_fmt="fp16-sr", window_bound=5) == (168, None)  # a 16-bit update copy
     assert launch("fp32") == (168, None)                                  # history tiles as wide as the ring
     assert launch("fp32", window_bound=20) == (168, None)                 # ... a bound that does not narrow them
     assert launch("fp32", window_bound=5, max_registers=168) == (168, None)
@@ -780,7 +781,8 @@ def test_flush_register_cap_changes_no_bit(upd_fmt, read_fmt, block_r, num_warps
 
 
 @pytest.mark.parametrize("upd_fmt,read_fmt,T", [("fp32", "fp32", 1), ("fp32", "fp8e4m3", 1), ("fp16-sr", "bf16-sr", 1),
-                                                 ("fp32", "fp32", 3), ("fp16-sr", "bf16-sr", 3), ("fp32", "nvfp4", 2)])
+                                                 ("fp32", "fp32", 3), ("fp32", "bf16", 3), ("fp32", "fp8e4m3", 3),
+                                                 ("fp16-sr", "bf16-sr", 3), ("fp32", "nvfp4", 2)])
 def test_flush_tiles_change_no_bit(upd_fmt, read_fmt, T, device):
     """Random inputs (decays != 1): the multi-tile flush kernel (2 and 6 tiles per program, 4-row
     blocks; the speculative flush and a flush that stores NVFP4 have whole heads as tiles, 2 per

@@ -831,15 +831,19 @@ VERIFY_MAX_REGISTERS = 168
 # uncapped: fp32/NVFP4 2049-2063 at 168 against 1976-1992 (fp16-SR/NVFP4 2039-2053 against 2135-2151,
 # a gain too small to carry a rule of its own).
 SPEC_FLUSH_MAX_REGISTERS = 168
-# Above the small-batch rule, a speculative flush that stores only fp32 and holds its history as tiles
-# narrower than the ring (``window_bound``, which the triton-decode engine passes) runs SPEC_FLUSH_TILES
-# (row block, head) tiles per program in ``mamba2_flush_kernel`` at SPEC_FLUSH_TILED_MAX_REGISTERS.
-# H100, batch 256, T = 8 drafts, W = 16, ring 32, shared fp32 (tuning rows of reports/bench/
-# bench_kernels_round2zc_quick_h100.json): 1170.3 µs at 8 tiles and 224 registers against 1303.2 for
-# one tile at 168 with the same history tiles (4 tiles 1226.2, 2 tiles 1330.2; at 168 registers every
-# tile count ran 1350-1381). Without window_bound the tiled forms lost (8 tiles at 224: 1477.2 against
-# 1354.9). Only shared fp32 was timed: split fp32/fp32 takes the rule untimed (the same kernel plus one
-# more fp32 store), and flushes storing a 16-bit, FP8 or NVFP4 copy keep one tile until they are timed.
+# Above the small-batch rule, a speculative flush of FLUSH_TILED_FORMATS (an fp32 update copy with an
+# fp32, E4M3 or BF16 read copy; shared fp32 too) that holds its history as tiles narrower than the ring
+# (``window_bound``, which the triton-decode engine passes) runs SPEC_FLUSH_TILES (row block, head)
+# tiles per program in ``mamba2_flush_kernel`` at SPEC_FLUSH_TILED_MAX_REGISTERS. H100, batch 256, T = 8
+# drafts, W = 16, ring 32, shared fp32 (tuning rows of reports/bench/bench_kernels_round2zc_quick_h100.json):
+# 1170.3 µs at 8 tiles and 224 registers against 1303.2 for one tile at 168 with the same history tiles
+# (4 tiles 1226.2, 2 tiles 1330.2; at 168 registers every tile count ran 1350-1381). Without
+# window_bound the tiled forms lost (8 tiles at 224: 1477.2 against 1354.9). Per format, same machine,
+# each row twice in one run (reports/diagnostics/spec-flush-tiles-rule.jsonl), 8 tiles at 224 against
+# one tile at 168: shared fp32 1162-1163 against 1301-1304 µs; split fp32/fp32 1400-1402 against 1581;
+# fp32/BF16 1332-1337 against 1455; fp32/E4M3 1341-1343 against 1413-1415; at batch 32 shared fp32
+# 162.9 against 176-177. A 16-bit update copy gains nothing (fp16-SR/BF16 1620 against 1625-1628) and
+# one that stores NVFP4 loses (fp16-SR/NVFP4 2344-2360 against 1827-1830): both keep one tile.
 SPEC_FLUSH_TILES = 8
 SPEC_FLUSH_TILED_MAX_REGISTERS = 224
 
@@ -860,10 +864,10 @@ def _drafts_max_registers(T: int, flush: bool, stored: tuple[int, ...], explicit
 def _spec_flush_tiled(T: int, flush: bool, small_flush: bool, stored: tuple[int, ...], narrowed: bool,
                       explicit: tuple) -> bool:
     """Whether a speculative flush (T > 1) runs SPEC_FLUSH_TILES tiles per program: above the small-batch
-    rule (not ``small_flush``), storing only fp32, with history tiles narrower than the ring
-    (``narrowed``: ``window_bound`` made them so), and none of the ``explicit`` launch keywords
-    (block_r, num_warps, max_registers, tiles_per_program) given."""
-    return (T > 1 and flush and not small_flush and all(f == FMT_FP32 for f in stored) and narrowed
+    rule (not ``small_flush``), its (update, read) formats ``stored`` in FLUSH_TILED_FORMATS, with
+    history tiles narrower than the ring (``narrowed``: ``window_bound`` made them so), and none of the
+    ``explicit`` launch keywords (block_r, num_warps, max_registers, tiles_per_program) given."""
+    return (T > 1 and flush and not small_flush and tuple(stored) in FLUSH_TILED_FORMATS and narrowed
             and all(v is None for v in explicit))
 
 
@@ -1020,7 +1024,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     heads); None = the rule (``_flush_launch``: for the autoregressive flush, FLUSH_TILES for an fp32
     update copy with an fp32, E4M3 or BF16 read copy above the small-batch rule,
     SMALL_BATCH_FLUSH_TILES inside it from SMALL_BATCH_TILED_MIN_HEAD_MATRICES on, else 1; for the
-    speculative flush, SPEC_FLUSH_TILES above the small-batch rule when it stores only fp32 and
+    speculative flush, SPEC_FLUSH_TILES above the small-batch rule for FLUSH_TILED_FORMATS when
     ``window_bound`` narrows its history tiles, ``_spec_flush_tiled``, else 1). Same codes and records
     bit for bit; the same outputs bit for bit too, except a speculative flush's draft outputs with a
     16-bit update copy, which agree to fp32 rounding (the drafts' compiled tensor-core products round
