@@ -322,9 +322,10 @@ def test_speculative_flush_is_tuned_over_tiles_on_top_of_the_fp32_flush_winner(t
     res = dk.run(output=tmp_path / "k.json", quick=True, ops=("mamba2", "gdn"))
     spec_tune = [r for r in res.rows if r.tag == "tune" and r.kernel == "flush" and r.T == 8]
     assert {r.op for r in spec_tune} == {"mamba2"}
-    assert sorted(str(r.cfg.get("tiles_per_program")) for r in spec_tune) == sorted(["2", "4", "8", "None"] * 4)
-    assert sorted(str(r.cfg.get("max_registers")) for r in spec_tune) == ["0"] * 8 + ["224"] * 8  # None: the base's 0
-    assert sorted(str(r.cfg.get("window_bound")) for r in spec_tune) == ["16"] * 8 + ["None"] * 8
+    assert sorted(str(r.cfg.get("tiles_per_program")) for r in spec_tune) == sorted(["4", "8", "16", "None"] * 6)
+    # None: the base's 0
+    assert sorted(str(r.cfg.get("max_registers")) for r in spec_tune) == ["0"] * 8 + ["224"] * 8 + ["255"] * 8
+    assert sorted(str(r.cfg.get("window_bound")) for r in spec_tune) == ["16"] * 12 + ["None"] * 12
     assert all(r.W == 16 and r.ring == 32 for r in spec_tune)
     row = {(r.op, r.T): {k: v for k, v in r.cfg.items() if v is not None}  # (None: the wrapper's rule)
            for r in res.rows if r.tag in ("T1", "T8") and r.kernel == "flush"}
@@ -364,7 +365,7 @@ def test_a_multi_tile_speculative_flush_row_stands_on_its_own_check():
     assert draft.ratio_to_one_conventional_step == pytest.approx((600 + 800) / 2 / 500)
     W = bench_kernels.WINDOW
     assert bench_kernels.spec_flush_check_forms("mamba2") == [{"window_bound": W}] + [
-        {"tiles_per_program": t, **w} for t in (2, 4, 8) for w in ({}, {"window_bound": W})]
+        {"tiles_per_program": t, **w} for t in (4, 8, 16) for w in ({}, {"window_bound": W})]
     assert bench_kernels.verify_check_forms("mamba2") == [{"window_bound": W}]
     assert bench_kernels.spec_flush_check_forms("gdn") == [] and bench_kernels.verify_check_forms("gdn") == []
     assert bench_kernels.verify_check("mamba2", {"window_bound": 8, "num_warps": 4}) == "mamba2:verify-T4-window"
@@ -394,16 +395,16 @@ def test_large_batch_launch_rules_switch_the_small_batch_rule_off_and_back():
 
 
 def test_draft_checks_run_every_form_the_timed_run_tunes(monkeypatch):
-    """``check_drafts`` (on the CPU, Mamba-2 at a small shape with the real one's structure: 8 heads per
-    group, so 2, 4 and 8 tiles per program divide a group) runs verify and the speculative flush in
+    """``check_drafts`` (on the CPU, Mamba-2 at a small shape with the real one's structure: 16 heads per
+    group, so 4, 8 and 16 tiles per program divide a group) runs verify and the speculative flush in
     every launch form TUNE_SPACE tunes them over, the windowed ones over a ring of 32, and each one
     agrees with the step reference."""
     from precision_lab.bench import problems
 
-    for k, v in dict(H=16, P=32, N=32, G=2).items():
+    for k, v in dict(H=32, P=32, N=32, G=2).items():
         monkeypatch.setitem(problems.MAMBA2, k, v)
     out = bench_kernels.check_drafts("cpu", ops=("mamba2",))
-    tiles = [f"-tiles{t}{w}" for t in (2, 4, 8) for w in ("", "-window")]
+    tiles = [f"-tiles{t}{w}" for t in (4, 8, 16) for w in ("", "-window")]
     assert set(out) == {"mamba2:verify-T4", "mamba2:verify-T4-window", "mamba2:verify-T4-flush",
                         "mamba2:verify-T4-flush-window"} | {f"mamba2:verify-T4-flush{t}" for t in tiles}
     assert all(c["ok"] and c["rel_err"]["y"] < 5e-3 for c in out.values()), out

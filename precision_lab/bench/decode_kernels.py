@@ -101,8 +101,12 @@ TUNE_SPACE = {
         # the rule's cap (168) and at 224 (sm_90 compiles of 8 tiles: 392 bytes of spill stack per thread
         # at 168, 40 at 224; one tile at 224 measured 1507-1516 µs against 1294-1299 at 168), each with the
         # ring's history tiles and with the window's (W = 16: one tile at 168 registers spills nothing
-        # instead of 104 bytes per thread, 1912 SASS instructions against 2312)
-        "spec_flush": dict(tiles_per_program=[None, 2, 4, 8], max_registers=[None, 224], window_bound=[None, WINDOW]),
+        # instead of 104 bytes per thread, 1912 SASS instructions against 2312); 16 tiles and 255 registers
+        # since an H100 ran shared fp32 with the window's tiles at 16 tiles and 255 in 1121-1127 µs
+        # against 1150-1169 for the rule's 8 at 224 (reports/diagnostics/spec-flush-tiles-caps.jsonl);
+        # 2 tiles never came close and is no longer tried
+        "spec_flush": dict(tiles_per_program=[None, 4, 8, 16], max_registers=[None, 224, 255],
+                           window_bound=[None, WINDOW]),
     },
     "gdn": {
         "conventional": dict(block_r=[4, 8, 16], num_warps=[1, 2, 4]),
