@@ -514,7 +514,7 @@ def test_speculative_flush_tiles_rule(monkeypatch):
     update copy, storing NVFP4, or inside the small-batch rule it stays one tile per program."""
     from precision_lab.kernels.mamba2 import decode as md
 
-    assert (md.SPEC_FLUSH_TILES, md.SPEC_FLUSH_TILED_MAX_REGISTERS) == (8, 224)
+    assert (md.SPEC_FLUSH_TILES, md.SPEC_FLUSH_TILED_MAX_REGISTERS) == (16, 255)
     seen = _grab_step_launches(monkeypatch, tiles=True)
 
     def launch(read_fmt, large=True, upd_fmt="fp32", **cfg):
@@ -528,10 +528,10 @@ def test_speculative_flush_tiles_rule(monkeypatch):
         return launched[2:]  # (maxnreg, TILES)
 
     group_tiles = -(-P // 32) * (H // G)  # the default 32-row blocks, the heads of one group
-    tiles = max(d for d in range(1, 9) if group_tiles % d == 0)
+    tiles = max(d for d in range(1, 17) if group_tiles % d == 0)
     assert tiles > 1
     for read_fmt in ("fp32", "bf16", "fp8e4m3"):
-        assert launch(read_fmt, window_bound=5) == (224, tiles), read_fmt
+        assert launch(read_fmt, window_bound=5) == (255, tiles), read_fmt
     assert launch("bf16", upd_fmt="fp16-sr", window_bound=5) == (168, None)  # a 16-bit update copy
     assert launch("fp32") == (168, None)                                  # history tiles as wide as the ring
     assert launch("fp32", window_bound=20) == (168, None)                 # ... a bound that does not narrow them

@@ -843,9 +843,14 @@ SPEC_FLUSH_MAX_REGISTERS = 168
 # one tile at 168: shared fp32 1162-1163 against 1301-1304 µs; split fp32/fp32 1400-1402 against 1581;
 # fp32/BF16 1332-1337 against 1455; fp32/E4M3 1341-1343 against 1413-1415; at batch 32 shared fp32
 # 162.9 against 176-177. A 16-bit update copy gains nothing (fp16-SR/BF16 1620 against 1625-1628) and
-# one that stores NVFP4 loses (fp16-SR/NVFP4 2344-2360 against 1827-1830): both keep one tile.
-SPEC_FLUSH_TILES = 8
-SPEC_FLUSH_TILED_MAX_REGISTERS = 224
+# one that stores NVFP4 loses (fp16-SR/NVFP4 2344-2360 against 1827-1830): both keep one tile. Then 16
+# tiles at 255 registers against those 8 at 224, same machine, each twice in one run
+# (reports/diagnostics/spec-flush-tiles-16.jsonl): shared fp32 1110-1126 µs against 1160-1167, split
+# fp32/fp32 1367-1375 against 1386-1392, fp32/BF16 1284-1293 against 1321-1332, fp32/E4M3 1300-1308
+# against 1334-1339, shared fp32 at batch 32 153.8-154.5 against 161.4-161.9 (32 tiles: no better,
+# 1114-1117 / 1389 / 1307-1309 / 1320-1323 / 153.8-154.4; 8 tiles at 255: between the two).
+SPEC_FLUSH_TILES = 16
+SPEC_FLUSH_TILED_MAX_REGISTERS = 255
 
 
 def _drafts_max_registers(T: int, flush: bool, stored: tuple[int, ...], explicit: tuple,

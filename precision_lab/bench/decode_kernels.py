@@ -103,8 +103,8 @@ TUNE_SPACE = {
         # ring's history tiles and with the window's (W = 16: one tile at 168 registers spills nothing
         # instead of 104 bytes per thread, 1912 SASS instructions against 2312); 16 tiles and 255 registers
         # since an H100 ran shared fp32 with the window's tiles at 16 tiles and 255 in 1121-1127 µs
-        # against 1150-1169 for the rule's 8 at 224 (reports/diagnostics/spec-flush-tiles-caps.jsonl);
-        # 2 tiles never came close and is no longer tried
+        # against 1150-1169 for 8 at 224 (reports/diagnostics/spec-flush-tiles-caps.jsonl), now the
+        # wrappers' rule with the window's tiles; 2 tiles never came close and is no longer tried
         "spec_flush": dict(tiles_per_program=[None, 4, 8, 16], max_registers=[None, 224, 255],
                            window_bound=[None, WINDOW]),
     },
