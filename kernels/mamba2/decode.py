@@ -848,7 +848,8 @@ SPEC_FLUSH_MAX_REGISTERS = 168
 # (reports/diagnostics/spec-flush-tiles-16.jsonl): shared fp32 1110-1126 µs against 1160-1167, split
 # fp32/fp32 1367-1375 against 1386-1392, fp32/BF16 1284-1293 against 1321-1332, fp32/E4M3 1300-1308
 # against 1334-1339, shared fp32 at batch 32 153.8-154.5 against 161.3-161.9 (32 tiles: no better,
-# 1114-1117 / 1389 / 1307-1309 / 1320-1323 / 153.8-154.4; 8 tiles at 255: between the two).
+# 1114-1117 / 1389 / 1307-1309 / 1320-1323 / 153.8-154.4; 8 tiles at 255: between the two). 255 is
+# the most registers a thread can hold on sm_90: in effect no cap.
 SPEC_FLUSH_TILES = 16
 SPEC_FLUSH_TILED_MAX_REGISTERS = 255
 
