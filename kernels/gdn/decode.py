@@ -437,12 +437,9 @@ def gdn_replay_step_kernel(
     # normalises the new q, k from the inputs (q_ptr, k_ptr) and computes the scores it needs itself,
     # and one program per (key head, batch entry) writes the new k record (the output-only block)
     tl.static_assert((not FUSED) or (T == 1 and (FOLD_NEW or not FLUSH)))
-    # FP32_LOADS_FIRST (the one-launch output-only step from an fp32 read copy, small batches): every
-    # global load goes out before the first wait (see below); the new token's q and k need only the
-    # program's ids, so they are requested even before the slot lookup
+    # FP32_LOADS_FIRST (the one-launch output-only step from an fp32 read copy, small batches): the
+    # state tile and the window's records requested first (see below)
     FP32_LOADS_FIRST: tl.constexpr = FUSED and (not FLUSH) and T == 1 and RFMT == C_FP32
-    if FP32_LOADS_FIRST:
-        q_in, k_in = _raw_qk(q_ptr, k_ptr, tl.program_id(2).to(tl.int64) * Hk + tl.program_id(1) // (Hv // Hk), C, BC)
     i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
     i_kh = i_h // (Hv // Hk)
     bk = i_b.to(tl.int64) * Hk + i_kh  # this token's q, k row (batch entry, key head)
@@ -487,20 +484,22 @@ def gdn_replay_step_kernel(
     # so that they are in flight during that work and the scores. H200, batch 1, both in one run
     # (reports/diagnostics/nonflush-order.jsonl, run 10): W = 15 4.85-4.93 µs against 5.07-5.12, W = 7
     # 4.77-4.84 against 4.85-4.86, W = 0 the same (4.54-4.62 against 4.53); batch 4 6.81-6.90 against 6.90-6.93.
-    # That order in the source left three loads late in the sm_90 compile (ptxas keeps a load behind
-    # a wait, docs/pitfalls.md §17): q and k after the d-record tile's layout change, the k window
-    # after q's normalisation, v, g, β after the scores; five memory round trips at batch 1
-    # (scripts/kernel_resources.py --hw --ops gdn --batch 1: rounds=3/10/2/8/4). Now q, k go out
-    # with the slot lookup and the k window and the token's v, g, β before the d-record tile: two
-    # round trips (rounds=5/22, the conventional step's count), 1048 SASS instructions against 1112.
-    # Not timed yet.
+    # This order leaves three loads late in the sm_90 compile (q and k after the d-record tile's
+    # layout change, the k window after q's normalisation, v, g, β after the scores: five memory
+    # round trips at batch 1, scripts/kernel_resources.py --hw --ops gdn --batch 1, rounds=3/10/2/8/4),
+    # and it is still the faster one. Requesting q, k with the slot lookup and the k window and v, g, β
+    # before the d-record tile compiles to two round trips (rounds=5/22) and 1048 SASS instructions
+    # against 1112, and ran slower at every point timed (H100, batch 1, each row three times in one
+    # run, reports/diagnostics/gdn-batch1-forms.jsonl): W = 0 / 7 / 15 4.88-5.23 / 5.32-5.35 /
+    # 5.45-5.48 µs against 4.55-4.61 / 4.63-4.68 / 4.75-4.79 in this order; batch 4, W = 7, 7.88-7.94
+    # against 7.72-7.78. A fold of the window onto the state tile (the verify step's history fold)
+    # followed by one step, with no score or d-record tile, ran 6.02-6.04 µs at W = 7 (4.38-4.41 at
+    # W = 0): the fold waits on each record's loads in turn.
     if FP32_LOADS_FIRST:
-        t_k = _k_window(rk, start, tl.arange(0, BJ), tl.arange(0, BJ) < n_w, cols, m_c, Hk, C, RING)
-        b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, i_b.to(tl.int64) * Hv + i_h, rows, m_r, R)
         s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV, HW)
         jj, m_win, h_a, h_d = _window_records(ra, rd, start, n_w, m_r, Hv, R, RING, BJ)
-        n_q, n_k, f_q, f_k = _norm_qk(q_in, k_in, scale, NORM)
-    elif FUSED or RAW_QK:  # the new token's q̃, k as the scores kernel computes them (same helper)
+        t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
+    if FUSED or RAW_QK:  # the new token's q̃, k as the scores kernel computes them (same helper)
         n_q, n_k, f_q, f_k = _new_qk(q_ptr, k_ptr, bk, C, scale, NORM, BC)
 
     if FLUSH:
@@ -573,8 +572,7 @@ def gdn_replay_step_kernel(
         if EARLY_SCORES:
             sc_q = tl.load(kq_ptr + bk * BJ + jj)
             sc_k = tl.load(kk_ptr + bk * BJ + jj)
-        if not FP32_LOADS_FIRST:
-            b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
+        b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
         tot = tl.sum(h_a, 0)
         decay = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
         e_tot = tl.exp(tot)
