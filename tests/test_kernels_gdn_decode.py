@@ -603,6 +603,9 @@ def test_replay_wrapper_passes_its_rules_to_the_launch():
         assert launch("fp32", "fp32", b=1)["num_warps"] == gd.SMALL_GRID_WARPS         # batch 1: the small grid's
         assert launch("fp32", None, b=1, flush=True, fold_new=True)["num_warps"] == gd.SMALL_GRID_WARPS
         assert launch("fp32", "fp32", b=1, num_warps=4)["num_warps"] == 4              # explicit warps win
+        assert launch("fp32", None, b=1)["FUSED"] and launch("fp32", "nvfp4", b=2)["FUSED"]  # the formats' rule
+        assert not launch("fp32", "nvfp4", b=1)["FUSED"]                               # (ONE_LAUNCH_BATCHES)
+        assert not launch("fp16-sr", "nvfp4", b=1, flush=True, fold_new=True)["FUSED"]
         flush = dict(flush=True, fold_new=True)
         assert launch("fp32", "nvfp4", **flush)["RESOLVE"]                             # split: the policy's fold
         assert not launch("fp32", "nvfp4", **flush, recompute=False)["RESOLVE"]
@@ -626,6 +629,49 @@ def test_replay_wrapper_passes_its_rules_to_the_launch():
             launch("fp32", None, b=1, **flush, fold_stages=0)
     finally:
         gd.gdn_replay_step_kernel, gd.gdn_replay_scores_kernel = keep
+
+
+def test_one_launch_rule_by_formats():
+    """The launch form of a one-token step (``fused_scores_launch``): the batches of
+    ``ONE_LAUNCH_BATCHES`` where the step and its formats have an entry (set from both forms timed in
+    one run: reports/diagnostics/one-launch-read-formats.jsonl, one-launch-flush.jsonl), the
+    score-row rule elsewhere, two launches for verify steps, and an override or FORCED_LAUNCH_FORM
+    above both."""
+    from precision_lab.kernels.common import launch
+
+    def one(op, B, flush=False, update="fp32", read=None, T=1, override=None):
+        return launch.fused_scores_launch(op, B, 8 if op == "mamba2" else 16, T, flush, flush, override, update, read)
+
+    # output-only steps: Mamba-2 one launch up to batch 4 whatever it reads (the score-row rule said 16)
+    for read in (None, "bf16", "fp8e4m3", "nvfp4"):
+        assert [one("mamba2", b, read=read) for b in (1, 4, 8, 16)] == [True, True, False, False], read
+    # GDN: fp32 up to 4; NVFP4 at 2-4 only (batch 1: the overlapped two-launch form); FP8 and BF16 up to 8
+    assert [one("gdn", b) for b in (1, 4, 8)] == [True, True, False]
+    assert [one("gdn", b, read="nvfp4") for b in (1, 2, 4, 8)] == [False, True, True, False]
+    for read in ("fp8e4m3", "bf16"):
+        assert [one("gdn", b, read=read) for b in (1, 8, 16)] == [True, True, False], read
+    # GDN's autoregressive flush: shared fp32 up to 32, fp32/NVFP4 up to 4, fp16-SR/NVFP4 never
+    assert [one("gdn", b, flush=True) for b in (1, 16, 32, 64)] == [True, True, True, False]
+    assert [one("gdn", b, flush=True, read="nvfp4") for b in (4, 8)] == [True, False]
+    assert not any(one("gdn", b, flush=True, update="fp16-sr", read="nvfp4") for b in (1, 2, 4, 8, 16))
+    # no entry: the score-row rule (Mamba-2's flushes, whose forms tie; formats never timed in both forms)
+    rows = launch.FUSED_SCORES_MAX_SCORE_ROWS
+    assert one("mamba2", rows // 8, flush=True) and not one("mamba2", rows // 8 + 1, flush=True)
+    assert one("gdn", rows // 16, flush=True, update="bf16-sr", read="fp32")
+    assert not one("gdn", rows // 16 + 1, flush=True, update="bf16-sr", read="fp32")
+    # verify steps always two launches; an override or the forced form wins over the rules
+    assert not one("gdn", 1, T=4) and not one("mamba2", 1, T=4)
+    assert one("gdn", 64, override=True) and not one("gdn", 1, override=False)
+    keep = launch.FORCED_LAUNCH_FORM
+    try:
+        launch.FORCED_LAUNCH_FORM = True
+        assert one("gdn", 64, read="nvfp4") and not one("gdn", 1, T=4)
+        launch.FORCED_LAUNCH_FORM = False
+        assert not one("gdn", 1) and one("gdn", 64, override=True)
+    finally:
+        launch.FORCED_LAUNCH_FORM = keep
+    with pytest.raises(ValueError, match="one-token"):
+        one("gdn", 1, T=4, override=True)
 
 
 def test_shape_arguments_are_compile_time_constants():

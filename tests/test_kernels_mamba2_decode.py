@@ -687,6 +687,30 @@ def test_fma_fold_flag_reaches_both_kernels(monkeypatch):
         assert flush_launches == [("tiles" if tiles and tiles > 1 else "replay", expect)], (upd_fmt, read_fmt, seen)
 
 
+def test_wrapper_passes_its_formats_to_the_launch_form_rule(monkeypatch):
+    """``mamba2_replay_step`` asks ``fused_scores_launch`` with its own operator and stored formats: an
+    entry of ONE_LAUNCH_BATCHES for one read format changes that format's launch form only."""
+    from precision_lab.kernels.common import launch
+    from precision_lab.kernels.mamba2 import decode as md
+
+    seen = []
+
+    class Grab:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append(kw["FUSED"]) if "FUSED" in kw else None
+
+    monkeypatch.setattr(md, "mamba2_replay_step_kernel", Grab())
+    monkeypatch.setattr(md, "mamba2_replay_scores_kernel", Grab())
+    monkeypatch.setitem(launch.ONE_LAUNCH_BATCHES, ("mamba2", "nonflush", "nvfp4"), range(0))
+    for read_fmt, fused in (("fp32", True), ("nvfp4", False), (None, True)):
+        s = _replay_setup("cpu", "fp32", read_fmt or "fp32", W=5, T=1, exact=False)
+        n = s["new"]
+        seen.clear()
+        mamba2_replay_step(s["upd"], s["rd"] if read_fmt else None, s["rec"], s["slots"], s["start"], s["wlen"],
+                           n["x"], n["dt"], n["A"], n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"])
+        assert seen == [fused], (read_fmt, seen)
+
+
 def test_small_batch_tiled_flush_rule(monkeypatch):
     """Inside the small-batch rule, from SMALL_BATCH_TILED_MIN_HEAD_MATRICES on, the autoregressive flush of
     an fp32 update copy with an fp32 / E4M3 / BF16 read copy (or shared) runs SMALL_BATCH_FLUSH_TILES tiles

@@ -187,9 +187,10 @@ def now_and_before(d, before: str, op: str, *path: str) -> tuple[float, float]:
 
 
 # --- the table: README phrase -> result file -> values (rounded by the format spec) ---------------
-# The README's table of where the round-two targets stand: both operators from the twenty-fourth run.
-STANDING = {"mamba2": "reports/bench/bench_kernels_round2za_quick.json",
-            "gdn": "reports/bench/bench_kernels_round2za_quick.json"}
+# The README's table of where the round-two targets stand: both operators from the twenty-seventh run.
+STANDING = {"mamba2": "reports/bench/bench_kernels_round2zd_quick.json",
+            "gdn": "reports/bench/bench_kernels_round2zd_quick.json"}
+PREVIOUS_H200 = "reports/bench/bench_kernels_round2za_quick.json"  # the H200 run before it
 STANDING_ROWS = [  # (README label, target name, value format)
     ("ReplaySSM `shared:fp32` ÷ conventional step (≥ 1.80× / 1.75×)", "replay_vs_conventional", "{:.2f}×"),
     ("ReplaySSM `shared:fp32` ÷ fla peer (≥ 2.0× / 2.3×)", "replay_vs_fla", "{:.2f}×"),
@@ -220,6 +221,15 @@ def standing_row(label, name, fmt, files=STANDING, bounds=True) -> str:
     byte_bounds = [target(load(files[op]), op, name)["byte_bound"] for op in ("mamba2", "gdn")]
     bound = "—" if None in byte_bounds else " / ".join(fmt.format(b) for b in byte_bounds)
     return f"| {label} | {cells[0]} | {cells[1]} | {bound} |"
+
+
+def batch1_forms_range() -> tuple[float, float, float, float]:
+    """GDN's batch-1 output-only step at W = 7 in reports/diagnostics/gdn-batch1-forms.jsonl: the
+    two-round-trip order (``cur``) and the order kept (``old``), each as (min, max) over its repetitions."""
+    rows = [json.loads(line) for line in (ROOT / "reports/diagnostics/gdn-batch1-forms.jsonl").read_text().splitlines()]
+    us = {f: [r["us"] for r in rows if r.get("form") == f and r.get("batch") == 1 and r.get("W") == 7 and not r.get("cfg")]
+          for f in ("cur", "old")}
+    return min(us["cur"]), max(us["cur"]), min(us["old"]), max(us["old"])
 
 
 CLAIMS: list[tuple[str, str, object]] = [
@@ -446,13 +456,24 @@ CLAIMS: list[tuple[str, str, object]] = [
                 target(load("reports/bench/bench_kernels_round2y_quick.json"), "mamba2", "verify_T8_vs_conventional")["value"],
                 target(d, "mamba2", "verify_T8_vs_conventional")["value"],
                 target(d, "mamba2", "verify_T8_vs_conventional")["target"])),
-    ("Mamba-2's verify round came from {:.2f}× to {:.2f}× in that run", STANDING["mamba2"],
-     lambda d: (target(load("reports/bench/bench_kernels_round2y_quick.json"), "mamba2", "verify_T8_vs_conventional")["value"],
-                target(d, "mamba2", "verify_T8_vs_conventional")["value"])),
+    ("Mamba-2's verify round came from {:.2f}× to {:.2f}×: verify of 8 drafts {:.1f} → {:.1f} µs and speculative "
+     "flush {:.1f} → {:.1f} µs", STANDING["mamba2"],
+     lambda d: (target(load(PREVIOUS_H200), "mamba2", "verify_T8_vs_conventional")["value"],
+                target(d, "mamba2", "verify_T8_vs_conventional")["value"],
+                *(summ(r, "mamba2")["drafts"]["8"][k] for k in ("verify_us", "spec_flush_us")
+                  for r in (load(PREVIOUS_H200), d)))),
+    ("GDN's batch-1 ratio fell from {:.2f}× to {:.2f}×: its output-only step took {:.2f} µs against {:.2f}",
+     STANDING["gdn"],
+     lambda d: (summ(load(PREVIOUS_H200), "gdn")["batch"]["1"]["speedup_vs_conventional"],
+                summ(d, "gdn")["batch"]["1"]["speedup_vs_conventional"],
+                summ(d, "gdn")["batch"]["1"]["nonflush_us"],
+                summ(load(PREVIOUS_H200), "gdn")["batch"]["1"]["nonflush_us"])),
+    ("(an H100 A/B in one process: {:.2f}-{:.2f} µs against {:.2f}-{:.2f} for the order kept;",
+     STANDING["gdn"], lambda d: batch1_forms_range()),  # (the diagnostics file is JSON lines)
     ("Mamba-2's `shared:fp32` ratio is met by less than the spread between runs: {:.3f}× here, {:.3f}× and "
-     "{:.3f}× in the two runs before it", STANDING["mamba2"],
+     "{:.3f}× in the two H200 runs before it", STANDING["mamba2"],
      lambda d: tuple(target(load(f"reports/bench/bench_kernels_{r}_quick.json"), "mamba2", "replay_vs_conventional")["value"]
-                     for r in ("round2za", "round2y", "round2x"))),
+                     for r in ("round2zd", "round2za", "round2y"))),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))

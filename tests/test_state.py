@@ -256,7 +256,7 @@ def test_triton_decode_one_launch_stream(kind, monkeypatch):
     runs = {}
     for fused in (True, False):
         with monkeypatch.context() as m:
-            m.setattr(launch, "FUSED_SCORES_MAX_SCORE_ROWS", 1 << 30 if fused else -1)
+            m.setattr(launch, "FORCED_LAUNCH_FORM", fused)
             if fused:
                 m.setattr(m2_decode, "mamba2_replay_scores_kernel", _NoLaunch())
                 m.setattr(gdn_decode, "gdn_replay_scores_kernel", _NoLaunch())

@@ -79,7 +79,44 @@ def replay_scan_buffers(out, like: torch.Tensor, state_shape, u0: torch.Tensor, 
 # 7.48 / 11.21 / 25.12; flush 8.12 / 17.91 / 60.65 against 10.62 / 20.64 / 63.33); GDN (16 key heads):
 # one launch faster at batch 1 and 4 (non-flush 5.00 / 7.22 against 7.23 / 8.69), two at batch 16
 # (17.45 against 20.63). One threshold of 128 score rows fits both: Mamba-2 up to batch 16, GDN up to 8.
+# That rule stands where ONE_LAUNCH_BATCHES below has no entry (Mamba-2's flushes, whose two forms
+# tie at every batch from 1 to 64, and the formats never timed in both forms).
 FUSED_SCORES_MAX_SCORE_ROWS = 128
+
+# Both forms timed again per operator, step and stored formats, once the kernels had changed (H100,
+# each row twice in one run: reports/diagnostics/one-launch-read-formats.jsonl, output-only steps at
+# W = 7, batches 1-16; one-launch-flush.jsonl, autoregressive flushes at W = 15, batches 1-64). Where
+# an entry exists, one launch runs at exactly its batches. Keys: (operator, "nonflush", the format
+# read) and (operator, "flush", the policy's formats: "fp32" shared, "update/read" split).
+ONE_LAUNCH_BATCHES = {
+    # Mamba-2's output-only step: one launch up to batch 4 whatever it reads; from batch 8 two
+    # launches (NVFP4 8.02-8.09 µs against 9.56-9.61, FP8 9.12-9.18 against 10.78-10.82, BF16
+    # 11.31-11.33 against 13.33-13.35; fp32 ties at 8 and loses at 16, 30.07-30.26 against
+    # 30.83-30.86). The H200 agrees at batch 16 (bench_kernels_round2zd_quick.json, "fused" rows:
+    # fp32 23.61 against 25.15, NVFP4 10.37 against 14.96).
+    **{("mamba2", "nonflush", f): range(1, 5) for f in ("fp32", "bf16", "fp8e4m3", "nvfp4")},
+    # GDN's output-only step. fp32: up to batch 4 (batch 8: 12.42-12.75 against 13.73-13.91).
+    # NVFP4: batches 2-4 only. At batch 1 the two-launch form, whose step kernel overlaps the scores
+    # kernel (overlap_scores_launch), ran 4.39-4.45 against 4.62-4.64 (H200: 3.92 against 4.31), and
+    # at batch 8 7.48-7.49 against 8.42-8.47. FP8 and BF16: up to batch 8 (FP8 8.01-8.04 against
+    # 8.85-8.86, BF16 9.82-9.92 against 11.21-11.28), two launches at 16.
+    ("gdn", "nonflush", "fp32"): range(1, 5),
+    ("gdn", "nonflush", "nvfp4"): range(2, 5),
+    ("gdn", "nonflush", "fp8e4m3"): range(1, 9),
+    ("gdn", "nonflush", "bf16"): range(1, 9),
+    # GDN's autoregressive flush. Shared fp32: up to batch 32 (16: 36.1-36.6 against 38.4-38.8; 32:
+    # 63.3-63.7 against 64.8-65.4; 64 a tie). fp32/NVFP4: up to batch 4 (1: 19.1 against 20.4; 8-16 a
+    # tie; 32: 108.0-108.2 against 105.2-105.3). fp16-SR/NVFP4: never, two launches won at every batch
+    # (1: 21.0-21.1 against 22.3-22.4; 8: 30.9-31.0 against 35.2-35.6; 64: 198.6-199.9 against 222.2-223.2).
+    ("gdn", "flush", "fp32"): range(1, 33),
+    ("gdn", "flush", "fp32/nvfp4"): range(1, 5),
+    ("gdn", "flush", "fp16-sr/nvfp4"): range(0),
+}
+
+# Forces one form in every wrapper while set (True one launch, False two; None: the rules above).
+# For benchmarks and tests that time or compare both forms through code that does not pass
+# ``fused_scores`` itself.
+FORCED_LAUNCH_FORM: bool | None = None
 
 
 # The two-launch form's step kernel may overlap its scores kernel (programmatic dependent launch,
@@ -116,16 +153,26 @@ def pdl_kwargs(pdl: bool) -> dict:
     return {"launch_pdl": True} if pdl else {}
 
 
-def fused_scores_launch(batch: int, score_heads: int, T: int, flush: bool, fold_new: bool,
-                        override: bool | None) -> bool:
-    """Whether a replay step runs as one launch (fused scores). ``score_heads``: the heads scores are
-    computed for (Mamba-2 groups, GDN key heads). Only a one-token step has the one-launch form: a
-    non-flush step or an autoregressive flush (``fold_new``); verify steps (T > 1) always take two.
-    ``override`` None: the rule, ``batch · score_heads ≤ FUSED_SCORES_MAX_SCORE_ROWS``; True / False
-    force a form."""
+def fused_scores_launch(op: str, batch: int, score_heads: int, T: int, flush: bool, fold_new: bool,
+                        override: bool | None, update: str = "fp32", read: str | None = None) -> bool:
+    """Whether a replay step runs as one launch (fused scores). ``op``: "mamba2" or "gdn";
+    ``score_heads``: the heads scores are computed for (Mamba-2 groups, GDN key heads); ``update``,
+    ``read``: the stored formats (``read`` None: shared mode). Only a one-token step has the
+    one-launch form: a non-flush step or an autoregressive flush (``fold_new``); verify steps
+    (T > 1) always take two. ``override`` None: ``FORCED_LAUNCH_FORM`` if set, else the batches of
+    ``ONE_LAUNCH_BATCHES`` where it has the step's entry, else ``batch · score_heads ≤
+    FUSED_SCORES_MAX_SCORE_ROWS``; True / False force a form."""
     one_token = T == 1 and (fold_new or not flush)
     if override is None:
-        return one_token and batch * score_heads <= FUSED_SCORES_MAX_SCORE_ROWS
+        if not one_token:
+            return False
+        if FORCED_LAUNCH_FORM is not None:
+            return FORCED_LAUNCH_FORM
+        formats = (update if read is None else f"{update}/{read}") if flush else (read or update)
+        batches = ONE_LAUNCH_BATCHES.get((op, "flush" if flush else "nonflush", formats))
+        if batches is not None:
+            return batch in batches
+        return batch * score_heads <= FUSED_SCORES_MAX_SCORE_ROWS
     if override and not one_token:
         raise ValueError("fused_scores=True needs a one-token step (T = 1: non-flush, or a flush with "
                          f"fold_new); got T = {T}, flush={flush}, fold_new={fold_new}")

@@ -923,7 +923,8 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     slots32, start32, wlen32 = (t.to(torch.int32).contiguous() for t in (slots, start, wlen))
     q, k = q.contiguous(), k.contiguous()
     scale = float(K ** -0.5 if scale is None else scale)
-    fused = fused_scores_launch(Bsz, Hk, T, flush, fold_new, fused_scores)
+    fused = fused_scores_launch("gdn", Bsz, Hk, T, flush, fold_new, fused_scores, update.fmt,
+                                None if shared else read.fmt)
     resolve = flush and recompute and not (shared and (update.code == C_FP32 or window_from_update))
     small_grid = _small_grid(V, Bsz * Hv, block_r)
     if fused and not flush:  # the window's k records as a [ring, K] tile too: more warps (no spill)

@@ -1103,7 +1103,8 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     if T > 1:
         br = max(br, 16)  # the verify block's matrix products need 16 rows
     bc = max(pow2(N), 16)
-    fused = fused_scores_launch(Bsz, G, T, flush, fold_new, fused_scores)
+    fused = fused_scores_launch("mamba2", Bsz, G, T, flush, fold_new, fused_scores, update.fmt,
+                                None if shared else read.fmt)
     nonflush_cap = _nonflush_max_registers(T, flush, fused, read.code, explicit_shape, fp4_decode)
     if nonflush_cap is not None:
         max_registers = nonflush_cap

@@ -172,15 +172,15 @@ def format_flush_cfg(cfg: dict) -> dict:
     return {k: v for k, v in cfg.items() if k not in FLUSH_SHAPE_KEYWORDS}
 
 
-def launch_form(op, kind, B, T=1, fold_new=None, fused=None) -> bool | None:
+def launch_form(op, kind, B, T=1, fold_new=None, fused=None, upd="fp32", read=None) -> bool | None:
     """The launch form a replay row runs in (``fused_scores`` of the wrappers: True one launch,
-    False a scores kernel then the step kernel; ``fused`` None = the wrappers' batch-size rule);
-    None for a conventional step."""
+    False a scores kernel then the step kernel; ``fused`` None = the wrappers' rule for the row's
+    formats ``upd``, ``read``); None for a conventional step."""
     if kind == "conventional":
         return None
     flush = kind == "flush"
     fold_new = (T == 1 if fold_new is None else fold_new) if flush else False
-    return kernel_launch.fused_scores_launch(B, state_dims(op)["Gk"], T, flush, fold_new, fused)
+    return kernel_launch.fused_scores_launch(op, B, state_dims(op)["Gk"], T, flush, fold_new, fused, upd, read)
 
 
 def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None,
@@ -203,7 +203,7 @@ def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_
     torch.cuda.empty_cache()
     return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
             "cfg": cfg, "us": us, "bytes": nbytes, "GBps": nbytes / us / 1e3, "timing": how,
-            "buffer_sets": nsets, "fused_scores": launch_form(op, kind, B, T, fold_new, fused)}
+            "buffer_sets": nsets, "fused_scores": launch_form(op, kind, B, T, fold_new, fused, upd, read)}
 
 
 # Keywords that change only how one read format is decoded: tuned only when that format is read
@@ -325,15 +325,15 @@ def rel(a, b):
 
 @contextlib.contextmanager
 def forced_launch_form(fused: bool | None):
-    """The replay wrappers' batch-size rule (``kernels/common/launch.py``) forced to one launch form
+    """The replay wrappers' launch-form rule (``kernels/common/launch.py``) forced to one launch form
     for the duration (None: the rule as it is)."""
-    keep = kernel_launch.FUSED_SCORES_MAX_SCORE_ROWS
+    keep = kernel_launch.FORCED_LAUNCH_FORM
     if fused is not None:
-        kernel_launch.FUSED_SCORES_MAX_SCORE_ROWS = (1 << 62) if fused else -1
+        kernel_launch.FORCED_LAUNCH_FORM = fused
     try:
         yield
     finally:
-        kernel_launch.FUSED_SCORES_MAX_SCORE_ROWS = keep
+        kernel_launch.FORCED_LAUNCH_FORM = keep
 
 
 @contextlib.contextmanager
@@ -552,7 +552,7 @@ def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool =
             rec(fla_peer(op, B, dev), "batch")
         # the one-token replay steps in both launch forms at small batch, beside the conventional step,
         # at the wrappers' default launch shapes (what the triton-decode engine launches; the batch-size
-        # rule that picks the form, FUSED_SCORES_MAX_SCORE_ROWS, was set from these rows)
+        # rules that pick the form, kernels/common/launch.py, were set from rows like these)
         for B in ([1, 4, 16] if quick else FUSED_BATCHES):
             rec(measure(op, "conventional", B, dev, nbytes=bytes_conventional(op, B, "fp32")), "fused")
             for fused in (True, False):
