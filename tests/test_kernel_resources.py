@@ -85,14 +85,19 @@ def test_gdn_batch1_flush_requests_the_token_inputs_with_the_state():
     (``_token_first``; 4 fold stages there, ``FOLD_STAGES_SMALL_GRID``)."""
     line, loads = _launch_loads(_gdn_batch1_loads(),
                                 lambda s: "T=1 FLUSH=True FOLD_NEW=True FUSED=True" in s and "RFMT=0 " in s)
-    decode = Path(__file__).resolve().parent.parent / "kernels" / "gdn" / "decode.py"
-    token = _source_lines(decode, "_token_inputs", "tl.load(")
-    state = _source_lines(decode, "_load4", "tl.load(")
-    token_rounds = [r for r, f, n in loads if f == "decode.py" and n in token]
-    state_rounds = [r for r, f, n in loads if f == "decode.py" and n in state]
+    token, token_rounds = _helper_rounds(loads, "_token_inputs")
+    _, state_rounds = _helper_rounds(loads, "_load4")
     assert len(token) == 3 and token_rounds and state_rounds, loads
     assert max(token_rounds) <= min(state_rounds), loads
     assert len(_rounds(line)) <= 4, line
+
+
+def _helper_rounds(loads: list[tuple[int, str, int]], function: str) -> tuple[set[int], list[int]]:
+    """The source lines of ``function``'s global loads in GDN's decode.py, and the memory round of each
+    of those loads in ``loads`` (``_launch_loads``)."""
+    lines = _source_lines(Path(__file__).resolve().parent.parent / "kernels" / "gdn" / "decode.py", function,
+                          "tl.load(")
+    return lines, [r for r, f, n in loads if f == "decode.py" and n in lines]
 
 
 def _launch_loads(lines: tuple[str, ...], match) -> tuple[str, list[tuple[int, str, int]]]:
@@ -117,11 +122,8 @@ def test_gdn_batch1_output_only_step_requests_the_state_before_q_and_k():
     line, loads = _launch_loads(_gdn_batch1_loads(), lambda s: "T=1 FLUSH=False" in s and "FUSED=True" in s
                                 and "RFMT=0 " in s and "BJ=16 " in s)
     assert "BR=16 " in line  # batch 1's small-grid rule: 16-row blocks
-    decode = Path(__file__).resolve().parent.parent / "kernels" / "gdn" / "decode.py"
-    state = _source_lines(decode, "_load4", "tl.load(")
-    qk = _source_lines(decode, "_raw_qk", "tl.load(")
-    state_rounds = [r for r, f, n in loads if f == "decode.py" and n in state]
-    qk_rounds = [r for r, f, n in loads if f == "decode.py" and n in qk]
+    _, state_rounds = _helper_rounds(loads, "_load4")
+    qk, qk_rounds = _helper_rounds(loads, "_raw_qk")
     assert len(qk) == 2 and state_rounds and qk_rounds, loads
     assert set(state_rounds) == {2}, loads
     assert min(qk_rounds) > 2, loads
