@@ -211,7 +211,11 @@ def test_run_records_every_row_and_writes_what_the_report_reads(tmp_path, monkey
     assert all(f is not None for *_, f in form)
     assert ("gdn", "batch", "nonflush", 1, True) in form and ("mamba2", "batch", "flush", 256, False) in form
     assert {f for op, tag, k, b, f in form if tag == "fused"} == {True, False}
-    assert {(k, f) for op, tag, k, b, f in form if tag == "fused-nvfp4"} == {("nonflush", True), ("nonflush", False)}
+    assert {(k, f) for op, tag, k, b, f in form if tag == "fused-nvfp4"} == {(k, f) for k in ("nonflush", "flush")
+                                                                             for f in (True, False)}
+    assert {(r.kernel, r.update) for r in res.rows if r.tag == "fused-nvfp4"} == {("nonflush", "fp32"),
+                                                                                ("flush", "fp16-sr")}
+    assert {r.batch for r in res.rows if r.tag == "fused"} == {1, 4, 8, 16}  # the quick run's small batches
     assert {r.read for r in res.rows if r.tag == "fused-nvfp4"} == {"nvfp4"}
     assert all(r.fused_scores is None for r in res.rows if r.kernel not in ("nonflush", "flush"))
     lf = res.summary["mamba2"].launch_forms[1]

@@ -553,7 +553,7 @@ def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool =
         # the one-token replay steps in both launch forms at small batch, beside the conventional step,
         # at the wrappers' default launch shapes (what the triton-decode engine launches; the batch-size
         # rules that pick the form, kernels/common/launch.py, were set from rows like these)
-        for B in ([1, 4, 16] if quick else FUSED_BATCHES):
+        for B in ([1, 4, 8, 16] if quick else FUSED_BATCHES):  # (8: where several rules switch form)
             rec(measure(op, "conventional", B, dev, nbytes=bytes_conventional(op, B, "fp32")), "fused")
             for fused in (True, False):
                 rec(measure(op, "nonflush", B, dev, W=Lmid(16), fused=fused,
@@ -564,6 +564,9 @@ def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool =
                 # run (the rule above picks its form too)
                 rec(measure(op, "nonflush", B, dev, read="nvfp4", W=Lmid(16), fused=fused,
                             nbytes=bytes_nonflush(op, B, "nvfp4", Lmid(16))), "fused-nvfp4")
+                # ... and the recommended split policy's flush (fp16-SR checkpoint, NVFP4 read copy)
+                rec(measure(op, "flush", B, dev, upd="fp16-sr", read="nvfp4", W=15, fused=fused,
+                            nbytes=bytes_flush(op, B, "fp16-sr", "nvfp4", 15)), "fused-nvfp4")
         # L sweep (batch 256, shared:fp32)
         for L in Ls:
             ring = 1 << (L - 1).bit_length()
