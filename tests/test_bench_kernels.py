@@ -234,6 +234,40 @@ def test_run_records_every_row_and_writes_what_the_report_reads(tmp_path, monkey
     assert md.count("| 256 | 512 |") == 2 and f"| 263 | 1039 | {amortised:.4g} | 768 |" in md
 
 
+def test_each_stored_format_is_timed_at_its_own_fastest_conventional_shape(tmp_path, monkeypatch):
+    """The conventional step of every 16-bit and FP8 stored format (the baseline of its flush target)
+    is tuned in its own format over the conventional space and the wrappers' per-format rule ({}), and
+    its "convfmt" row runs the winner; fp32 takes its batch-256 tuning and NVFP4 the wrappers' launch."""
+    dk = bench_kernels
+    monkeypatch.setenv("PRECISION_LAB_GIT", "abc1234")
+    monkeypatch.setattr(dk, "check_correctness", lambda dev, ops: {})
+    monkeypatch.setattr(dk, "copy_ceiling", lambda dev: Ceiling(method="fixture", bytes=8, us=1.0, GBps=4000.0,
+                                                               timing="fixture"))
+    monkeypatch.setattr(dk, "fla_peer", lambda op, B, dev: {"op": op, "kernel": "fla", "batch": B, "us": 3.0 * B,
+                                                            "bytes": 1.0, "GBps": 1.0, "implementation": "fla.fixture"})
+    monkeypatch.setattr(dk, "fla_versions", lambda: {"flash-linear-attention": "0.6.0"})
+    # fp32 is fastest at the space's first shape, fp16-SR at (32 rows, 4 warps), bf16-SR at its rule ({})
+    fastest = {"fp32": {"block_r": 16, "num_warps": 4}, "fp16-sr": {"block_r": 32, "num_warps": 4}, "bf16-sr": {}}
+
+    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
+                nbytes):
+        cfg = dict(cfg or {})
+        us = 1.0 * B * T + W + (0.0 if kind != "conventional" or cfg == fastest.get(upd) else 1.0)
+        return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
+                "cfg": cfg, "us": us, "bytes": nbytes, "GBps": nbytes / us / 1e3, "timing": "fixture",
+                "buffer_sets": 1, "fused_scores": dk.launch_form(op, kind, B, T, fold_new, fused)}
+
+    monkeypatch.setattr(dk, "measure", measure)
+    res = dk.run(output=tmp_path / "k.json", quick=True, ops=("mamba2",))
+    conv = {r.update: r.cfg for r in res.rows if r.tag == "convfmt"}
+    assert conv == {"fp32": fastest["fp32"], "bf16": {}, "fp16-sr": fastest["fp16-sr"], "bf16-sr": {}, "nvfp4": {}}
+    space = dk.tune_candidates("mamba2", "conventional")
+    for cf in ("bf16", "fp16-sr", "bf16-sr"):
+        tried = [r.cfg for r in res.rows if r.tag == "tune" and r.kernel == "conventional" and r.update == cf]
+        assert tried == [{}] + space
+    assert [r.cfg for r in res.rows if r.tag == "tune" and r.kernel == "conventional" and r.update == "fp32"] == space
+
+
 def test_small_batch_tuning_times_the_wrappers_defaults_and_the_small_space(tmp_path, monkeypatch):
     """--tune-batches: a tune-only run at each given batch over TUNE_SPACE_SMALL, every candidate
     beside the wrappers' defaults ({}), for the conventional step, the fp32 flush and the non-flush

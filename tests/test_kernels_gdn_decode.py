@@ -9,6 +9,7 @@ import pytest
 import torch
 from precision_lab.kernels.decode_state import PackedState
 from precision_lab.kernels.gdn.decode import (
+    CONVENTIONAL_FORMAT_SHAPES,
     GDNRecords,
     gdn_conventional_step,
     gdn_replay_step,
@@ -69,8 +70,12 @@ def pool_of(S0, fmt, slots, n_slots, seed, layer, seq_ids, copy):
 
 
 
-@pytest.mark.parametrize("fmt", ["fp32", "fp16-sr", "bf16-sr", "fp8e4m3-sr", "nvfp4-sr"])
-def test_conventional_step_exact_codes(fmt, device):
+@pytest.mark.parametrize("fmt,shape", [(f, sh) for f in ["fp32", "bf16", "fp16-sr", "bf16-sr", "fp8e4m3-sr", "nvfp4-sr"]
+                                       for sh in [(None, None)] + ([CONVENTIONAL_FORMAT_SHAPES[f]]
+                                                                   if f in CONVENTIONAL_FORMAT_SHAPES else [])])
+def test_conventional_step_exact_codes(fmt, shape, device):
+    """Stored codes equal the reference bit for bit, also at the format's own large-batch launch
+    shape (rows, warps) where it has one."""
     K = k_for([fmt])
     slots = torch.tensor([2, -1, 0], device=device)
     seq_ids = torch.tensor([4, 1, 8])
@@ -80,7 +85,8 @@ def test_conventional_step_exact_codes(fmt, device):
     untouched = pool.data[[1, 3]].clone()
     out = torch.full((3, HV, V), float("nan"), device=device)
     o = gdn_conventional_step(pool, slots, inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], qk_l2norm=False,
-                              seq_ids=seq_ids.to(device), events=3, seed=9, layer=5, out=out)
+                              seq_ids=seq_ids.to(device), events=3, seed=9, layer=5, out=out,
+                              block_r=shape[0], num_warps=shape[1])
     o_ref, S_ref = gdn_conventional_step_ref(S0q, *(inp[k].cpu() for k in ("q", "k", "v", "g", "beta")),
                                              qk_l2norm=False)
     live = (slots >= 0).cpu()
@@ -470,6 +476,25 @@ def test_launch_shapes_follow_the_batch():
     # an NVFP4 state: the whole head in one program, with the warps of its tile (1 warp spilled)
     assert gd._conventional_launch(128, 128, FMT_NVFP4, None, None) == (128, 8)
     assert gd._conventional_launch(128, 128, FMT_NVFP4, None, 2) == (128, 2)   # explicit warps win
+    # a 16-bit or FP8 state from CONVENTIONAL_FORMAT_MIN_HEAD_MATRICES on: the format's own shape
+    from precision_lab.kernels.common.formats import KERNEL_FORMATS
+    big, small = gd.CONVENTIONAL_FORMAT_MIN_HEAD_MATRICES, gd.CONVENTIONAL_FORMAT_MIN_HEAD_MATRICES - 1
+    for fmt, shape in CONVENTIONAL_FORMAT_SHAPES.items():
+        code = KERNEL_FORMATS[fmt][0]
+        assert gd._conventional_launch(128, 128, code, None, None, big, fmt) == shape
+        assert gd._conventional_launch(128, 128, code, None, None, small, fmt) == (4, 1)
+    assert gd._conventional_launch(128, 128, FMT_FP32, None, None, big, "fp32") == (4, 1)
+    assert CONVENTIONAL_FORMAT_SHAPES["fp16-sr"] == (16, 1)
+    seen.clear()
+    gd.gdn_conventional_step_kernel = Grab()
+    try:   # batch 64 of 32 value heads reaches the rule; the wrapper passes batch × heads and the format
+        pool = PackedState.empty("fp16-sr", 64, 32, 128, 128)
+        q = torch.zeros(64, 16, 128)
+        gd.gdn_conventional_step(pool, torch.arange(64), q, q, torch.zeros(64, 32, 128), torch.zeros(64, 32),
+                                 torch.zeros(64, 32))
+    finally:
+        gd.gdn_conventional_step_kernel = keep
+    assert [(br, nw) for _, br, nw in seen] == [(16, 1)]
 
 
 @pytest.mark.parametrize("upd_fmt,read_fmt,flush,start,W", [

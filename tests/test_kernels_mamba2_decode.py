@@ -13,6 +13,7 @@ import pytest
 import torch
 from precision_lab.kernels.decode_state import PackedState
 from precision_lab.kernels.mamba2.decode import (
+    CONVENTIONAL_FORMAT_SHAPES,
     Mamba2Records,
     mamba2_conventional_step,
     mamba2_replay_step,
@@ -82,10 +83,18 @@ def pool_of(S0, fmt, slots, n_slots, seed, layer, seq_ids, copy, strided=True):
 # ---------------------------------------------------------------------------------------------
 # Conventional step
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("fmt", ["fp32", "bf16", "fp16-sr", "bf16-sr", "fp8e4m3-sr", "nvfp4-sr"])
-def test_conventional_step_exact_codes(fmt, device):
+def _format_shapes(fmt, table):
+    """The launch shapes a conventional step of ``fmt`` runs: the test's default and, where the
+    wrappers have one, the format's own large-batch shape (rows, warps)."""
+    return [(None, None)] + ([table[fmt]] if fmt in table else [])
+
+
+@pytest.mark.parametrize("fmt,shape", [(f, sh) for f in ["fp32", "bf16", "fp16-sr", "bf16-sr", "fp8e4m3-sr", "nvfp4-sr"]
+                                       for sh in _format_shapes(f, CONVENTIONAL_FORMAT_SHAPES)])
+def test_conventional_step_exact_codes(fmt, shape, device):
     """Stored codes equal the reference bit for bit (SR bits from the same Philox counters); a null
-    slot is skipped (zero output, pool untouched) and the output is fully written (NaN poison)."""
+    slot is skipped (zero output, pool untouched) and the output is fully written (NaN poison). Also
+    at the format's own large-batch launch shape, where it has one."""
     N = n_for([fmt])
     slots = torch.tensor([3, -1, 0], device=device)          # permuted slots and a NULL entry
     seq_ids = torch.tensor([5, 6, 9])
@@ -95,7 +104,8 @@ def test_conventional_step_exact_codes(fmt, device):
     untouched = pool.data[[1, 2, 4]].clone()
     out = torch.full((3, H, P), float("nan"), device=device)
     y = mamba2_conventional_step(pool, slots, inp["x"], inp["dt"], inp["A"], inp["B"], inp["C"], inp["D"], None,
-                                 inp["z"], seq_ids=seq_ids.to(device), events=4, seed=11, layer=2, out=out)
+                                 inp["z"], seq_ids=seq_ids.to(device), events=4, seed=11, layer=2, out=out,
+                                 block_r=shape[0], num_warps=shape[1])
     y_ref, S_ref = mamba2_conventional_step_ref(S0q, *(inp[k].cpu() if inp[k] is not None else None
                                                        for k in ("x", "dt", "A", "B", "C", "D", "dt_bias", "z")))
     live = (slots >= 0).cpu()
@@ -943,6 +953,7 @@ def test_conventional_launch_shapes():
     """The conventional step: 16 rows x 8 warps at large batch, 4 rows x 1 warp at small batch
     (batch x heads <= SMALL_BATCH_HEAD_MATRICES); an NVFP4 state owns whole heads with the warps of
     its tile at any batch (the 1-warp rule was measured on 4-row blocks)."""
+    from precision_lab.kernels.common.formats import KERNEL_FORMATS
     from precision_lab.kernels.decode_state import FMT_FP32, FMT_NVFP4
     from precision_lab.kernels.mamba2 import decode as md
 
@@ -951,6 +962,14 @@ def test_conventional_launch_shapes():
     assert md._conventional_launch(64, 128, FMT_NVFP4, None, None, 16 * 128) == (64, 8)
     assert md._conventional_launch(64, 128, FMT_NVFP4, None, None, 256 * 128) == (64, 8)
     assert md._conventional_launch(64, 128, FMT_FP32, 32, None, 16 * 128) == (32, 4)   # explicit block_r
+    # a 16-bit or FP8 state at large batch: the format's own shape; at small batch the 1-warp rule
+    for fmt, shape in md.CONVENTIONAL_FORMAT_SHAPES.items():
+        code = KERNEL_FORMATS[fmt][0]
+        assert md._conventional_launch(64, 128, code, None, None, 256 * 128, fmt) == shape
+        assert md._conventional_launch(64, 128, code, None, None, 16 * 128, fmt) == (4, 1)
+        assert md._conventional_launch(64, 128, code, 16, None, 256 * 128, fmt)[0] == 16   # explicit block_r
+    assert md._conventional_launch(64, 128, FMT_FP32, None, None, 256 * 128, "fp32") == (16, 8)
+    assert md.CONVENTIONAL_FORMAT_SHAPES["fp16-sr"] == (32, 8)
 
 
 def test_shape_arguments_are_compile_time_constants():

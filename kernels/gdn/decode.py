@@ -652,6 +652,17 @@ def gdn_replay_step_kernel(
 # µs against 5.57 / 8.35 / 21.99 at 8 × 2 (reports/bench/tune_small_batch.json).
 CONVENTIONAL_BLOCK_R = 4
 CONVENTIONAL_NUM_WARPS = 1
+# Above CONVENTIONAL_FORMAT_MIN_HEAD_MATRICES (batch × value heads; batch 64 of Qwen3.5-4B's 32), a
+# conventional step storing a 16-bit or FP8 state runs more rows per program than fp32's 4: with the
+# SR draws and the encode, 4 rows per warp spend more instructions per program than their few bytes
+# need. H100 80GB HBM3, batch 256, every shape twice in one process (reports/diagnostics/
+# conv-shapes.jsonl): bf16 187.8 µs at 8 × 1 against 202.8-203.5 at 4 × 1; fp16-SR 229.3-230.1 at
+# 16 × 1 against 258.1-258.8; bf16-SR 214.3-215.9 at 16 × 1 against 234.2-234.4; FP8-SR 242.3-243.2
+# at 8 × 1 against 275.2-275.3 (fp32: 363.6-364.0 at 4 × 1, no other shape faster). Smaller batches
+# were not timed at these shapes and keep 4 × 1. The benchmark tunes each stored format's
+# conventional step over its shapes and this rule before it uses it as a baseline.
+CONVENTIONAL_FORMAT_SHAPES = {"bf16": (8, 1), "fp16-sr": (16, 1), "bf16-sr": (16, 1), "fp8e4m3-sr": (8, 1)}
+CONVENTIONAL_FORMAT_MIN_HEAD_MATRICES = 2048
 # The T = 1 output-only step (two-launch form) from an fp32 or NVFP4 read copy runs with a register
 # cap (Triton's maxnreg). First measured with the shape arguments as runtime values, both at 168: 3
 # warps per scheduler fit instead of 2 (sm_90: 16K registers each). H200, batch 256, W = 7
@@ -803,15 +814,20 @@ def _nonflush_max_registers(T: int, flush: bool, fused: bool, block_r: int | Non
     return 0
 
 
-def _conventional_launch(R: int, C: int, code: int, block_r: int | None, num_warps: int | None) -> tuple[int, int]:
-    """(rows, warps) of a conventional-step program (``C``: the padded column count). An NVFP4 state
-    needs the whole head in one program (its global scale is per matrix), far more than the 4-row
-    block the 1-warp rule was measured on, so it takes ``warps_for_tile``: at 1 warp the [128, 128]
-    head spilled (H200, batch 256, ncu: 2.85 ms and 8.8 M local-memory spill requests, against 257 µs
-    for an fp32 state)."""
-    br = _block_rows(R, (code,), CONVENTIONAL_BLOCK_R if block_r is None else block_r)
+def _conventional_launch(R: int, C: int, code: int, block_r: int | None, num_warps: int | None,
+                         head_matrices: int = 0, fmt: str | None = None) -> tuple[int, int]:
+    """(rows, warps) of a conventional-step program (``C``: the padded column count; ``head_matrices``:
+    batch × value heads; ``fmt``: the stored format's name, for ``CONVENTIONAL_FORMAT_SHAPES``). An
+    NVFP4 state needs the whole head in one program (its global scale is per matrix), far more than
+    the 4-row block the 1-warp rule was measured on, so it takes ``warps_for_tile``: at 1 warp the
+    [128, 128] head spilled (H200, batch 256, ncu: 2.85 ms and 8.8 M local-memory spill requests,
+    against 257 µs for an fp32 state)."""
+    default_br, default_nw = CONVENTIONAL_BLOCK_R, CONVENTIONAL_NUM_WARPS
+    if head_matrices >= CONVENTIONAL_FORMAT_MIN_HEAD_MATRICES:
+        default_br, default_nw = CONVENTIONAL_FORMAT_SHAPES.get(fmt, (default_br, default_nw))
+    br = _block_rows(R, (code,), default_br if block_r is None else block_r)
     if num_warps is None:
-        num_warps = CONVENTIONAL_NUM_WARPS if block_r is None and code != FMT_NVFP4 else warps_for_tile(br, C)
+        num_warps = default_nw if block_r is None and code != FMT_NVFP4 else warps_for_tile(br, C)
     return br, num_warps
 
 
@@ -841,7 +857,7 @@ def gdn_conventional_step(state: PackedState, slots: torch.Tensor, q: torch.Tens
     o = torch.empty_like(v) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     bc = max(pow2(K), 16)
-    br, num_warps = _conventional_launch(V, bc, state.code, block_r, num_warps)
+    br, num_warps = _conventional_launch(V, bc, state.code, block_r, num_warps, Bsz * Hv, state.fmt)
     gdn_conventional_step_kernel[(triton.cdiv(V, br), Hv, Bsz)](
         *state.kernel_args(), slots.to(torch.int32).contiguous(), as_i64(seq_ids, Bsz, dev),
         as_i64(events, Bsz, dev), sr_seed(seed, layer),

@@ -718,6 +718,16 @@ SMALL_BATCH_HEAD_MATRICES = 2048
 # T = 8, every spread overlapping), so it keeps 4.
 SCORES_NUM_WARPS = 4
 SMALL_BATCH_CONVENTIONAL = (4, 1)
+# Above the small-batch rule, a conventional step storing a 16-bit or FP8 state runs its own shape:
+# the 16 × 8 programs of the fp32 rule hold 8 elements per thread, and with the SR draws and the
+# encode beside them they issue more instructions than their few bytes need. H100 80GB HBM3, batch 256,
+# every shape twice in one process (reports/diagnostics/conv-shapes.jsonl): bf16 381.4-382.0 µs at
+# 32 × 8 against 404.3-406.7 at 16 × 8; fp16-SR 456.0-456.5 against 563.8-564.3; bf16-SR 416.7-416.8
+# at 32 × 4 against 505.8-506.7; FP8-SR 455.9-456.3 at 32 × 4 against 624.8-625.4 (64 × 8:
+# 452.7-453.8). fp32 keeps 16 × 8 (729.6-730.3; 32 × 8 719.2-720.0 there, 536.2 against 538.4 on the
+# H200, within that run's spread). The benchmark tunes each stored format's conventional step over
+# these shapes and its own rule before it uses it as a baseline.
+CONVENTIONAL_FORMAT_SHAPES = {"bf16": (32, 8), "fp16-sr": (32, 8), "bf16-sr": (32, 4), "fp8e4m3-sr": (32, 4)}
 SMALL_BATCH_FLUSH = (32, 4)
 # Inside the small-batch rule, from SMALL_BATCH_TILED_MIN_HEAD_MATRICES (batch 4 of 128 heads) on, the
 # autoregressive flush of FLUSH_TILED_FORMATS runs SMALL_BATCH_FLUSH_TILES tiles per program of that
@@ -933,14 +943,15 @@ def _small_batch_tiled(head_matrices: int, stored: tuple[int, ...], fold_new: bo
 
 
 def _conventional_launch(P: int, C: int, code: int, block_r: int | None, num_warps: int | None,
-                         head_matrices: int) -> tuple[int, int]:
+                         head_matrices: int, fmt: str | None = None) -> tuple[int, int]:
     """(rows, warps) of a conventional-step program (``C``: the padded column count; ``head_matrices``:
-    batch × heads). An NVFP4 state needs the whole head in one program (its global scale is per
-    matrix), so the small-batch 1-warp rule, measured on 4-row blocks, does not apply to it: it takes
-    ``warps_for_tile`` (the GDN step's whole [128, 128] head at 1 warp spilled: 2.85 ms against 257 µs
-    for fp32 at batch 256, H200)."""
+    batch × heads; ``fmt``: the stored format's name, for ``CONVENTIONAL_FORMAT_SHAPES``). An NVFP4
+    state needs the whole head in one program (its global scale is per matrix), so the small-batch
+    1-warp rule, measured on 4-row blocks, does not apply to it: it takes ``warps_for_tile`` (the GDN
+    step's whole [128, 128] head at 1 warp spilled: 2.85 ms against 257 µs for fp32 at batch 256, H200)."""
     small = head_matrices <= SMALL_BATCH_HEAD_MATRICES
-    default_br, default_nw = SMALL_BATCH_CONVENTIONAL if small else (CONVENTIONAL_BLOCK_R, CONVENTIONAL_NUM_WARPS)
+    default_br, default_nw = SMALL_BATCH_CONVENTIONAL if small else CONVENTIONAL_FORMAT_SHAPES.get(
+        fmt, (CONVENTIONAL_BLOCK_R, CONVENTIONAL_NUM_WARPS))
     br = _block_rows(P, C, (code,), default_br if block_r is None else block_r)
     if num_warps is None:
         num_warps = default_nw if block_r is None and code != FMT_NVFP4 else warps_for_tile(br, C)
@@ -974,7 +985,7 @@ def mamba2_conventional_step(state: PackedState, slots: torch.Tensor, x: torch.T
     y = torch.empty_like(x) if out is None else out
     seq_ids = torch.arange(Bsz, device=dev) if seq_ids is None else seq_ids
     bc = max(pow2(N), 16)
-    br, num_warps = _conventional_launch(P, bc, state.code, block_r, num_warps, Bsz * H)
+    br, num_warps = _conventional_launch(P, bc, state.code, block_r, num_warps, Bsz * H, state.fmt)
     grid = (triton.cdiv(P, br), H, Bsz)
     mamba2_conventional_step_kernel[grid](
         *state.kernel_args(), slots.to(torch.int32).contiguous(), as_i64(seq_ids, Bsz, dev),

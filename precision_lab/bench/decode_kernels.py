@@ -81,7 +81,7 @@ TUNE_SPACE = {
     # reports/bench/tune_explore.jsonl); the wrappers' defaults are set from these rows. GDN's
     # replay wrapper picks its own launch shape (gdn/decode.py ``_replay_launch``): None = that default.
     "mamba2": {
-        "conventional": dict(block_r=[16, 32], num_warps=[8]),
+        "conventional": dict(block_r=[16, 32], num_warps=[4, 8]),
         # 64-row blocks (fewer programs, more of the state in flight each) were tried against the
         # latency-bound flush and measured slower: 1179 µs at 4 warps, 1748 at 8, against 1001 at
         # 32 x 4 (batch 256, bench_kernels_round2d_quick.json)
@@ -289,25 +289,27 @@ def tune_candidates(op, kind, wide: bool = False, read: str | None = None, small
 
 
 def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, nbytes, wide=False, B=256, small=False,
-         base: dict | None = None) -> dict:
+         base: dict | None = None, upd: str = "fp32") -> dict:
     """Fastest launch shape of one kernel kind at batch ``B`` (every candidate recorded, failures too;
     ``small``: over ``TUNE_SPACE_SMALL``, each candidate also at the wrappers' defaults ``{}``;
     ``base``: keywords every candidate starts from, e.g. the fp32 flush's winner under the speculative
-    flush's own candidates; a candidate's None keeps the base's value, or the wrapper's rule)."""
+    flush's own candidates; a candidate's None keeps the base's value, or the wrapper's rule; ``upd``:
+    the stored (update) format, which a conventional step other than fp32 also tunes at the wrappers'
+    defaults ``{}``, their per-format rule)."""
     best = None
     mkind = {"verify": "nonflush", "spec_flush": "flush"}.get(kind, kind)
     cands = tune_candidates(op, kind, wide, read, small)
-    if small:
-        cands = [{}] + cands
+    if small or (kind == "conventional" and upd != "fp32"):
+        cands = [{}] + [c for c in cands if c]
     if base:
         cands = [{**base, **{k: v for k, v in c.items() if v is not None}} for c in cands]
     cands = [{k: W if v == WINDOW else v for k, v in c.items()} for c in cands]  # (the row's window)
     for cfg in cands:
         try:
-            r = measure(op, mkind, B, dev, upd="fp32", read=read, W=W, T=T, ring=ring, cfg=cfg, nbytes=nbytes)
+            r = measure(op, mkind, B, dev, upd=upd, read=read, W=W, T=T, ring=ring, cfg=cfg, nbytes=nbytes)
         except Exception as e:  # noqa: BLE001 - a shape may not compile (registers / shared memory)
             torch.cuda.empty_cache()
-            rec({"op": op, "kernel": mkind, "batch": B, "read": read, "T": T, "cfg": cfg,
+            rec({"op": op, "kernel": mkind, "batch": B, "update": upd, "read": read, "T": T, "cfg": cfg,
                  "error": f"{type(e).__name__}: {str(e)[:200]}"}, "tune")
             continue
         rec(r, "tune")
@@ -594,10 +596,19 @@ def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool =
             rec(measure(op, "flush", 256, dev, upd=uf, read="nvfp4", W=15, cfg=format_flush_cfg(best["flush"]),
                         nbytes=bytes_flush(op, 256, uf, "nvfp4", 15)), "update")
         for cf in CONV_FMTS:
-            # the tuned shape is a row block; an NVFP4 state owns whole heads and takes the wrapper's
-            # launch for them (the tuned 1-warp shape would hold a whole head in one warp)
-            rec(measure(op, "conventional", 256, dev, upd=cf, cfg=None if cf == "nvfp4" else best["conventional"],
-                        nbytes=bytes_conventional(op, 256, cf)), "convfmt")
+            # Each stored format's conventional step at its own fastest shape, the baseline of its
+            # flush target: fp32 at its tuned shape; the 16-bit and FP8 states tuned over the same
+            # shapes and the wrappers' per-format rule (rows tagged "tune" with their update format;
+            # fp32's shape had left them issue-bound). An NVFP4 state owns whole heads and takes the
+            # wrapper's launch for them (a tuned 1-warp row block would hold a whole head in one warp).
+            if cf == "nvfp4":
+                cfg = None
+            elif cf == "fp32":
+                cfg = best["conventional"]
+            else:
+                cfg = tune(op, "conventional", dev, rec, upd=cf, nbytes=bytes_conventional(op, 256, cf))
+            rec(measure(op, "conventional", 256, dev, upd=cf, cfg=cfg, nbytes=bytes_conventional(op, 256, cf)),
+                "convfmt")
         # a checkpoint after each operator: a run cut short still leaves a file that resummarise reads
         dump(result(partial=True), output)
     if tune_only:
