@@ -223,6 +223,13 @@ def standing_row(label, name, fmt, files=STANDING, bounds=True) -> str:
     return f"| {label} | {cells[0]} | {cells[1]} | {bound} |"
 
 
+def conv_rule_fastest(op: str, fmt: str, shape: str) -> float:
+    """The fastest repetition of one conventional row in reports/diagnostics/conv-rule.jsonl (``shape``:
+    "rule", the wrappers' per-format shape, or "fp32-shape")."""
+    rows = [json.loads(line) for line in (ROOT / "reports/diagnostics/conv-rule.jsonl").read_text().splitlines()]
+    return min(r["us"] for r in rows if r["op"] == op and r["update"] == fmt and r["shape"] == shape)
+
+
 def batch1_forms_range() -> tuple[float, float, float, float]:
     """GDN's batch-1 output-only step at W = 7 in reports/diagnostics/gdn-batch1-forms.jsonl: the
     two-round-trip order (``cur``) and the order kept (``old``), each as (min, max) over its repetitions."""
@@ -470,6 +477,12 @@ CLAIMS: list[tuple[str, str, object]] = [
                 summ(load(PREVIOUS_H200), "gdn")["batch"]["1"]["nonflush_us"])),
     ("(an H100 A/B in one process: {:.2f}-{:.2f} µs against {:.2f}-{:.2f} for the order kept;",
      STANDING["gdn"], lambda d: batch1_forms_range()),  # (the diagnostics file is JSON lines)
+    ("fp16-SR step took {:.0f} µs at its own shape against {:.0f} at fp32's, so GDN's flush ratio",
+     STANDING["gdn"], lambda d: (conv_rule_fastest("gdn", "fp16-sr", "rule"),
+                                 conv_rule_fastest("gdn", "fp16-sr", "fp32-shape"))),  # (JSON lines)
+    ("Mamba-2's FP8-SR conventional step, a baseline of no target, went from {:.0f} to {:.0f} µs",
+     STANDING["gdn"], lambda d: (conv_rule_fastest("mamba2", "fp8e4m3-sr", "fp32-shape"),
+                                 conv_rule_fastest("mamba2", "fp8e4m3-sr", "rule"))),
     ("Mamba-2's `shared:fp32` ratio is met by less than the spread between runs: {:.3f}× here, {:.3f}× and "
      "{:.3f}× in the two H200 runs before it", STANDING["mamba2"],
      lambda d: tuple(target(load(f"reports/bench/bench_kernels_{r}_quick.json"), "mamba2", "replay_vs_conventional")["value"]
