@@ -204,8 +204,8 @@ STANDING_ROWS = [  # (README label, target name, value format)
 
 
 # The same targets read on an H100 (its full --quick run): a second table under the first.
-STANDING_H100 = {"mamba2": "reports/bench/bench_kernels_round2zc_quick_h100.json",
-                 "gdn": "reports/bench/bench_kernels_round2zc_quick_h100.json"}
+STANDING_H100 = {"mamba2": "reports/bench/bench_kernels_round2ze_quick_h100.json",
+                 "gdn": "reports/bench/bench_kernels_round2ze_quick_h100.json"}
 
 
 def standing_row(label, name, fmt, files=STANDING, bounds=True) -> str:
@@ -480,6 +480,10 @@ CLAIMS: list[tuple[str, str, object]] = [
     ("fp16-SR step took {:.0f} µs at its own shape against {:.0f} at fp32's, so GDN's flush ratio",
      STANDING["gdn"], lambda d: (conv_rule_fastest("gdn", "fp16-sr", "rule"),
                                  conv_rule_fastest("gdn", "fp16-sr", "fp32-shape"))),  # (JSON lines)
+    ("baselines, where that ratio is {:.2f}× against {:.2f}× in the H100 run before it", STANDING_H100["gdn"],
+     lambda d: (target(d, "gdn", "fp16sr_flush_vs_fp16sr_conventional")["value"],
+                target(load("reports/bench/bench_kernels_round2zc_quick_h100.json"), "gdn",
+                       "fp16sr_flush_vs_fp16sr_conventional")["value"])),
     ("Mamba-2's FP8-SR conventional step, a baseline of no target, went from {:.0f} to {:.0f} µs",
      STANDING["gdn"], lambda d: (conv_rule_fastest("mamba2", "fp8e4m3-sr", "fp32-shape"),
                                  conv_rule_fastest("mamba2", "fp8e4m3-sr", "rule"))),
