@@ -14,6 +14,13 @@ def state_cols(fmts):
     return 32 if any(f.startswith("nvfp4") for f in fmts) else 20
 
 
+def conventional_format_cases(fmts, table):
+    """(format, launch shape) cases of a conventional-step test: each format at the test's default
+    shape (None, None) and, where the wrappers' ``CONVENTIONAL_FORMAT_SHAPES`` ``table`` has one, at
+    that format's own large-batch (rows, warps)."""
+    return [(f, sh) for f in fmts for sh in [(None, None)] + ([table[f]] if f in table else [])]
+
+
 def gather(pool, slots):
     """PackedState of the batch's live slots (bytes, for exact comparisons)."""
     live = slots >= 0

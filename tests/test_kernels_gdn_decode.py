@@ -24,6 +24,7 @@ from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
 from precision_lab.policy import StatePolicy
 from tests._decode_kernel_checks import (
     assert_same_codes,
+    conventional_format_cases,
     gather,
     rel,
     skip_without_pdl,
@@ -70,9 +71,8 @@ def pool_of(S0, fmt, slots, n_slots, seed, layer, seq_ids, copy):
 
 
 
-@pytest.mark.parametrize("fmt,shape", [(f, sh) for f in ["fp32", "bf16", "fp16-sr", "bf16-sr", "fp8e4m3-sr", "nvfp4-sr"]
-                                       for sh in [(None, None)] + ([CONVENTIONAL_FORMAT_SHAPES[f]]
-                                                                   if f in CONVENTIONAL_FORMAT_SHAPES else [])])
+@pytest.mark.parametrize("fmt,shape", conventional_format_cases(
+    ["fp32", "bf16", "fp16-sr", "bf16-sr", "fp8e4m3-sr", "nvfp4-sr"], CONVENTIONAL_FORMAT_SHAPES))
 def test_conventional_step_exact_codes(fmt, shape, device):
     """Stored codes equal the reference bit for bit, also at the format's own large-batch launch
     shape (rows, warps) where it has one."""

@@ -28,6 +28,7 @@ from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
 from precision_lab.policy import StatePolicy
 from tests._decode_kernel_checks import (
     assert_same_codes,
+    conventional_format_cases,
     gather,
     rel,
     skip_without_pdl,
@@ -83,14 +84,8 @@ def pool_of(S0, fmt, slots, n_slots, seed, layer, seq_ids, copy, strided=True):
 # ---------------------------------------------------------------------------------------------
 # Conventional step
 # ---------------------------------------------------------------------------------------------
-def _format_shapes(fmt, table):
-    """The launch shapes a conventional step of ``fmt`` runs: the test's default and, where the
-    wrappers have one, the format's own large-batch shape (rows, warps)."""
-    return [(None, None)] + ([table[fmt]] if fmt in table else [])
-
-
-@pytest.mark.parametrize("fmt,shape", [(f, sh) for f in ["fp32", "bf16", "fp16-sr", "bf16-sr", "fp8e4m3-sr", "nvfp4-sr"]
-                                       for sh in _format_shapes(f, CONVENTIONAL_FORMAT_SHAPES)])
+@pytest.mark.parametrize("fmt,shape", conventional_format_cases(
+    ["fp32", "bf16", "fp16-sr", "bf16-sr", "fp8e4m3-sr", "nvfp4-sr"], CONVENTIONAL_FORMAT_SHAPES))
 def test_conventional_step_exact_codes(fmt, shape, device):
     """Stored codes equal the reference bit for bit (SR bits from the same Philox counters); a null
     slot is skipped (zero output, pool untouched) and the output is fully written (NaN poison). Also
@@ -970,6 +965,24 @@ def test_conventional_launch_shapes():
         assert md._conventional_launch(64, 128, code, 16, None, 256 * 128, fmt)[0] == 16   # explicit block_r
     assert md._conventional_launch(64, 128, FMT_FP32, None, None, 256 * 128, "fp32") == (16, 8)
     assert md.CONVENTIONAL_FORMAT_SHAPES["fp16-sr"] == (32, 8)
+    # the wrapper passes batch × heads and the state's format: batch 32 of 128 heads, fp16-SR
+    seen = []
+
+    class Grab:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append((grid, kw["BR"], kw["num_warps"]))
+
+    keep = md.mamba2_conventional_step_kernel
+    md.mamba2_conventional_step_kernel = Grab()
+    try:
+        Bsz, H, G = 32, 128, 8
+        pool = PackedState.empty("fp16-sr", Bsz, H, 64, 128)
+        x = torch.zeros(Bsz, H, 64)
+        md.mamba2_conventional_step(pool, torch.arange(Bsz), x, torch.zeros(Bsz, H), torch.zeros(H),
+                                    torch.zeros(Bsz, G, 128), torch.zeros(Bsz, G, 128))
+    finally:
+        md.mamba2_conventional_step_kernel = keep
+    assert seen == [((2, H, Bsz), 32, 8)]
 
 
 def test_shape_arguments_are_compile_time_constants():
