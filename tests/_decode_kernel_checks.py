@@ -44,13 +44,14 @@ def assert_same_codes(a: PackedState, b: PackedState):
 
 class LaunchRecorder:
     """Stands in for a Triton kernel object: ``kernel[grid](*args, **kw)`` records (name, kw) in
-    ``launches`` and launches nothing (tests of what a wrapper hands its kernels)."""
+    ``launches``, the grid as ``kw["_grid"]``, and launches nothing (tests of what a wrapper hands its
+    kernels)."""
 
     def __init__(self, name: str, launches: list):
         self.name, self.launches = name, launches
 
     def __getitem__(self, grid):
-        return lambda *a, **kw: self.launches.append((self.name, kw))
+        return lambda *a, **kw: self.launches.append((self.name, {**kw, "_grid": grid}))
 
 
 def skip_without_pdl(device: str) -> None:

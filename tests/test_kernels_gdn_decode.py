@@ -23,6 +23,7 @@ from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
 
 from precision_lab.policy import StatePolicy
 from tests._decode_kernel_checks import (
+    LaunchRecorder,
     assert_same_codes,
     conventional_format_cases,
     gather,
@@ -418,7 +419,7 @@ def test_trajectory(policy, device):
     assert rel(st.state.read.cpu(), ref.state.read) < tol
 
 
-def test_launch_shapes_follow_the_batch():
+def test_launch_shapes_follow_the_batch(monkeypatch):
     """The launch-shape rules: the conventional step at 4 rows x 1 warp at every batch, a replay
     launch with fewer programs than about one per SM in 16-row blocks (not when it stores NVFP4: that
     owns whole heads), 64 rows x 2 warps for the output-only step otherwise (1 warp from a stored read
@@ -455,22 +456,19 @@ def test_launch_shapes_follow_the_batch():
     assert cap(1, False, False, None, None, FMT_BF16) == 0                     # no cap
     assert cap(1, True, False, None, None, FMT_FP32) == cap(2, False, False, None, None, FMT_FP32) == 0  # flush, verify
     assert cap(1, False, True, None, None, FMT_FP32) == cap(1, False, False, 32, None, FMT_FP32) == 0  # one launch; shape given
-    seen = []
+    launches = []
+    monkeypatch.setattr(gd, "gdn_conventional_step_kernel", LaunchRecorder("conventional", launches))
 
-    class Grab:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: seen.append((grid, kw["BR"], kw["num_warps"]))
-
-    keep = gd.gdn_conventional_step_kernel
-    gd.gdn_conventional_step_kernel = Grab()
-    try:
-        for B in (1, 16, 17):
-            pool = PackedState.empty("fp32", B, 32, 128, 128)
+    def conventional_launches(fmt, batches):
+        launches.clear()
+        for B in batches:
+            pool = PackedState.empty(fmt, B, 32, 128, 128)
             q = torch.zeros(B, 16, 128)
             gd.gdn_conventional_step(pool, torch.arange(B), q, q, torch.zeros(B, 32, 128), torch.zeros(B, 32),
                                      torch.zeros(B, 32))
-    finally:
-        gd.gdn_conventional_step_kernel = keep
+        return [(kw["_grid"], kw["BR"], kw["num_warps"]) for _, kw in launches]
+
+    seen = conventional_launches("fp32", (1, 16, 17))
     assert [(br, nw) for _, br, nw in seen] == [(4, 1), (4, 1), (4, 1)]
     assert [grid for grid, _, _ in seen] == [(32, 32, 1), (32, 32, 16), (32, 32, 17)]
     # an NVFP4 state: the whole head in one program, with the warps of its tile (1 warp spilled)
@@ -485,16 +483,8 @@ def test_launch_shapes_follow_the_batch():
         assert gd._conventional_launch(128, 128, code, None, None, small, fmt) == (4, 1)
     assert gd._conventional_launch(128, 128, FMT_FP32, None, None, big, "fp32") == (4, 1)
     assert CONVENTIONAL_FORMAT_SHAPES["fp16-sr"] == (16, 1)
-    seen.clear()
-    gd.gdn_conventional_step_kernel = Grab()
-    try:   # batch 64 of 32 value heads reaches the rule; the wrapper passes batch × heads and the format
-        pool = PackedState.empty("fp16-sr", 64, 32, 128, 128)
-        q = torch.zeros(64, 16, 128)
-        gd.gdn_conventional_step(pool, torch.arange(64), q, q, torch.zeros(64, 32, 128), torch.zeros(64, 32),
-                                 torch.zeros(64, 32))
-    finally:
-        gd.gdn_conventional_step_kernel = keep
-    assert [(br, nw) for _, br, nw in seen] == [(16, 1)]
+    # batch 64 of 32 value heads reaches the rule: the wrapper passes batch × heads and the format
+    assert [(br, nw) for _, br, nw in conventional_launches("fp16-sr", (64,))] == [(16, 1)]
 
 
 @pytest.mark.parametrize("upd_fmt,read_fmt,flush,start,W", [

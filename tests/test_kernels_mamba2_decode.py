@@ -27,6 +27,7 @@ from precision_lab.quant.philox import COPY_READ, COPY_UPDATE
 
 from precision_lab.policy import StatePolicy
 from tests._decode_kernel_checks import (
+    LaunchRecorder,
     assert_same_codes,
     conventional_format_cases,
     gather,
@@ -944,7 +945,7 @@ def test_window_bound_sets_the_history_tile(monkeypatch):
     assert seen == [(64, 64), (64, 16), (64, 16), (64, 32), (64, 64), (64, 64), (64, 64)]
 
 
-def test_conventional_launch_shapes():
+def test_conventional_launch_shapes(monkeypatch):
     """The conventional step: 16 rows x 8 warps at large batch, 4 rows x 1 warp at small batch
     (batch x heads <= SMALL_BATCH_HEAD_MATRICES); an NVFP4 state owns whole heads with the warps of
     its tile at any batch (the 1-warp rule was measured on 4-row blocks)."""
@@ -966,23 +967,14 @@ def test_conventional_launch_shapes():
     assert md._conventional_launch(64, 128, FMT_FP32, None, None, 256 * 128, "fp32") == (16, 8)
     assert md.CONVENTIONAL_FORMAT_SHAPES["fp16-sr"] == (32, 8)
     # the wrapper passes batch × heads and the state's format: batch 32 of 128 heads, fp16-SR
-    seen = []
-
-    class Grab:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: seen.append((grid, kw["BR"], kw["num_warps"]))
-
-    keep = md.mamba2_conventional_step_kernel
-    md.mamba2_conventional_step_kernel = Grab()
-    try:
-        Bsz, H, G = 32, 128, 8
-        pool = PackedState.empty("fp16-sr", Bsz, H, 64, 128)
-        x = torch.zeros(Bsz, H, 64)
-        md.mamba2_conventional_step(pool, torch.arange(Bsz), x, torch.zeros(Bsz, H), torch.zeros(H),
-                                    torch.zeros(Bsz, G, 128), torch.zeros(Bsz, G, 128))
-    finally:
-        md.mamba2_conventional_step_kernel = keep
-    assert seen == [((2, H, Bsz), 32, 8)]
+    launches = []
+    monkeypatch.setattr(md, "mamba2_conventional_step_kernel", LaunchRecorder("conventional", launches))
+    Bsz, H, G = 32, 128, 8
+    pool = PackedState.empty("fp16-sr", Bsz, H, 64, 128)
+    x = torch.zeros(Bsz, H, 64)
+    md.mamba2_conventional_step(pool, torch.arange(Bsz), x, torch.zeros(Bsz, H), torch.zeros(H),
+                                torch.zeros(Bsz, G, 128), torch.zeros(Bsz, G, 128))
+    assert [(kw["_grid"], kw["BR"], kw["num_warps"]) for _, kw in launches] == [((2, H, Bsz), 32, 8)]
 
 
 def test_shape_arguments_are_compile_time_constants():
