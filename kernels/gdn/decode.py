@@ -798,6 +798,9 @@ def _replay_launch(R: int, C: int, stored: tuple[int, ...], block_r: int | None,
     # checkpoint: 577) and ~74k warp instructions per program at L = 16, against ~137k at 16 warps
     # before (128 registers, 88 bytes of stack) — the fold loop at 16 warps costs twice as many
     # warp instructions per record. H200, batch 256: 1504 µs (reports/bench/bench_kernels_round2b_quick.json).
+    # Re-measured with the quarters (H200, batch 256, reports/diagnostics/gdn-flush-warps.jsonl): 4 warps
+    # 722 µs for fp16-SR/NVFP4 against 852 at 8 warps capped at 128 registers (two programs per SM, no
+    # spill), 1042 at 8 uncapped, 1209 at 16 — the fold loop's warp instructions grow with the warps.
     if read_code != C_FP32 and not serial and not stored:
         per_thread = 256  # the output-only step from a stored copy: fewer, fuller threads
     return br, max(1, min(16, br * C // (32 * per_thread)))
