@@ -162,10 +162,15 @@ def one(values):
     return v
 
 
+def diagnostics_rows(rel: str) -> list[dict]:
+    """The rows of a JSON-lines result file (reports/diagnostics/*.jsonl)."""
+    return [json.loads(line) for line in (ROOT / rel).read_text().splitlines()]
+
+
 def run6_mamba2_nvfp4_us() -> list[float]:
     """The Mamba-2 NVFP4 output-only step at the wrapper's rule, measured in the device call of
     bench_kernels_round2u_mamba2_quick.json (run 6 of the diagnostics file)."""
-    rows = [json.loads(line) for line in (ROOT / "reports/diagnostics/nonflush-order.jsonl").read_text().splitlines()]
+    rows = diagnostics_rows("reports/diagnostics/nonflush-order.jsonl")
     return [r["us"] for r in rows if r["run"] == 6 and r["op"] == "mamba2" and r["read"] == "nvfp4" and r["cfg"] == {}]
 
 
@@ -226,23 +231,24 @@ def standing_row(label, name, fmt, files=STANDING, bounds=True) -> str:
 def conv_rule_fastest(op: str, fmt: str, shape: str) -> float:
     """The fastest repetition of one conventional row in reports/diagnostics/conv-rule.jsonl (``shape``:
     "rule", the wrappers' per-format shape, or "fp32-shape")."""
-    rows = [json.loads(line) for line in (ROOT / "reports/diagnostics/conv-rule.jsonl").read_text().splitlines()]
+    rows = diagnostics_rows("reports/diagnostics/conv-rule.jsonl")
     return min(r["us"] for r in rows if r["op"] == op and r["update"] == fmt and r["shape"] == shape)
 
 
 def batch1_forms_range() -> tuple[float, float, float, float]:
-    """GDN's batch-1 output-only step at W = 7 in reports/diagnostics/gdn-batch1-forms.jsonl: the
-    two-round-trip order (``cur``) and the order kept (``old``), each as (min, max) over its repetitions."""
-    rows = [json.loads(line) for line in (ROOT / "reports/diagnostics/gdn-batch1-forms.jsonl").read_text().splitlines()]
+    """GDN's batch-1 output-only step at W = 7 in reports/diagnostics/gdn-batch1-forms.jsonl: the order
+    kept (``old``), then the two-round-trip order that was removed (``cur``), each as (min, max) over its
+    repetitions."""
+    rows = diagnostics_rows("reports/diagnostics/gdn-batch1-forms.jsonl")
     us = {f: [r["us"] for r in rows if r.get("form") == f and r.get("batch") == 1 and r.get("W") == 7 and not r.get("cfg")]
           for f in ("cur", "old")}
-    return min(us["cur"]), max(us["cur"]), min(us["old"]), max(us["old"])
+    return min(us["old"]), max(us["old"]), min(us["cur"]), max(us["cur"])
 
 
 def chunked_fold_slowdown() -> float:
     """The tensor-core chunked fold of GDN's fp16-SR/NVFP4 flush against the recurrent fold in
     reports/diagnostics/gdn-chunked-fold.jsonl: its fastest repetition over the recurrent one's slowest."""
-    rows = [json.loads(line) for line in (ROOT / "reports/diagnostics/gdn-chunked-fold.jsonl").read_text().splitlines()]
+    rows = diagnostics_rows("reports/diagnostics/gdn-chunked-fold.jsonl")
     us = [(r["form"], r["us"]) for r in rows if "us" in r and r["update"] == "fp16-sr"]
     return min(u for f, u in us if f == "chunked") / max(u for f, u in us if f == "recurrent")
 
@@ -250,7 +256,7 @@ def chunked_fold_slowdown() -> float:
 def flush_warps_range() -> tuple[float, float, float]:
     """GDN's fp16-SR/NVFP4 flush in reports/diagnostics/gdn-flush-warps.jsonl: the fastest and slowest
     repetition over the launch shapes other than the rule's, and the rule's fastest."""
-    rows = [json.loads(line) for line in (ROOT / "reports/diagnostics/gdn-flush-warps.jsonl").read_text().splitlines()]
+    rows = diagnostics_rows("reports/diagnostics/gdn-flush-warps.jsonl")
     us = [(r["cfg"], r["us"]) for r in rows if "us" in r and r["update"] == "fp16-sr"]
     other = [u for c, u in us if c]
     return min(other), max(other), min(u for c, u in us if not c)
@@ -492,7 +498,7 @@ CLAIMS: list[tuple[str, str, object]] = [
                 summ(d, "gdn")["batch"]["1"]["nonflush_us"],
                 summ(load(PREVIOUS_H200), "gdn")["batch"]["1"]["nonflush_us"])),
     ("(an H100 A/B in one process had timed it at {:.2f}-{:.2f} µs against {:.2f}-{:.2f} for the order removed)",
-     STANDING["gdn"], lambda d: (lambda c0, c1, o0, o1: (o0, o1, c0, c1))(*batch1_forms_range())),  # (JSON lines)
+     STANDING["gdn"], lambda d: batch1_forms_range()),  # (the diagnostics file is JSON lines)
     ("GDN's flush ratio reads {:.2f}× against {:.2f}× with the flush itself unchanged ({:.1f} µs against {:.1f})",
      STANDING["gdn"],
      lambda d: (target(d, "gdn", "fp16sr_flush_vs_fp16sr_conventional")["value"],
