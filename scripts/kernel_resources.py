@@ -20,8 +20,14 @@ path at small batch, not a timing: docs/pitfalls.md §17). Equal digests
 before and after a change mean the same machine code (a refactor that keeps them needs no GPU
 re-check; one that changes them, even by reordering independent operations, needs the kernel tests
 on a GPU). Use it before spending device time: a flush at 255 registers with a
-stack had spilled on the GPU too. The local Triton may be newer than the GPU machine's, so the
-numbers are indicative.
+stack had spilled on the GPU too.
+
+The counts are those of the Triton that runs the script (its version heads the output), and they
+move between versions: compile under the GPU machine's before deciding anything from them
+(docs/pitfalls.md §18), e.g. for Triton 3.6:
+
+    python -m pip install --target /tmp/triton-3.6 --no-deps triton==3.6.0
+    PYTHONPATH=/tmp/triton-3.6 python scripts/kernel_resources.py --hw
 """
 from __future__ import annotations
 
@@ -466,6 +472,7 @@ def main(argv=None) -> int:
     ap.add_argument("--loads", action="store_true",
                     help="below each launch, every global load's memory round and source line")
     args = ap.parse_args(argv)
+    print(f"# Triton {triton.__version__} ({os.path.dirname(triton.__file__)}), sm_90", flush=True)
     _Compile.LOADS = args.loads
     if args.hw:  # the wrappers choose the hardware decode path from x.is_cuda
         torch.Tensor.is_cuda = property(lambda self: True)
