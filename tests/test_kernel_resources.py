@@ -127,3 +127,13 @@ def test_gdn_batch1_output_only_step_requests_the_state_before_q_and_k():
     assert len(qk) == 2 and state_rounds and qk_rounds, loads
     assert set(state_rounds) == {2}, loads
     assert min(qk_rounds) > 2, loads
+
+
+def test_output_names_the_triton_that_compiled():
+    """Counts differ between Triton versions (docs/pitfalls.md §18): the first line of the output
+    names the version and install that produced them."""
+    import triton
+
+    first = _gdn_batch1_loads()[0]
+    assert first.startswith(f"# Triton {triton.__version__} ("), first
+    assert os.path.dirname(triton.__file__) in first, first
