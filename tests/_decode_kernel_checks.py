@@ -3,6 +3,13 @@ import torch
 from precision_lab.kernels.decode_state import PackedState
 
 
+def seeded_randn(*shape, seed, device):
+    """Normal draws from a seeded CPU generator, moved to ``device``: a test's inputs never depend on
+    which tests ran before it in the same process (the global generators do), and the CPU and GPU
+    runs of a test see the same numbers."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(device)
+
+
 def rel(a, b):
     """Per-tensor relative RMS error of a against b."""
     a, b = a.float().cpu(), b.float().cpu()  # (the kernels' tensors may be on the GPU)

@@ -28,6 +28,7 @@ from tests._decode_kernel_checks import (
     conventional_format_cases,
     gather,
     rel,
+    seeded_randn,
     skip_without_pdl,
     stub_overlapped_launches,
 )
@@ -81,7 +82,7 @@ def test_conventional_step_exact_codes(fmt, shape, device):
     slots = torch.tensor([2, -1, 0], device=device)
     seq_ids = torch.tensor([4, 1, 8])
     inp = {key: val[:, 0] for key, val in inputs(3, 1, K, device, exact=True).items()}
-    S0 = torch.randn(3, HV, V, K, device=device)
+    S0 = seeded_randn(3, HV, V, K, seed=41, device=device)
     pool, S0q = pool_of(S0, fmt, slots, 4, 9, 5, seq_ids, COPY_UPDATE)
     untouched = pool.data[[1, 3]].clone()
     out = torch.full((3, HV, V), float("nan"), device=device)
@@ -103,7 +104,7 @@ def test_conventional_step_random(device):
     K = 20
     inp = {key: val[:, 0] for key, val in inputs(1, 1, K, device).items()}
     slots = torch.tensor([0], device=device)
-    S0 = torch.randn(1, HV, V, K, device=device)
+    S0 = seeded_randn(1, HV, V, K, seed=42, device=device)
     pool, S0q = pool_of(S0, "fp32", slots, 1, 0, 0, torch.tensor([0]), COPY_UPDATE)
     o = gdn_conventional_step(pool, slots, *(inp[k] for k in ("q", "k", "v", "g", "beta")))
     o_ref, S_ref = gdn_conventional_step_ref(S0q, *(inp[k].cpu() for k in ("q", "k", "v", "g", "beta")))
@@ -122,7 +123,7 @@ def _replay_setup(device, upd_fmt, read_fmt, W, T, exact, recompute=True, start=
     if g is not None:
         hist_in["g"].fill_(g)
         new["g"].fill_(g)
-    S0 = 0.5 * torch.randn(Bsz, HV, V, K, device=device)
+    S0 = 0.5 * seeded_randn(Bsz, HV, V, K, seed=43, device=device)
     upd, updq = pool_of(S0, upd_fmt, slots, 3, 4, 2, seq_ids, COPY_UPDATE)
     rd, rdq = pool_of(S0, read_fmt, slots, 3, 4, 2, seq_ids, COPY_READ)
     # history: what earlier non-flush steps wrote (the reference's records, from the read copy)
@@ -404,7 +405,7 @@ def test_trajectory(policy, device):
     K = k_for([pol.update, pol.read])
     T, Hk, Hv = 64, 1, 2
     inp = inputs(1, T, K, device, Hk=Hk, Hv=Hv)
-    S0 = 0.3 * torch.randn(1, Hv, V, K, device=device)
+    S0 = 0.3 * seeded_randn(1, Hv, V, K, seed=44, device=device)
     args = [inp[k] for k in NEW]
     kw = dict(initial_state=S0, layer_index=6, seq_ids=torch.tensor([5]))
     o, st = run_layer(GDNInputs(*args), pol, engine="triton-decode", **kw)
