@@ -407,6 +407,55 @@ def test_nvfp4_special_blocks(device):
     assert float(tq.quantize(x, "nvfp4").global_scale[1]) == 1.0  # all-zero matrix: S_dec = 1
 
 
+@triton.jit
+def _block_scale_probe_kernel(amax_ptr, code_ptr, enc_ptr, n, s_enc, s_dec, HW: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    codes, enc = qc.nvfp4_block_scales(tl.load(amax_ptr + offs, mask=mask, other=0), s_enc, s_dec, HW)
+    tl.store(code_ptr + offs, codes, mask=mask)
+    tl.store(enc_ptr + offs, enc, mask=mask)
+
+
+def block_scale_amaxes() -> torch.Tensor:
+    """Non-negative fp32 block amaxes: every positive fp16 pattern (each E4M3 binade many times over,
+    E4M3 ties among them), random fp32 patterns over the whole range, the edges 448/464/480 with their
+    fp32 neighbours, 0, fp32 subnormals, FLT_MAX, inf and NaN."""
+    g = torch.Generator().manual_seed(17)
+    f16 = all_16bit(torch.float16).float()
+    f16 = f16[(f16 >= 0) & torch.isfinite(f16)]
+    rand = torch.randint(0, 0x7F800000, (1 << 16,), generator=g, dtype=torch.int32).view(torch.float32)
+    edges = torch.tensor([448.0, 464.0, 480.0, 2.0**-6, 2.0**-9, 2.0**-10, 3 * 2.0**-10, 0.0, 1e-40,
+                          3.4028234663852886e38, float("inf"), float("nan")])
+    nbrs = torch.cat([edges.view(torch.int32) + d for d in (-1, 1)]).view(torch.float32)
+    x = torch.cat([f16, rand, edges, nbrs[torch.isfinite(nbrs) & (nbrs >= 0)]])
+    return x.view(torch.int32)
+
+
+@pytest.mark.parametrize("s_enc", [6.0, 2688.0 / 3.0, 1e-3, 1e30], ids=["six", "amax3", "small", "huge"])
+def test_nvfp4_block_scales_match_reference(s_enc, device):
+    """The block-scale chain: E4M3 scale bytes equal the reference's RNE rounding of amax · (s_enc · 1/6),
+    and enc is 1 / (scale · s_dec) rounded once; on the GPU the hardware conversions (HW=True, what
+    the compiled decode kernels' NVFP4 stores use) give the same scale bytes and enc bits as the
+    integer path (the interpreter rounds fp32 → fp8 wrongly, so HW runs on the GPU only)."""
+    amax = block_scale_amaxes()
+    s_enc_t = torch.tensor(s_enc, dtype=torch.float32)
+    s_dec_t = torch.tensor(1.0, dtype=torch.float32) / s_enc_t
+    one_sixth = torch.tensor(0x3E2AAAAB, dtype=torch.int32).view(torch.float32)
+    y = amax.view(torch.float32) * (s_enc_t * one_sixth)
+    want_codes = rounding.round_to_code(y, rounding.E4M3)
+    scale = rounding.decode(want_codes, rounding.E4M3).float()
+    want_enc = torch.tensor(1.0, dtype=torch.float32) / (scale * s_dec_t)
+    want_enc = torch.where(want_enc > 3.4028234663852886e38, 3.4028234663852886e38, want_enc)
+    n = amax.numel()
+    for hw in ([False, True] if device == "cuda" else [False]):
+        codes = torch.empty(n, dtype=torch.int32, device=device)
+        enc = torch.empty(n, dtype=torch.float32, device=device)
+        _block_scale_probe_kernel[(triton.cdiv(n, 4096),)](amax.to(device), codes, enc, n, s_enc_t.item(),
+                                                           s_dec_t.item(), HW=hw, BLOCK=4096)
+        assert_same_bits(codes.cpu(), want_codes, f"HW={hw} scale bytes")
+        assert_same_bits(enc.cpu(), want_enc, f"HW={hw} enc")
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")], ids=["nan", "inf", "-inf"])
 def test_nvfp4_non_finite_input_raises_like_reference(bad, device):
     x = state_like((2, 4, 32), seed=8)

@@ -408,14 +408,16 @@ def read_state_dot(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask,
 @triton.jit
 def store_state(x, d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C,
                 seed, seq, event, COPY: tl.constexpr, FMT: tl.constexpr, SR: tl.constexpr,
-                BR: tl.constexpr, BC: tl.constexpr):
+                BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr = False):
     """Round the fp32 tile x [BR, BC] to FMT (SR values from the counters of (seq, h, event, group))
     and store its codes. NVFP4 needs the whole head in the tile (BR >= R): its global scale is the
-    amax of the matrix. Rows outside ``rmask`` and columns >= C are not stored."""
+    amax of the matrix. Rows outside ``rmask`` and columns >= C are not stored. HW (compiled GPU
+    kernels only): NVFP4 block scales through the GPU's E4M3 conversions (``qc.nvfp4_block_scales``;
+    the same bytes)."""
     if FMT == C_NVFP4:
         s_enc, s_dec = qc.nvfp4_global_scales(state_amax(x, rmask, C, 0, BC))
         store_state_cols(x, d_ptr, sc_ptr, slot, s_d, s_sc, h, rows, rmask, R, C, seed, seq, event, s_enc, s_dec,
-                         0, COPY, FMT, SR, BR, BC)
+                         0, COPY, FMT, SR, BR, BC, HW)
         store_global_scale(gs_ptr, slot, s_gs, h, s_dec, rmask)
     else:
         store_state_cols(x, d_ptr, sc_ptr, slot, s_d, s_sc, h, rows, rmask, R, C, seed, seq, event, 1.0, 1.0,
@@ -435,14 +437,14 @@ def column_quarters(x, BR: tl.constexpr, BC: tl.constexpr):
 @triton.jit
 def store_state4(x0, x1, x2, x3, d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C,
                  seed, seq, event, COPY: tl.constexpr, FMT: tl.constexpr, SR: tl.constexpr,
-                 BR: tl.constexpr, QW: tl.constexpr):
+                 BR: tl.constexpr, QW: tl.constexpr, HW: tl.constexpr = False):
     """``store_state`` of a tile held as four column quarters x_c [BR, QW] (columns c·QW ..; QW whole
     SR groups of 8, for NVFP4 whole blocks of 16), quarter by quarter: each draws
     its own SR values just before it is rounded, so only one quarter's SR values and rounding
     temporaries are live at a time (rounding a whole [BR, BC] tile at once holds one SR word per
     element beside the tile). Same values, groups and codes as ``store_state`` of the whole tile:
     SR groups and NVFP4 blocks never straddle a quarter, and NVFP4's global scale comes from the
-    amax over all four quarters, taken first."""
+    amax over all four quarters, taken first. HW: as in ``store_state``."""
     if FMT == C_NVFP4:
         amax = tl.maximum(tl.maximum(state_amax(x0, rmask, C, 0, QW), state_amax(x1, rmask, C, QW, QW)),
                           tl.maximum(state_amax(x2, rmask, C, 2 * QW, QW), state_amax(x3, rmask, C, 3 * QW, QW)))
@@ -451,13 +453,13 @@ def store_state4(x0, x1, x2, x3, d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h
     else:
         s_enc, s_dec = 1.0, 1.0
     store_state_cols(x0, d_ptr, sc_ptr, slot, s_d, s_sc, h, rows, rmask, R, C, seed, seq, event, s_enc, s_dec,
-                     0, COPY, FMT, SR, BR, QW)
+                     0, COPY, FMT, SR, BR, QW, HW)
     store_state_cols(x1, d_ptr, sc_ptr, slot, s_d, s_sc, h, rows, rmask, R, C, seed, seq, event, s_enc, s_dec,
-                     QW, COPY, FMT, SR, BR, QW)
+                     QW, COPY, FMT, SR, BR, QW, HW)
     store_state_cols(x2, d_ptr, sc_ptr, slot, s_d, s_sc, h, rows, rmask, R, C, seed, seq, event, s_enc, s_dec,
-                     2 * QW, COPY, FMT, SR, BR, QW)
+                     2 * QW, COPY, FMT, SR, BR, QW, HW)
     store_state_cols(x3, d_ptr, sc_ptr, slot, s_d, s_sc, h, rows, rmask, R, C, seed, seq, event, s_enc, s_dec,
-                     3 * QW, COPY, FMT, SR, BR, QW)
+                     3 * QW, COPY, FMT, SR, BR, QW, HW)
 
 
 @triton.jit
@@ -479,13 +481,14 @@ def store_global_scale(gs_ptr, slot, s_gs, h, s_dec, rmask):
 @triton.jit
 def store_state_cols(x, d_ptr, sc_ptr, slot, s_d, s_sc, h, rows, rmask, R, C, seed, seq, event, s_enc, s_dec,
                      COL0: tl.constexpr, COPY: tl.constexpr, FMT: tl.constexpr, SR: tl.constexpr,
-                     BR: tl.constexpr, BW: tl.constexpr):
+                     BR: tl.constexpr, BW: tl.constexpr, HW: tl.constexpr = False):
     """``store_state`` of the column block COL0..COL0+BW-1 of the tile (x [BR, BW]; COL0 and BW whole
     SR groups of 8, and for NVFP4 whole blocks of 16), with the SR values of exactly those columns.
     NVFP4 rounds with the matrix's global scales (s_enc, s_dec) given: the caller takes the amax over
     all blocks (``state_amax``) and stores s_dec (``store_global_scale``); other formats ignore them.
     A kernel that holds its state in column blocks stores it block by block, which keeps the SR
-    values and rounding temporaries of one block live at a time instead of the whole tile's."""
+    values and rounding temporaries of one block live at a time instead of the whole tile's. HW: as in
+    ``store_state``."""
     row64 = (h * R + rows).to(tl.int64)
     cols = tl.arange(0, BW) + COL0
     mask = rmask[:, None] & (cols < C)[None, :]
@@ -501,7 +504,7 @@ def store_state_cols(x, d_ptr, sc_ptr, slot, s_d, s_sc, h, rows, rmask, R, C, se
             rb = tl.reshape(r, (nb, 16))
         else:
             rb = 0
-        codes, scale_codes = qc.nvfp4_quantize_blocks(tl.reshape(x, (nb, 16)), s_enc, s_dec, rb, SR)
+        codes, scale_codes = qc.nvfp4_quantize_blocks(tl.reshape(x, (nb, 16)), s_enc, s_dec, rb, SR, HW)
         packed = tl.reshape(qc.nvfp4_pack(codes), (BR, BW // 2))
         cb = tl.arange(0, BW // 2) + COL0 // 2
         cs = tl.arange(0, BW // 16) + COL0 // 16

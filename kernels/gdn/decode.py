@@ -142,7 +142,7 @@ def gdn_conventional_step_kernel(
     seq = tl.load(seq_ptr + i_b)
     ev = tl.load(ev_ptr + i_b)
     store_state(b_s, st_d, st_sc, st_gs, slot, s_d, s_sc, s_gs, i_h, rows, m_r, R, C,
-                seed, seq, ev, False, FMT, SR, BR, BC)
+                seed, seq, ev, False, FMT, SR, BR, BC, HW)
 
 
 @triton.jit
@@ -318,9 +318,10 @@ def _load4(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C,
 @triton.jit
 def _store4(x0, x1, x2, x3, d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C,
             seed, seq, ev, COPY: tl.constexpr, FMT: tl.constexpr, SR: tl.constexpr,
-            BR: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr):
+            BR: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr, HW: tl.constexpr):
     """``store_state`` of a tile held as column quarters: quarter by quarter where they are whole SR
-    groups (and NVFP4 blocks), else through the joined tile."""
+    groups (and NVFP4 blocks), else through the joined tile. HW: NVFP4 block scales through the GPU's
+    E4M3 conversions (the same bytes; ``store_state``)."""
     QW: tl.constexpr = BC // 4
     if FMT == C_FP32:
         p = d_ptr + slot * s_d + (h * R + rows).to(tl.int64)[:, None] * C
@@ -333,10 +334,10 @@ def _store4(x0, x1, x2, x3, d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row
         # chunk quarters are the column blocks store_state4 rounds one at a time (fewer live registers
         # than rounding the joined tile, and no layout conversions to join it; same codes)
         store_state4(x0, x1, x2, x3, d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C,
-                     seed, seq, ev, COPY, FMT, SR, BR, QW)
+                     seed, seq, ev, COPY, FMT, SR, BR, QW, HW)
     else:
         store_state(_join4(x0, x1, x2, x3, BR, BC, ILV), d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows,
-                    m_r, R, C, seed, seq, ev, COPY, FMT, SR, BR, BC)
+                    m_r, R, C, seed, seq, ev, COPY, FMT, SR, BR, BC, HW)
 
 
 @triton.jit
@@ -539,10 +540,13 @@ def gdn_replay_step_kernel(
             b_o = _matvec(s0, s1, s2, s3, q0, q1, q2, q3)
             tl.store(o_ptr + bh * R + rows, tl.where(valid, b_o, 0.0).to(o_ptr.dtype.element_ty), mask=rows < R)
         _store4(s0, s1, s2, s3, u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C,
-                seed, seq, ev, False, UFMT, USR, BR, BC, ILV)
+                seed, seq, ev, False, UFMT, USR, BR, BC, ILV, HW)
         if SPLIT:
+            # Behind an FP8 checkpoint the read copy keeps the integer block scales: with the hardware
+            # conversions that flush compiled with more spills under Triton 3.6 (800 against 456 bytes of
+            # stack, scripts/kernel_resources.py --hw --ops flush) and timed slower on an H100.
             _store4(s0, s1, s2, s3, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
-                    seed, seq, ev, True, RFMT, RSR, BR, BC, ILV)
+                    seed, seq, ev, True, RFMT, RSR, BR, BC, ILV, HW and UFMT != C_E4M3)
     elif not (FROM_CODES or FP32_LOADS_FIRST):
         s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV, HW)
 

@@ -144,7 +144,7 @@ def mamba2_conventional_step_kernel(
     seq = tl.load(seq_ptr + i_b)
     ev = tl.load(ev_ptr + i_b)
     store_state(b_s, st_d, st_sc, st_gs, slot, s_d, s_sc, s_gs, i_h, rows, m_r, R, C,
-                seed, seq, ev, False, FMT, SR, BR, BC)
+                seed, seq, ev, False, FMT, SR, BR, BC, HW)
 
 
 @triton.jit
@@ -242,7 +242,7 @@ def _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC: tl.constexpr, HW: tl.cons
 def _store_flushed(b_s, u_d, u_sc, u_gs, su_d, su_sc, su_gs, r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,
                    slot, i_h, rows, m_r, R, C, seed, seq, ev, SPLIT: tl.constexpr,
                    UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
-                   BR: tl.constexpr, BC: tl.constexpr):
+                   BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr):
     """A flush's stores of the folded fp32 tile: round_H(S) → update checkpoint, and in split mode
     round_F(S) → read copy, both from the same S.
     A stored format is rounded column quarter by column quarter where the quarters are whole SR
@@ -258,16 +258,16 @@ def _store_flushed(b_s, u_d, u_sc, u_gs, su_d, su_sc, su_gs, r_d, r_sc, r_gs, sr
         x0, x1, x2, x3 = column_quarters(b_s, BR, BC)
     if Q_UPD:
         store_state4(x0, x1, x2, x3, u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C,
-                     seed, seq, ev, False, UFMT, USR, BR, QW)
+                     seed, seq, ev, False, UFMT, USR, BR, QW, HW)
     else:
         store_state(b_s, u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C,
-                    seed, seq, ev, False, UFMT, USR, BR, BC)
+                    seed, seq, ev, False, UFMT, USR, BR, BC, HW)
     if Q_READ:
         store_state4(x0, x1, x2, x3, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
-                     seed, seq, ev, True, RFMT, RSR, BR, QW)
+                     seed, seq, ev, True, RFMT, RSR, BR, QW, HW)
     elif SPLIT:
         store_state(b_s, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
-                    seed, seq, ev, True, RFMT, RSR, BR, BC)
+                    seed, seq, ev, True, RFMT, RSR, BR, BC, HW)
 
 
 @triton.jit
@@ -453,7 +453,7 @@ def mamba2_replay_step_kernel(
         seq = tl.load(seq_ptr + i_b)
         ev = tl.load(ev_ptr + i_b)
         _store_flushed(b_s, u_d, u_sc, u_gs, su_d, su_sc, su_gs, r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,
-                       slot, i_h, rows, m_r, R, C, seed, seq, ev, SPLIT, UFMT, USR, RFMT, RSR, BR, BC)
+                       slot, i_h, rows, m_r, R, C, seed, seq, ev, SPLIT, UFMT, USR, RFMT, RSR, BR, BC, HW)
         if FOLD_NEW:
             lo = W + 1
         else:
@@ -672,7 +672,8 @@ def mamba2_flush_kernel(
         if FOLD_NEW:
             b_y = tl.sum(b_s * b_c[None, :], 1)  # S C of the folded S, before the stores
         _store_flushed(b_s, u_d, u_sc, u_gs, su_d, su_sc, su_gs, r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,
-                       tl.maximum(slot, 0), i_h, rows, m_r, R, C, seed, seq, ev, SPLIT, UFMT, USR, RFMT, RSR, BR, BC)
+                       tl.maximum(slot, 0), i_h, rows, m_r, R, C, seed, seq, ev, SPLIT, UFMT, USR, RFMT, RSR, BR, BC,
+                       HW)
         if FOLD_NEW:
             bh = i_b.to(tl.int64) * H + i_h
             _store_output(b_y, b_x, valid, i_h, bh, rows, m_r, D_ptr, z_ptr, y_ptr, R, HAS_D, HAS_Z)

@@ -469,21 +469,36 @@ def nvfp4_global_scales(amax_bits):
 
 
 @triton.jit
-def nvfp4_block_scales(block_amax_bits, s_enc, s_dec):
+def nvfp4_block_scales(block_amax_bits, s_enc, s_dec, HW: tl.constexpr = False):
     """Block amaxes as abs_bits (int32, any shape) → (E4M3 scale bytes int32, fp32 factor ``enc`` that
-    the block's elements are multiplied by before the E2M1 encode), both of that shape."""
+    the block's elements are multiplied by before the E2M1 encode), both of that shape.
+
+    HW (compiled GPU kernels only): the scale is rounded and decoded by the GPU's own conversions
+    (``cvt.rn.satfinite`` to E4M3 and back) instead of the integer encode/decode. They give the same
+    bytes here: the scale y = amax · s_enc/6 is never negative, RNE is the rounding of both, both
+    saturate at 448 and both keep NaN as 0x7F (tests/test_kernels_quant.py sweeps every E4M3 binade,
+    the ties, subnormals, 448, overflow, inf and NaN through both paths on the GPU). The interpreter
+    rounds fp32 → fp8 wrongly, so CPU runs keep the integer path."""
     one_sixth = tl.full([], ONE_SIXTH_F32_BITS, tl.int32).to(tl.float32, bitcast=True)
     block_amax = block_amax_bits.to(tl.float32, bitcast=True)
-    scale_codes = encode_e4m3(block_amax * (s_enc * one_sixth), 0, False)
-    enc = tl.div_rn(tl.full(block_amax.shape, 1.0, tl.float32), decode_e4m3(scale_codes) * s_dec)
+    y = block_amax * (s_enc * one_sixth)
+    if HW:
+        s8 = y.to(tl.float8e4nv)
+        scale_codes = s8.to(tl.uint8, bitcast=True).to(tl.int32)
+        scale = s8.to(tl.float32)
+    else:
+        scale_codes = encode_e4m3(y, 0, False)
+        scale = decode_e4m3(scale_codes)
+    enc = tl.div_rn(tl.full(block_amax.shape, 1.0, tl.float32), scale * s_dec)
     enc = tl.where(enc > FLT_MAX, FLT_MAX, enc)  # a zero scale gives 1/0 = inf; keeps NaN
     return scale_codes, enc
 
 
 @triton.jit
-def nvfp4_quantize_blocks(x, s_enc, s_dec, r, SR: tl.constexpr):
-    """x fp32 [NB, 16] → (E2M1 codes int32 [NB, 16], E4M3 scale bytes int32 [NB])."""
-    scale_codes, enc = nvfp4_block_scales(tl.max(abs_bits(x), axis=1), s_enc, s_dec)
+def nvfp4_quantize_blocks(x, s_enc, s_dec, r, SR: tl.constexpr, HW: tl.constexpr = False):
+    """x fp32 [NB, 16] → (E2M1 codes int32 [NB, 16], E4M3 scale bytes int32 [NB]). HW: as in
+    ``nvfp4_block_scales``."""
+    scale_codes, enc = nvfp4_block_scales(tl.max(abs_bits(x), axis=1), s_enc, s_dec, HW)
     codes = encode_e2m1(x * enc[:, None], r, SR)
     return codes, scale_codes
 
