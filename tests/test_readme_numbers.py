@@ -253,6 +253,20 @@ def chunked_fold_slowdown() -> float:
     return min(u for f, u in us if f == "chunked") / max(u for f, u in us if f == "recurrent")
 
 
+def hw_block_scales_flushes() -> tuple[float, ...]:
+    """NVFP4-storing flushes with the hardware block-scale rounding (tree "new") against the integer
+    one ("main") in reports/diagnostics/hw-block-scales-6100878.jsonl, first call: fp16-SR/NVFP4 of
+    Mamba-2 and of GDN, then Mamba-2's FP8-SR/NVFP4, each new then main."""
+    rows = diagnostics_rows("reports/diagnostics/hw-block-scales-6100878.jsonl")
+
+    def us(op, upd, tree):
+        (r,) = [r for r in rows if r["call"] == 1 and r["op"] == op and r["kernel"] == "flush"
+                and r["update"] == upd and r["read"] == "nvfp4" and r["tree"] == tree]
+        return r["us"]
+    return tuple(us(op, upd, tree) for op, upd in (("mamba2", "fp16-sr"), ("gdn", "fp16-sr"), ("mamba2", "fp8e4m3-sr"))
+                 for tree in ("new", "main"))
+
+
 def flush_warps_range() -> tuple[float, float, float]:
     """GDN's fp16-SR/NVFP4 flush in reports/diagnostics/gdn-flush-warps.jsonl: the fastest and slowest
     repetition over the launch shapes other than the rule's, and the rule's fastest."""
@@ -517,6 +531,8 @@ CLAIMS: list[tuple[str, str, object]] = [
     ("tensor-core chunked fold ({:.1f}× slower on an H100)", STANDING["gdn"],
      lambda d: (chunked_fold_slowdown(),)),
     ("(H200, fp16-SR/NVFP4 {:.0f}-{:.0f} µs against {:.0f};", STANDING["gdn"], lambda d: flush_warps_range()),
+    ("fp16-SR/NVFP4 flush {:.0f} µs against {:.0f} (Mamba-2) and {:.0f} against {:.0f} (GDN), the FP8-SR/NVFP4 "
+     "flush {:.0f} against {:.0f} (Mamba-2;", STANDING["mamba2"], lambda d: hw_block_scales_flushes()),
     # the first study on trained dynamics
     *[(f"| gutenberg-{m} ({arch}) | `{pol}` | {{:.1e}} | {{:.1e}} | {{:.1e}} |", STUDY[m], study_row(pol))
       for m, arch in (("nemotron-h", "Mamba-2"), ("qwen3.5", "GDN"))
