@@ -544,7 +544,8 @@ def gdn_replay_step_kernel(
         if SPLIT:
             # Behind an FP8 checkpoint the read copy keeps the integer block scales: with the hardware
             # conversions that flush compiled with more spills under Triton 3.6 (800 against 456 bytes of
-            # stack, scripts/kernel_resources.py --hw --ops flush) and timed slower on an H100.
+            # stack, scripts/kernel_resources.py --hw --ops flush) and ran slower on the H200 (903-905
+            # against 847-848 µs at batch 256, reports/diagnostics/hw-block-scales-6100878.jsonl).
             _store4(s0, s1, s2, s3, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
                     seed, seq, ev, True, RFMT, RSR, BR, BC, ILV, HW and UFMT != C_E4M3)
     elif not (FROM_CODES or FP32_LOADS_FIRST):
