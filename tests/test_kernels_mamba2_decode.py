@@ -259,36 +259,6 @@ def test_flush_tiles_per_program_exact_codes(upd_fmt, read_fmt, T, tiles, device
     _flush_exact_codes(upd_fmt, read_fmt, T, T == 1, False, device, block_r=4, tiles_per_program=tiles)
 
 
-# A multi-tile flush that stores an NVFP4 read copy over heads of two row blocks (8-row blocks of
-# P = 12, padded to 16: mamba2_flush_kernel's HEAD_PAIRS): each head's global scale comes from the amax
-# of both folded row blocks, so the codes, block scales and global scales are those of the whole head.
-# N = 32 stores the read copy as one tile, N = 64 by column quarters (store_state4).
-@pytest.mark.parametrize("upd_fmt,tiles,N", [("fp16-sr", 2, 32), ("fp32", 4, 32), ("fp8e4m3-sr", 2, 64),
-                                             ("fp16-sr", 4, 64)])
-def test_flush_nvfp4_head_pairs_exact_codes(upd_fmt, tiles, N, device):
-    _flush_exact_codes(upd_fmt, "nvfp4", 1, True, False, device, N=N, block_r=8, tiles_per_program=tiles)
-
-
-@pytest.mark.parametrize("upd_fmt", ["fp16-sr", "fp32"])
-def test_flush_nvfp4_head_pairs_change_no_bit(upd_fmt, device):
-    """Random inputs (decays != 1): the head-pairs flush (8-row blocks, 2 and 4 tiles per program)
-    stores the same bytes and returns the same outputs as one whole-head tile per program."""
-    results = []
-    for launch in ({}, dict(block_r=8, num_warps=4, tiles_per_program=2),
-                   dict(block_r=8, num_warps=4, tiles_per_program=4)):
-        torch.manual_seed(0)  # the setup draws its checkpoint from the global generator
-        s = _replay_setup(device, upd_fmt, "nvfp4", W=5, T=1, exact=False, start=13, N=64)
-        n = s["new"]
-        y = mamba2_replay_step(s["upd"], s["rd"], s["rec"], s["slots"], s["start"], s["wlen"], n["x"], n["dt"],
-                               n["A"], n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=True, fold_new=True,
-                               seq_ids=s["seq_ids"].to(device), events=2, seed=4, layer=1, **launch)
-        results.append([y] + [t for st in (s["upd"], s["rd"]) for t in (st.data, st.scale, st.gscale) if t is not None])
-    assert not torch.isnan(results[0][0]).any()
-    for other in results[1:]:
-        for a, b in zip(results[0], other):
-            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
-
-
 # The launch rules of a batch-256 run (large-batch rules forced on this small problem): the
 # autoregressive fp32 flush over a ring of 32 records (one tile at 128 registers, FLUSH_ONE_TILE_
 # REGISTERS_BY_RING, where a ring of 16 takes the multi-tile kernel) and the speculative flush (168

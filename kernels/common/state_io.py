@@ -408,20 +408,14 @@ def read_state_dot(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask,
 @triton.jit
 def store_state(x, d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C,
                 seed, seq, event, COPY: tl.constexpr, FMT: tl.constexpr, SR: tl.constexpr,
-                BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr = False, HEAD_AMAX: tl.constexpr = False,
-                head_amax=0):
+                BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr = False):
     """Round the fp32 tile x [BR, BC] to FMT (SR values from the counters of (seq, h, event, group))
     and store its codes. NVFP4 needs the whole head in the tile (BR >= R): its global scale is the
-    amax of the matrix; or, with HEAD_AMAX, the caller gives that amax (``head_amax``, as
-    ``state_amax`` returns it) and the tile may hold some of the head's rows. Rows outside ``rmask``
-    and columns >= C are not stored. HW (compiled GPU kernels only): NVFP4 block scales through the
-    GPU's E4M3 conversions (``qc.nvfp4_block_scales``; the same bytes)."""
+    amax of the matrix. Rows outside ``rmask`` and columns >= C are not stored. HW (compiled GPU
+    kernels only): NVFP4 block scales through the GPU's E4M3 conversions (``qc.nvfp4_block_scales``;
+    the same bytes)."""
     if FMT == C_NVFP4:
-        if HEAD_AMAX:
-            amax = head_amax
-        else:
-            amax = state_amax(x, rmask, C, 0, BC)
-        s_enc, s_dec = qc.nvfp4_global_scales(amax)
+        s_enc, s_dec = qc.nvfp4_global_scales(state_amax(x, rmask, C, 0, BC))
         store_state_cols(x, d_ptr, sc_ptr, slot, s_d, s_sc, h, rows, rmask, R, C, seed, seq, event, s_enc, s_dec,
                          0, COPY, FMT, SR, BR, BC, HW)
         store_global_scale(gs_ptr, slot, s_gs, h, s_dec, rmask)
@@ -443,22 +437,17 @@ def column_quarters(x, BR: tl.constexpr, BC: tl.constexpr):
 @triton.jit
 def store_state4(x0, x1, x2, x3, d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C,
                  seed, seq, event, COPY: tl.constexpr, FMT: tl.constexpr, SR: tl.constexpr,
-                 BR: tl.constexpr, QW: tl.constexpr, HW: tl.constexpr = False, HEAD_AMAX: tl.constexpr = False,
-                 head_amax=0):
+                 BR: tl.constexpr, QW: tl.constexpr, HW: tl.constexpr = False):
     """``store_state`` of a tile held as four column quarters x_c [BR, QW] (columns c·QW ..; QW whole
     SR groups of 8, for NVFP4 whole blocks of 16), quarter by quarter: each draws
     its own SR values just before it is rounded, so only one quarter's SR values and rounding
     temporaries are live at a time (rounding a whole [BR, BC] tile at once holds one SR word per
     element beside the tile). Same values, groups and codes as ``store_state`` of the whole tile:
     SR groups and NVFP4 blocks never straddle a quarter, and NVFP4's global scale comes from the
-    amax over all four quarters, taken first (HEAD_AMAX: the ``head_amax`` given, as in
-    ``store_state``). HW: as in ``store_state``."""
+    amax over all four quarters, taken first. HW: as in ``store_state``."""
     if FMT == C_NVFP4:
-        if HEAD_AMAX:
-            amax = head_amax
-        else:
-            amax = tl.maximum(tl.maximum(state_amax(x0, rmask, C, 0, QW), state_amax(x1, rmask, C, QW, QW)),
-                              tl.maximum(state_amax(x2, rmask, C, 2 * QW, QW), state_amax(x3, rmask, C, 3 * QW, QW)))
+        amax = tl.maximum(tl.maximum(state_amax(x0, rmask, C, 0, QW), state_amax(x1, rmask, C, QW, QW)),
+                          tl.maximum(state_amax(x2, rmask, C, 2 * QW, QW), state_amax(x3, rmask, C, 3 * QW, QW)))
         s_enc, s_dec = qc.nvfp4_global_scales(amax)
         store_global_scale(gs_ptr, slot, s_gs, h, s_dec, rmask)
     else:

@@ -60,7 +60,7 @@ from precision_lab.kernels.common.launch import (
 )
 from precision_lab.kernels.common.overlap import await_scores, release_dependents
 from precision_lab.kernels.common.products import dot_f32
-from precision_lab.kernels.common.state_io import column_quarters, program_slot, state_amax, store_state4
+from precision_lab.kernels.common.state_io import column_quarters, program_slot, store_state4
 from precision_lab.kernels.decode_state import (
     FMT_FP32,
     FMT_NVFP4,
@@ -242,11 +242,9 @@ def _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC: tl.constexpr, HW: tl.cons
 def _store_flushed(b_s, u_d, u_sc, u_gs, su_d, su_sc, su_gs, r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,
                    slot, i_h, rows, m_r, R, C, seed, seq, ev, SPLIT: tl.constexpr,
                    UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
-                   BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, HEAD_AMAX: tl.constexpr = False,
-                   head_amax=0):
+                   BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr):
     """A flush's stores of the folded fp32 tile: round_H(S) → update checkpoint, and in split mode
-    round_F(S) → read copy, both from the same S. HEAD_AMAX: the read copy is NVFP4, the tile holds
-    part of its head's rows, and ``head_amax`` is the amax of the whole folded head (``store_state``).
+    round_F(S) → read copy, both from the same S.
     A stored format is rounded column quarter by column quarter where the quarters are whole SR
     groups (and NVFP4 blocks): one quarter's SR values and rounding temporaries live at a time
     instead of the whole tile's (store_state4; same codes). Rounding the [64, 128] tile at once held
@@ -266,10 +264,10 @@ def _store_flushed(b_s, u_d, u_sc, u_gs, su_d, su_sc, su_gs, r_d, r_sc, r_gs, sr
                     seed, seq, ev, False, UFMT, USR, BR, BC, HW)
     if Q_READ:
         store_state4(x0, x1, x2, x3, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
-                     seed, seq, ev, True, RFMT, RSR, BR, QW, HW, HEAD_AMAX, head_amax)
+                     seed, seq, ev, True, RFMT, RSR, BR, QW, HW)
     elif SPLIT:
         store_state(b_s, r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C,
-                    seed, seq, ev, True, RFMT, RSR, BR, BC, HW, HEAD_AMAX, head_amax)
+                    seed, seq, ev, True, RFMT, RSR, BR, BC, HW)
 
 
 @triton.jit
@@ -590,14 +588,6 @@ def _flush_tile_inputs(u_d, u_sc, u_gs, su_d, su_sc, su_gs, ru_ptr, ra_ptr, s_ru
 
 
 @triton.jit
-def _with_new_token(h_a, h_u, dt, x, A, at):
-    """The autoregressive flush's window with its new token as record W (positions ``at``): a = A·dt,
-    u = dt·x, dt = softplus of the raw dt (``_flush_tile_inputs`` loads dt and x raw)."""
-    dt = softplus(dt)
-    return tl.where(at, A * dt, h_a), tl.where(at[:, None], (dt * x)[None, :], h_u)
-
-
-@triton.jit
 def mamba2_flush_kernel(
     u_d, u_sc, u_gs, su_d, su_sc, su_gs,          # update checkpoint
     r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,          # read copy
@@ -630,17 +620,6 @@ def mamba2_flush_kernel(
     NRB: tl.constexpr = (R + BR - 1) // BR
     tl.static_assert((NRB * (H // G)) % TILES == 0, "a program's tiles must lie in one group")
     FOLD_NEW: tl.constexpr = T == 1
-    # HEAD_PAIRS: an autoregressive flush whose read copy is NVFP4 (and update copy not) over heads of
-    # two row blocks. NVFP4's global scale needs the amax of the whole folded head, so the program
-    # folds a head's second row block twice: once beside the first (from the prefetched inputs; for
-    # the amax only, then dropped) and again as its own tile. Only one folded row block is live at a
-    # time, where a whole-head tile holds both (the one-tile flush at 64 rows spilled; prefetched in
-    # this kernel it spilled 750-940 bytes). Both folds run the same operations on the same inputs,
-    # so the amax is the whole head's, bit for bit.
-    HEAD_PAIRS: tl.constexpr = FOLD_NEW and SPLIT and RFMT == C_NVFP4 and UFMT != C_NVFP4 and NRB == 2
-    tl.static_assert(HEAD_PAIRS or NRB == 1 or (RFMT != C_NVFP4 and UFMT != C_NVFP4),
-                     "an NVFP4 store needs whole heads as tiles, or HEAD_PAIRS")
-    tl.static_assert((not HEAD_PAIRS) or TILES % 2 == 0, "HEAD_PAIRS takes whole heads per program")
     t0 = tl.program_id(0) * TILES
     i_b = tl.program_id(1)
     i_g = (t0 // NRB) // (H // G)
@@ -673,7 +652,6 @@ def mamba2_flush_kernel(
     nxt = _flush_tile_inputs(u_d, u_sc, u_gs, su_d, su_sc, su_gs, ru_ptr, ra_ptr, s_ru, s_ra, x_ptr, dt_ptr, A_ptr,
                              dtb_ptr, slot, start, W, i_b, t0, True, H, R, C, RING, UFMT, HAS_DTB, BR, BC, BW, HW,
                              FOLD_NEW)
-    head_amax = tl.zeros([], tl.int32)
     for k in range(TILES):
         b_s, h_a, h_u, dt, b_x, A = nxt
         if TILES > 1:  # the next tile's inputs, in flight during this tile's fold
@@ -685,21 +663,17 @@ def mamba2_flush_kernel(
         rows = (t % NRB) * BR + tl.arange(0, BR)
         m_r = (rows < R) & ((rows * 0 + slot) >= 0)
         if FOLD_NEW:
-            h_a, h_u = _with_new_token(h_a, h_u, dt, b_x, A, at)
+            dt = softplus(dt)
+            n_u = dt * b_x
+            n_a = A * dt
+            h_a = tl.where(at, n_a, h_a)
+            h_u = tl.where(at[:, None], n_u[None, :], h_u)
         b_s = _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC, HW, SPLIT, UFMT, RFMT, TILED_FMT)
-        if HEAD_PAIRS:
-            if k % 2 == 0:  # the head's first row block: fold its second (the prefetched tile) for the amax
-                o_s, o_a, o_u, o_dt, o_x, o_A = nxt
-                o_a, o_u = _with_new_token(o_a, o_u, o_dt, o_x, o_A, at)
-                o_s = _fold_window(o_s, o_a, o_u, h_b, m_win, FOLD_PREC, HW, SPLIT, UFMT, RFMT, TILED_FMT)
-                o_r = rows + BR
-                head_amax = tl.maximum(state_amax(b_s, m_r, C, 0, BC),
-                                       state_amax(o_s, (o_r < R) & ((o_r * 0 + slot) >= 0), C, 0, BC))
         if FOLD_NEW:
             b_y = tl.sum(b_s * b_c[None, :], 1)  # S C of the folded S, before the stores
         _store_flushed(b_s, u_d, u_sc, u_gs, su_d, su_sc, su_gs, r_d, r_sc, r_gs, sr_d, sr_sc, sr_gs,
                        tl.maximum(slot, 0), i_h, rows, m_r, R, C, seed, seq, ev, SPLIT, UFMT, USR, RFMT, RSR, BR, BC,
-                       HW, HEAD_PAIRS, head_amax)
+                       HW)
         if FOLD_NEW:
             bh = i_b.to(tl.int64) * H + i_h
             _store_output(b_y, b_x, valid, i_h, bh, rows, m_r, D_ptr, z_ptr, y_ptr, R, HAS_D, HAS_Z)
@@ -713,14 +687,10 @@ def mamba2_flush_kernel(
 # ---------------------------------------------------------------------------------------------
 # Host wrappers
 # ---------------------------------------------------------------------------------------------
-def _block_rows(R: int, C: int, stored: tuple[int, ...], block_r: int | None, head_pairs: bool = False) -> int:
+def _block_rows(R: int, C: int, stored: tuple[int, ...], block_r: int | None) -> int:
     """Rows per program. ``stored``: the formats the launch writes. Reading NVFP4 works from any row
-    block (scales are per row block of 16 and per head), but writing it needs the head's amax: one
-    program owns the whole head, as one tile or (``head_pairs``: the multi-tile flush's HEAD_PAIRS) as
-    two row blocks of ``block_r`` rows."""
+    block (scales are per row block of 16 and per head), but writing it needs the head's amax."""
     if any(f == FMT_NVFP4 for f in stored):
-        if head_pairs and block_r is not None and 2 * block_r == pow2(R):
-            return block_r
         return pow2(R)  # NVFP4's global scale is per matrix: one program must own the whole head
     if block_r is not None:
         return block_r
@@ -1138,12 +1108,8 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     if tiles > 1 and not (flush and (fold_new or T > 1)):
         raise ValueError("tiles_per_program > 1 needs a flush: the autoregressive one (flush=True, fold_new=True) "
                          "or a speculative one (flush=True, T > 1)")
-    # the multi-tile autoregressive flush that stores an NVFP4 read copy from another update format may
-    # take each head as two row blocks (mamba2_flush_kernel's HEAD_PAIRS)
-    head_pairs = (tiles > 1 and flush and T == 1 and fold_new and not shared and read.code == FMT_NVFP4
-                  and update.code != FMT_NVFP4)
     br = _block_rows(P, N, fmts, (SMALL_BATCH_FLUSH[0] if small_flush else FLUSH_BLOCK_R) if flush and block_r is None
-                     else block_r, head_pairs)
+                     else block_r)
     if small_flush and num_warps is None:
         num_warps = SMALL_BATCH_FLUSH[1]
     if T > 1:
@@ -1169,15 +1135,11 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
     nrb = triton.cdiv(P, br)
     if tiles > 1:  # a program's tiles lie in one group: the count must divide the group's tiles
         group_tiles = nrb * (H // G)
-        pairs = head_pairs and nrb == 2  # whole heads per program: an even count
         if tiles_per_program is None:  # the rule's count, or its largest divisor of the group's tiles
-            tiles = max(d for d in range(1, tiles + 1) if group_tiles % d == 0 and (d % 2 == 0 or not pairs))
+            tiles = max(d for d in range(1, tiles + 1) if group_tiles % d == 0)
         elif group_tiles % tiles:
             raise ValueError(f"tiles_per_program must divide the {group_tiles} (row block, head) tiles of a "
                              f"group, got {tiles}")
-        elif pairs and tiles % 2:
-            raise ValueError(f"a flush storing NVFP4 over heads of two row blocks of {br} rows takes whole heads "
-                             f"per program: tiles_per_program must be even, got {tiles}")
     if fused or fold_new:
         scores = records.a  # not read: every program computes its scores, or (fold_new) needs none
     else:
