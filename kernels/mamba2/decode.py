@@ -778,9 +778,10 @@ FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE = {FMT_FP16: 144, FMT_E4M3: 128}
 # in the thirteenth kernel run. A flush storing NVFP4 holds the whole head's [64, 128] tile, which
 # prefetched spills 750-940 bytes per thread in an sm_90 compile (scripts/kernel_resources.py), so it
 # is not tiled. Nor as two 32-row tiles per head with the second folded twice (once beside the first,
-# for the head's amax): 1.18-1.51x the whole-head tile on an H100 at 2-8 tiles, capped or not
-# (reports/diagnostics/mamba2-nvfp4-head-pairs-a4b3268.jsonl). (The tiled flushes themselves keep a small spill stack at 168 registers in that compile:
-# 56 bytes per thread for fp32, 104 for fp32/E4M3; uncapped, 208 registers and none, measured slower.)
+# for the head's amax): 1.18-1.51x the whole-head tile on an H100 at 2-8 tiles of 4 warps, capped or
+# not (reports/diagnostics/mamba2-nvfp4-head-pairs-a4b3268.jsonl). (The tiled flushes themselves keep
+# a small spill stack at 168 registers in that compile: 56 bytes per thread for fp32, 104 for
+# fp32/E4M3; uncapped, 208 registers and none, measured slower.)
 # Run 5 of that file, with the fold added by one FMA (``_fold_window``, FOLD_FMA): 8 tiles 614-615 µs,
 # 16 tiles 619-620 (runs 4-5 without it: 16 tiles 624-632 against 633-635 at 8, 32 tiles 644).
 FLUSH_TILES = 8
