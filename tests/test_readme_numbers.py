@@ -215,8 +215,8 @@ STANDING_H100 = {"mamba2": "reports/bench/bench_kernels_round2zg_quick_h100.json
 
 def standing_row(label, name, fmt, files=STANDING, bounds=True) -> str:
     """One row of the README's standing table, rendered from the two result files (``files``); with
-    ``bounds`` the byte-bound column too (the H100 table has none: its summary's bounds take the H200's
-    reference copy ceiling)."""
+    ``bounds`` the byte-bound column too (the H100 table has none: its summary's bounds take the
+    reference copy ceiling of the H200)."""
     cells = []
     for op in ("mamba2", "gdn"):
         t = target(load(files[op]), op, name)
