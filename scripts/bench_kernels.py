@@ -3,6 +3,7 @@
     python scripts/bench_kernels.py -o reports/bench/bench_kernels.json [--quick]
     python scripts/bench_kernels.py --ops mamba2 -o m2.json --log m2_rows.jsonl     # one operator
     python scripts/bench_kernels.py --resummarise m2.json gdn.json -o reports/bench/bench_kernels.json
+    python scripts/bench_kernels.py --resummarise old.json --recount-bytes -o old_recounted.json
     python scripts/bench_kernels.py --tune-only -o tune.json --log tune_rows.jsonl   # launch-shape exploration
     python scripts/bench_kernels.py --tune-batches 1 4 16 -o small.json --log small_rows.jsonl  # the same at small batch
 
@@ -30,6 +31,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tune-batches", nargs="+", type=int, metavar="B",
                     help="only the launch-shape exploration at these (small) batches, over TUNE_SPACE_SMALL: "
                     "smaller row blocks and fewer warps than at batch 256 (a tune-only run)")
+    ap.add_argument("--recount-bytes", action="store_true",
+                    help="with --resummarise: recount every row's bytes (and so its GB/s and %% of ceiling) with "
+                    "the current bytes model first; for files written under an earlier model")
     ap.add_argument("--plots-from", metavar="JSON", help="only draw the PNGs from an existing JSON")
     ap.add_argument("--log", metavar="JSONL", help="append every measured row to this JSON-lines file as it is measured")
     ap.add_argument("--resummarise", nargs="+", metavar="JSON",
@@ -41,7 +45,7 @@ def main(argv=None) -> int:
 
     return decode_kernels.main(output=args.output, quick=args.quick, ops=args.ops, tune_only=args.tune_only,
                                plots_from=args.plots_from, log=args.log, resummarise_from=args.resummarise,
-                               tune_batches=args.tune_batches)
+                               tune_batches=args.tune_batches, recount=args.recount_bytes)
 
 
 if __name__ == "__main__":

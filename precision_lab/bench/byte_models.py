@@ -27,13 +27,44 @@ def token_bytes(op) -> float:
     return IN_BYTES * (2 * d["H"] * d["R"] + 2 * d["Gk"] * d["C"] + 2 * d["H"])  # v, o; q, k; g, beta
 
 
-def record_bytes(op, recompute=True) -> float:
-    """fp32 bytes of one token's record for one sequence (all heads)."""
+def record_fields(op) -> dict[str, float]:
+    """fp32 bytes per token of each record field, all heads of one sequence (the ring buffers of
+    ``Mamba2Records`` / ``GDNRecords``): Mamba-2 u [H, P], B [G, N], a [H]; GDN k [Hk, K] (per key
+    head), d and v [Hv, V], a and beta [Hv]."""
     d = state_dims(op)
-    if op == "mamba2":   # u [H, P], B [G, N], a [H]
-        return 4 * (d["H"] * d["R"] + d["Gk"] * d["C"] + d["H"])
-    extra = 4 * (d["H"] * d["R"] + d["H"]) if recompute else 0  # v, beta
-    return 4 * (d["H"] * d["R"] + d["Gk"] * d["C"] + d["H"]) + extra
+    if op == "mamba2":
+        return {"u": 4 * d["H"] * d["R"], "b": 4 * d["Gk"] * d["C"], "a": 4 * d["H"]}
+    return {"k": 4 * d["Gk"] * d["C"], "d": 4 * d["H"] * d["R"], "a": 4 * d["H"], "v": 4 * d["H"] * d["R"],
+            "beta": 4 * d["H"]}
+
+
+# The record fields a step reads at each window position. GDN's output-only step, verify and a flush
+# that folds the stored d's read k, d and a; a flush that re-solves the d's from the update checkpoint
+# (the recompute fold in split mode: the kernel's RESOLVE) reads k, v, a and beta instead of d. Which
+# fields each kernel reads is tested (tests/test_byte_models.py: a field the step reads turns its
+# output NaN when poisoned, one it does not leaves it finite).
+WINDOW_READS = {
+    ("mamba2", False): ("u", "b", "a"),
+    ("mamba2", True): ("u", "b", "a"),
+    ("gdn", False): ("k", "d", "a"),
+    ("gdn", True): ("k", "v", "a", "beta"),
+}
+
+
+def window_read_bytes(op, resolve=False) -> float:
+    """fp32 bytes a step reads per window position (all heads of one sequence); ``resolve``: a GDN
+    flush that re-solves the window's d's (``WINDOW_READS``)."""
+    f = record_fields(op)
+    return sum(f[name] for name in WINDOW_READS[op, bool(resolve)])
+
+
+def record_bytes(op, recompute=True) -> float:
+    """fp32 bytes of one token's record written for one sequence (all heads; GDN: v and beta only
+    where the policy's fold is the recompute fold)."""
+    f = record_fields(op)
+    if op == "gdn" and not recompute:
+        return f["k"] + f["d"] + f["a"]
+    return sum(f.values())
 
 
 def bytes_conventional(op, B, fmt):
@@ -43,17 +74,23 @@ def bytes_conventional(op, B, fmt):
 
 
 def bytes_nonflush(op, B, read_fmt, W, T=1):
-    """A non-flush ReplaySSM step (T tokens): the read copy, W window records read, T records written."""
+    """A non-flush ReplaySSM step (T tokens): the read copy, W window records read (``WINDOW_READS``),
+    T records written."""
     d = state_dims(op)
-    return B * (d["H"] * state_bytes(read_fmt, d["R"], d["C"]) + W * record_bytes(op) + T * record_bytes(op)
-                + T * token_bytes(op))
+    return B * (d["H"] * state_bytes(read_fmt, d["R"], d["C"]) + W * window_read_bytes(op)
+                + T * record_bytes(op) + T * token_bytes(op))
 
 
-def bytes_flush(op, B, upd_fmt, read_fmt, W, T=1, split=True):
-    """A flush: the update checkpoint read and written, the read copy written (split), W records."""
+def bytes_flush(op, B, upd_fmt, read_fmt, W, T=1, split=True, resolve=None):
+    """A flush: the update checkpoint read and written, the read copy written (split), W window records
+    read, and for a speculative flush (T > 1) its T drafts' records written. ``resolve``: whether a
+    GDN flush re-solves the d's (default: in split mode, the wrappers' rule under the recompute fold;
+    a shared flush folds the stored d's)."""
     d = state_dims(op)
     st = d["H"] * (2 * state_bytes(upd_fmt, d["R"], d["C"]) + (state_bytes(read_fmt, d["R"], d["C"]) if split else 0))
-    return B * (st + W * record_bytes(op) + T * token_bytes(op))
+    resolve = split if resolve is None else resolve
+    drafts = T * record_bytes(op) if T > 1 else 0
+    return B * (st + W * window_read_bytes(op, resolve) + drafts + T * token_bytes(op))
 
 
 def bytes_fla_step(op, B):

@@ -35,7 +35,7 @@ from precision_lab.kernels.common import launch as kernel_launch
 from precision_lab.kernels.gdn.decode import gdn_conventional_step, gdn_replay_step
 from precision_lab.kernels.mamba2.decode import mamba2_conventional_step, mamba2_replay_step
 
-from .byte_models import bytes_conventional, bytes_flush, bytes_nonflush
+from .byte_models import bytes_conventional, bytes_fla_step, bytes_flush, bytes_nonflush
 from .ceiling import REFERENCE_COPY_GBPS, copy_ceiling
 from .peers import fla_peer, fla_versions
 from .problems import GDN, MAMBA2, PROBLEMS, packed_to, state_dims
@@ -797,12 +797,50 @@ def merge(parts: list[DecodeKernelsResult]) -> DecodeKernelsResult:
         correctness={k: v for p in parts for k, v in p.correctness.items()}, rows=[r for p in parts for r in p.rows])
 
 
-def resummarise(paths, output) -> DecodeKernelsResult:
+def row_bytes(r: KernelRow) -> float:
+    """The bytes model's count for a measured row, from the row's own fields: what the sweeps pass as
+    ``nbytes`` for it (a flush row without a read format is a shared-mode flush)."""
+    T = r.T or 1
+    if r.kernel == "conventional":
+        return bytes_conventional(r.op, r.batch, r.update or "fp32")
+    if r.kernel == "nonflush":
+        return bytes_nonflush(r.op, r.batch, r.read or "fp32", r.W, T)
+    if r.kernel == "flush":
+        return bytes_flush(r.op, r.batch, r.update or "fp32", r.read or "fp32", r.W, T, split=r.read is not None)
+    if r.kernel == "fla":
+        return bytes_fla_step(r.op, r.batch)
+    raise ValueError(f"no bytes model for a {r.kernel!r} row")
+
+
+def recount_bytes(res: DecodeKernelsResult) -> int:
+    """Recount every timed row's bytes with the current bytes model (``row_bytes``) and rescale its
+    GB/s and % of ceiling by the same factor; the times are untouched. Returns how many rows changed
+    and notes the recount in the provenance. For result files written under an earlier model."""
+    changed = 0
+    for r in res.rows:
+        if r.us is None or not r.bytes:
+            continue
+        nb = row_bytes(r)
+        if abs(nb - r.bytes) > 1e-9 * r.bytes:
+            f = nb / r.bytes
+            r.bytes = nb
+            r.GBps = None if r.GBps is None else r.GBps * f
+            r.pct_ceiling = None if r.pct_ceiling is None else r.pct_ceiling * f
+            changed += 1
+    res.provenance.notes.append(f"bytes recounted with the current bytes model ({changed} rows changed; "
+                                "times as measured): " + " ".join(sys.argv))
+    return changed
+
+
+def resummarise(paths, output, recount: bool = False) -> DecodeKernelsResult:
     """Recompute the summary from the measured rows of one or more result files (several: merged),
-    write it to ``output`` with the plots; returns the result."""
+    write it to ``output`` with the plots; returns the result. ``recount``: the rows' bytes first
+    recounted with the current bytes model (``recount_bytes``)."""
     from .plots import decode_kernel_plots
 
     res = merge([load(json.loads(Path(f).read_text())) for f in paths])
+    if recount:
+        print(f"bytes recounted: {recount_bytes(res)} rows changed", flush=True)
     res.summary = summarise(res.rows, res.correctness, res.ceiling.GBps)
     res.partial = False
     res.summary_recomputed_by = " ".join(sys.argv)
@@ -812,14 +850,14 @@ def resummarise(paths, output) -> DecodeKernelsResult:
 
 
 def main(*, output, quick=False, ops=("mamba2", "gdn"), tune_only=False, plots_from=None, log=None,
-         resummarise_from=None, tune_batches=None) -> int:
+         resummarise_from=None, tune_batches=None, recount=False) -> int:
     """What ``scripts/bench_kernels.py`` runs (its options, one keyword each); returns the exit status."""
     from .plots import decode_kernel_plots
     from .tables import decode_kernel_tables
 
     out = Path(output)
     if resummarise_from:
-        print(decode_kernel_tables(resummarise(resummarise_from, out)))
+        print(decode_kernel_tables(resummarise(resummarise_from, out, recount=recount)))
         return 0
     if plots_from:
         res = load(json.loads(Path(plots_from).read_text()))
