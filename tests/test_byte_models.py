@@ -40,13 +40,15 @@ ROOT = Path(__file__).resolve().parents[1]
 W = 5
 RING = 16
 
-# (benchmark step, T, flush, shared): the steps whose bytes the benchmark counts
+# the steps whose bytes the benchmark counts: name -> (T, flush, shared mode, launch form: True one
+# launch, False a scores kernel then the step kernel, None the wrappers' rule)
 STEPS = {
-    "nonflush": (1, False, False),
-    "verify": (2, False, False),
-    "shared flush": (1, True, True),
-    "split flush": (1, True, False),
-    "speculative flush": (2, True, True),
+    "nonflush, two launches": (1, False, False, False),
+    "nonflush, one launch": (1, False, False, True),
+    "verify": (2, False, False, None),
+    "shared flush": (1, True, True, None),
+    "split flush": (1, True, False, None),
+    "speculative flush": (2, True, True, None),
 }
 
 
@@ -59,7 +61,7 @@ def _positions(s, offset, n):
 def _run(op, step, device, poison=None):
     """Run one benchmark step on a fresh set-up with record field ``poison`` NaN over the window.
     Returns (whether the output or the flushed state holds a NaN, the records afterwards, the set-up)."""
-    T, flush, shared = STEPS[step]
+    T, flush, shared, fused = STEPS[step]
     if op == "gdn":
         s = gdn_setup(device, "fp32", "fp32", W=W, T=T, exact=False)
     else:
@@ -73,7 +75,7 @@ def _run(op, step, device, poison=None):
             getattr(rec, poison)[slot, q] = float("nan")
     n = s["new"]
     read = None if shared else s["rd"]
-    kw = dict(flush=flush, fold_new=flush and T == 1)
+    kw = dict(flush=flush, fold_new=flush and T == 1, fused_scores=fused)
     if op == "gdn":
         out = gdn_replay_step(s["upd"], read, rec, s["slots"], s["start"], s["wlen"], *(n[k] for k in GDN_NEW), **kw)
     else:
@@ -110,7 +112,7 @@ def test_window_reads_are_what_the_kernels_read(op, step, device):
 def test_written_records_are_what_the_kernels_write(op, step, device):
     """A non-flush step and a speculative flush write their T tokens' records, every field; an
     autoregressive flush (T = 1) folds its token and writes none. The model counts exactly those."""
-    T, flush, shared = STEPS[step]
+    T, flush, shared, _ = STEPS[step]
     written = _fields_written(op, step, device)
     d = state_dims(op)
     if flush:
