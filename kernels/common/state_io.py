@@ -150,60 +150,14 @@ def _block_scales(scb, HW: tl.constexpr):
 
 
 @triton.jit
-def _word_pair_entries(v_ptr, C, BC: tl.constexpr):
-    """The vector's entries in the order ``codecs.nvfp4_word_pairs_scaled(words, K)`` pairs them with
-    word c's elements 8c+K and 8c+K+4, as fp32 · 2^14: eight [BC/8] vectors (K = 0..3, lo then hi),
-    from one contiguous load of the vector (``_nvfp4_dot_words``)."""
-    j = tl.arange(0, BC)
-    vv = tl.load(v_ptr + j, mask=j < C, other=0).to(tl.float32) * qc.E2M1_UNIT
-    # [c, K, half]: element 8c + 4·half + K
-    lo, hi = tl.split(tl.permute(tl.reshape(vv, (BC // 8, 2, 4)), (0, 2, 1)))
-    lo_even, lo_odd = tl.split(tl.reshape(lo, (BC // 8, 2, 2)))  # K = 0, 2 and K = 1, 3
-    hi_even, hi_odd = tl.split(tl.reshape(hi, (BC // 8, 2, 2)))
-    v0_lo, v2_lo = tl.split(lo_even)
-    v1_lo, v3_lo = tl.split(lo_odd)
-    v0_hi, v2_hi = tl.split(hi_even)
-    v1_hi, v3_hi = tl.split(hi_odd)
-    return v0_lo, v0_hi, v1_lo, v1_hi, v2_lo, v2_hi, v3_lo, v3_hi
-
-
-@triton.jit
-def _word_pair_fma(acc_v, acc_w, words, K: tl.constexpr, v_lo, v_hi, w_lo, w_hi, TWO: tl.constexpr):
-    """Word pair K of the words decoded once and added to both products: acc + e_lo · v_lo + e_hi · v_hi
-    (two explicit FMAs per element and vector: written as a*b + c*d + acc, the compiler kept a
-    multiply and an add beside each FMA, sm_90 SASS); acc_w likewise with w where TWO."""
-    lo, hi = qc.nvfp4_word_pairs_scaled(words, K)  # E2M1 values · 2^-14
-    acc_v = tl.fma(hi, v_hi[None, :], tl.fma(lo, v_lo[None, :], acc_v))
-    if TWO:
-        acc_w = tl.fma(hi, w_hi[None, :], tl.fma(lo, w_lo[None, :], acc_w))
-    return acc_v, acc_w
-
-
-@triton.jit
 def _nvfp4_dot_words(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row64, rmask, C, v_ptr, w_ptr,
                      BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, TWO: tl.constexpr):
     """``read_state_dot`` of an NVFP4 tile with the fp16-pattern E2M1 decode. The codes are read as
     [BR, BC/8] 32-bit words (a row's C/2 bytes are whole words, C % 16 == 0; ``kernel_args`` checks
     that pools start 4-byte aligned) and ``codecs.nvfp4_word_pairs_scaled`` turns word c into elements
-    8c+k and 8c+k+4 for k = 0..3, so the vector entries are loaded in that order.
-
-    The 2^14 of the decoded values rides on the vector entries, once per column instead of once per
-    element: (e · 2^-14) · (v · 2^14) is the real number e · v, so the products are those of the plain
-    values (while |v| < 2^114, far beyond any activation: q, k and C are bf16 inputs or their
-    unit-normalised copies).
-
-    Every vector entry is requested first, before the codes: a thread issues its loads in program
-    order, and entries loaded beside each k's products waited for the previous k's, one memory round
-    trip per k (an sm_90 compile of Mamba-2's output-only step from an NVFP4 read copy put them in
-    rounds 2-9 of 12, scripts/kernel_resources.py --hw --ops mamba2 --loads)."""
+    8c+k and 8c+k+4 for k = 0..3, so the vector entries are loaded in that order."""
     cw = tl.arange(0, BC // 8)
     m_w = cw < C // 8
-    v0_lo, v0_hi, v1_lo, v1_hi, v2_lo, v2_hi, v3_lo, v3_hi = _word_pair_entries(v_ptr, C, BC)
-    if TWO:
-        w0_lo, w0_hi, w1_lo, w1_hi, w2_lo, w2_hi, w3_lo, w3_hi = _word_pair_entries(w_ptr, C, BC)
-    else:  # (unused: acc_w is not updated without TWO)
-        w0_lo, w0_hi, w1_lo, w1_hi = v0_lo, v0_hi, v1_lo, v1_hi
-        w2_lo, w2_hi, w3_lo, w3_hi = v2_lo, v2_hi, v3_lo, v3_hi
     m2 = rmask[:, None] & m_w[None, :]
     row_ptr = (d_ptr + slot * s_d + row64[:, None] * (C // 2)).to(tl.pointer_type(tl.uint32))
     words = tl.load(row_ptr + cw[None, :], mask=m2, other=0)
@@ -212,10 +166,21 @@ def _nvfp4_dot_words(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row64, rma
                                         mask=m2, other=0), HW)
     acc_v = tl.zeros((BR, BC // 8), tl.float32)
     acc_w = tl.zeros((BR, BC // 8), tl.float32)
-    acc_v, acc_w = _word_pair_fma(acc_v, acc_w, words, 0, v0_lo, v0_hi, w0_lo, w0_hi, TWO)
-    acc_v, acc_w = _word_pair_fma(acc_v, acc_w, words, 1, v1_lo, v1_hi, w1_lo, w1_hi, TWO)
-    acc_v, acc_w = _word_pair_fma(acc_v, acc_w, words, 2, v2_lo, v2_hi, w2_lo, w2_hi, TWO)
-    acc_v, acc_w = _word_pair_fma(acc_v, acc_w, words, 3, v3_lo, v3_hi, w3_lo, w3_hi, TWO)
+    for k in tl.static_range(4):
+        lo, hi = qc.nvfp4_word_pairs_scaled(words, k)  # E2M1 values · 2^-14
+        # the 2^14 rides on the vector entries, once per column instead of once per element:
+        # (e · 2^-14) · (v · 2^14) is the real number e · v, so the products are those of the plain
+        # values (while |v| < 2^114, far beyond any activation: q, k and C are bf16 inputs or their
+        # unit-normalised copies)
+        v_lo = tl.load(v_ptr + 8 * cw + k, mask=m_w, other=0).to(tl.float32) * qc.E2M1_UNIT
+        v_hi = tl.load(v_ptr + 8 * cw + k + 4, mask=m_w, other=0).to(tl.float32) * qc.E2M1_UNIT
+        # explicit FMAs: two per element and vector (written as a*b + c*d + acc, the compiler
+        # kept a multiply and an add beside each FMA, sm_90 SASS)
+        acc_v = tl.fma(hi, v_hi[None, :], tl.fma(lo, v_lo[None, :], acc_v))
+        if TWO:
+            w_lo = tl.load(w_ptr + 8 * cw + k, mask=m_w, other=0).to(tl.float32) * qc.E2M1_UNIT
+            w_hi = tl.load(w_ptr + 8 * cw + k + 4, mask=m_w, other=0).to(tl.float32) * qc.E2M1_UNIT
+            acc_w = tl.fma(hi, w_hi[None, :], tl.fma(lo, w_lo[None, :], acc_w))
     s_dec = tl.load(gs_ptr + slot * s_gs + h)
     sv = tl.sum(acc_v * block_scale, 1) * s_dec
     if TWO:
