@@ -155,7 +155,13 @@ def _nvfp4_dot_words(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row64, rma
     """``read_state_dot`` of an NVFP4 tile with the fp16-pattern E2M1 decode. The codes are read as
     [BR, BC/8] 32-bit words (a row's C/2 bytes are whole words, C % 16 == 0; ``kernel_args`` checks
     that pools start 4-byte aligned) and ``codecs.nvfp4_word_pairs_scaled`` turns word c into elements
-    8c+k and 8c+k+4 for k = 0..3, so the vector entries are loaded in that order."""
+    8c+k and 8c+k+4 for k = 0..3, so the vector entries are loaded in that order.
+    Each k's entries are loaded beside its products, which leaves them in several memory round trips
+    of an sm_90 compile (Mamba-2's output-only step: rounds 2-9 of 12, scripts/kernel_resources.py
+    --hw --ops mamba2 --loads). Every entry loaded first, in one contiguous load split in registers,
+    cut that to 6 rounds (GDN 8 → 5) with the same bits, but ran slower on an H100 at batch 256
+    (Mamba-2 88.5 µs against 87.1-87.7, GDN 68.9 against 64.4; reports/diagnostics/
+    nvfp4-vector-first-ce4f78c.jsonl): the entries are cache hits, and the split adds layout changes."""
     cw = tl.arange(0, BC // 8)
     m_w = cw < C // 8
     m2 = rmask[:, None] & m_w[None, :]
