@@ -467,10 +467,6 @@ def gdn_replay_step_kernel(
     # stored codes reads the raw q, k instead, as the one-launch form does, so that its state product
     # need not wait at all.
     RAW_QK: tl.constexpr = FROM_CODES and (FUSED or PDL)
-    # OWN_QK: the overlapped output-only step from a decoded read copy (fp32, BF16) normalises the new
-    # q, k itself, after its state tile is requested, and waits for the scores kernel only where it
-    # reads the scores (the one-launch form's q̃, k; in the plain launch they come from the scores kernel)
-    OWN_QK: tl.constexpr = PDL and (not FLUSH) and T == 1 and not FROM_CODES
     if FROM_CODES:
         # The state product first, before the records and scores: a GPU thread issues in program
         # order, so loads placed after the first wait (a reduction, a layout change through shared
@@ -569,10 +565,6 @@ def gdn_replay_step_kernel(
             if not FP32_LOADS_FIRST:
                 t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
             sc_q, sc_k = _scores(tl.where((jj == n_w)[:, None], n_k[None, :], t_k), n_q, n_k)
-        elif OWN_QK:
-            n_q, n_k, _, _ = _new_qk(q_ptr, k_ptr, bk, C, scale, NORM, BC)
-            q0, q1, q2, q3 = _quarters(n_q, BC, ILV)
-            k0, k1, k2, k3 = _quarters(n_k, BC, ILV)
         elif not FROM_CODES:
             await_scores(PDL)  # the state tile and the records are loaded already
             q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
