@@ -958,7 +958,13 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         max_registers = _nonflush_max_registers(T, flush, fused, block_r, num_warps, read.code, fp4_decode)
     # a two-launch one-token step overlaps its scores kernel where it can (overlap_scores_launch)
     # (by default only the output-only step from an NVFP4 read copy: measured faster there, slower or
-    # the same elsewhere; the comment above overlap_scores_launch)
+    # the same elsewhere; the comment above overlap_scores_launch). From a decoded read copy the
+    # overlapped step waits for the scores kernel's q̃, k before its state product; a form that
+    # normalised them itself and waited only for the scores was built at 03c6535 and reverted: H200,
+    # batch 256, W = 7, three timings each in one process, the same bits from fp32 (shared 153.6-154.7
+    # µs against 155.0-155.9 plain, split 154.3-154.7 against 155.4-155.7), slower from BF16 (105.9-106.4
+    # against 101.7-101.8). The scores kernel takes 9.3 µs of the fp32 step's 155 there, and the
+    # overlap hid about 1 of them (reports/diagnostics/gdn-own-qk-03c6535.jsonl, replay-kernel-times-03c6535.jsonl).
     pdl = T == 1 and (fold_new or not flush) and not fused and overlap_scores_launch(
         v.device, overlap_scores, measured_faster=read.code == C_NVFP4 and not flush)
     if fused:  # no scores kernel: the step programs read q and k themselves (qn .. kk are not read)
