@@ -758,6 +758,10 @@ SMALL_BATCH_FLUSH_TILES = 4
 #   (144: 1360-1367); fp16-SR at 144, 1319-1334 (128: 1353-1367, 136: 1339-1349, 168: 1346-1359,
 #   192: 1382-1389); FP8-SR at 128, 1390-1404 (112: 1436-1445, 144: 1439-1449, 168: 1441-1448);
 # * others (an SR update copy with an FP8 read copy: 32 × 4) capped at 128.
+# The NVFP4 caps held after the block scales were rounded by the GPU's conversion (H100, batch 256,
+# W = 15, each twice in one process, reports/diagnostics/mamba2-nvfp4-flush-caps-65c30b0.jsonl):
+# fp16-SR 1185-1210 µs at 144 against 1195-1217 at 152 or 168; FP8-SR 1251-1275 at 128 against
+# 1289-1308 at 144 or 168; fp32 1224-1227 at 168 against 1261-1265 at 200.
 # An explicit block_r, num_warps or max_registers replaces the rule.
 FLUSH_FP32_SHAPE = (32, 4)
 FLUSH_MAX_REGISTERS = 128
