@@ -41,6 +41,8 @@ def main(argv=None) -> int:
                     "runs split by --ops, merged: rows and checks joined, the highest ceiling kept), write it "
                     "to --output with the plots and print the Markdown tables")
     args = ap.parse_args(argv)
+    if args.recount_bytes and not args.resummarise:
+        ap.error("--recount-bytes needs --resummarise (it recounts the rows of existing result files)")
     from precision_lab.bench import decode_kernels
 
     return decode_kernels.main(output=args.output, quick=args.quick, ops=args.ops, tune_only=args.tune_only,

@@ -130,8 +130,11 @@ def test_written_records_are_what_the_kernels_write(op, step, device):
 
 
 MEASURED = "reports/bench/bench_kernels_round2zf_quick.json"  # counted with the earlier model
-RECOUNTED = ["reports/bench/bench_kernels_round2zf_quick_recounted.json",
-             "reports/bench/bench_kernels_round2zg_quick_h100_recounted.json"]
+# the files README's standing tables read: two recounted, and one measured with the current model,
+# whose rows' bytes (passed by each sweep) must also be what ``row_bytes`` gives them
+CURRENT_MODEL = ["reports/bench/bench_kernels_round2zf_quick_recounted.json",
+                 "reports/bench/bench_kernels_round2zg_quick_h100_recounted.json",
+                 "reports/bench/bench_kernels_round2zh_quick.json"]
 
 
 def _result(path):
@@ -159,10 +162,25 @@ def test_recount_keeps_times_and_rescales_rates():
     assert {(k, drafts) for op, k, drafts in moved if op == "mamba2"} == {("flush", True)}
 
 
-@pytest.mark.parametrize("path", RECOUNTED)
+@pytest.mark.parametrize("path", CURRENT_MODEL)
 def test_the_standing_files_count_with_the_current_model(path):
-    """README's standing tables read these files: a change to the bytes model must recount them."""
+    """README's standing tables read these files: a change to the bytes model must recount them. The
+    run measured with the current model also shows that ``row_bytes`` (what ``--recount-bytes`` uses)
+    maps every row to the bytes its sweep passed."""
     rows = [r for r in _result(path).rows if r.us is not None and r.bytes]
     assert rows
     for r in rows:
         assert r.bytes == pytest.approx(row_bytes(r), rel=1e-12), (r.op, r.kernel, r.tag, r.update, r.read, r.W, r.T)
+
+
+def test_recount_bytes_needs_resummarise(capsys):
+    """``--recount-bytes`` alone would do nothing: refused with the reason."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_kernels_script", ROOT / "scripts" / "bench_kernels.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with pytest.raises(SystemExit) as e:
+        script.main(["--recount-bytes", "-o", "unused.json"])
+    assert e.value.code == 2
+    assert "--recount-bytes needs --resummarise" in capsys.readouterr().err
