@@ -391,6 +391,28 @@ def test_recompute_fold_with_extreme_decay(g, device):
     assert rel(o.cpu()[live], o_ref[live]) < 1e-5
 
 
+# The drafts of a verify step and of a speculative flush run the recurrence on a scaled state too
+# (``_scaled_rank1``): g = -12 takes the scale below 2^-32 after three drafts, g = +4 above 2^32
+# after six, so both rescale branches run; the outputs and d records must still be the reference's.
+@pytest.mark.parametrize("flush", [False, True])
+@pytest.mark.parametrize("g", [-12.0, 4.0])
+def test_drafts_with_extreme_decay(g, flush, device):
+    T = 8
+    s = _replay_setup(device, "fp32", "fp32", W=5, T=T, exact=False, g=g)
+    n = s["new"]
+    o = gdn_replay_step(s["upd"], None, s["rec"], s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
+                        flush=flush, recompute=True)
+    o_ref, new, _ = gdn_replay_step_ref(s["updq"], s["updq"], s["hist"], *(n[k].cpu() for k in NEW),
+                                        flush=flush, recompute=True)
+    live = (s["slots"] >= 0).cpu()
+    assert torch.isfinite(o).all()
+    assert rel(o.cpu()[live], o_ref[live]) < 1e-5
+    for b in (0, 1):
+        sl = int(s["slots"][b])
+        d = torch.stack([s["rec"].d[sl, (6 + 5 + t) % 16].cpu() for t in range(T)])
+        assert rel(d, new["d"][b]) < 1e-5
+
+
 POLICIES = ["fp32", "conventional:fp16-sr", "shared:nvfp4-sr@L8", "split:fp16-sr/nvfp4@L8",
             "split:fp32/nvfp4@L8@fold=buffered", "split:fp8e4m3-sr/fp8e4m3@L8", "split:bf16-sr/bf16@L8"]
 
