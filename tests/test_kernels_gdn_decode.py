@@ -391,9 +391,10 @@ def test_recompute_fold_with_extreme_decay(g, device):
     assert rel(o.cpu()[live], o_ref[live]) < 1e-5
 
 
-# The drafts of a verify step and of a speculative flush run the recurrence on a scaled state too
-# (``_scaled_rank1``): g = -12 takes the scale below 2^-32 after three drafts, g = +4 above 2^32
-# after six, so both rescale branches run; the outputs and d records must still be the reference's.
+# The drafts of a verify step and of a speculative flush under the same kind of decays: over the 8
+# drafts the product of their α's reaches e^-84 (g = -12) or e^28 (g = +4). A draft loop that kept
+# that product in a scalar (kernels/gdn/README.md: the scaled-state forms) would have to rescale in
+# both directions; the outputs and d records must be the reference's.
 @pytest.mark.parametrize("flush", [False, True])
 @pytest.mark.parametrize("g", [-12.0, 4.0])
 def test_drafts_with_extreme_decay(g, flush, device):

@@ -386,42 +386,6 @@ def _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, 
     return s0, s1, s2, s3
 
 
-# The scaled recurrence keeps U = γ X and updates X, so that a record costs two FMAs per element
-# (the product and the rank-1 update) instead of a multiply and two FMAs: α U + d kᵀ =
-# γ' (X + (d/γ') kᵀ) with γ' = α γ. Where γ leaves [SCALE_LO, SCALE_HI], X is multiplied back
-# (a branch, uniform over the program), so X stays within 2^32 of U.
-SCALE_LO = tl.constexpr(2.0 ** -32)
-SCALE_HI = tl.constexpr(2.0 ** 32)
-
-
-@triton.jit
-def _scaled_rank1(s0, s1, s2, s3, gam, alpha, d, k0, k1, k2, k3):
-    """(X, γ) ← (X + (d/γ') kᵀ, γ' = α γ), X multiplied back by γ' where γ' leaves the range."""
-    gam = gam * alpha
-    dc = (d * (1.0 / gam))[:, None]
-    s0, s1, s2, s3 = tl.fma(dc, k0, s0), tl.fma(dc, k1, s1), tl.fma(dc, k2, s2), tl.fma(dc, k3, s3)
-    if (gam < SCALE_LO) | (gam > SCALE_HI):
-        s0, s1, s2, s3 = gam * s0, gam * s1, gam * s2, gam * s3
-        gam = gam * 0.0 + 1.0
-    return s0, s1, s2, s3, gam
-
-
-@triton.jit
-def _fold_recompute_scaled(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R, C, RING,
-                           BC: tl.constexpr, STAGES: tl.constexpr):
-    """``_fold_recompute`` on U = γ X (``_scaled_rank1``): d'_j = β_j (v_j − α_j γ (X k_j)); returns
-    γ X. With every α = 1, γ stays 1 and every operation is that of ``_fold_recompute``."""
-    gam = (n_w * 0 + 1).to(tl.float32)
-    for j in tl.range(0, n_w, num_stages=STAGES):
-        p = ((start + j) & (RING - 1)).to(tl.int64)
-        k0, k1, k2, k3 = _vec4(rk + p * Hk * C, C, BC, False)
-        alpha = tl.exp(tl.load(ra + p * Hv))
-        d = tl.load(rbeta + p * Hv) * (tl.load(rv + p * Hv * R, mask=m_r, other=0) -
-                                       alpha * (gam * _matvec(s0, s1, s2, s3, k0, k1, k2, k3)))
-        s0, s1, s2, s3, gam = _scaled_rank1(s0, s1, s2, s3, gam, alpha, d, k0, k1, k2, k3)
-    return gam * s0, gam * s1, gam * s2, gam * s3
-
-
 @triton.jit
 def _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RING,
                    BC: tl.constexpr, BJ: tl.constexpr, STAGES: tl.constexpr):
@@ -464,7 +428,7 @@ def gdn_replay_step_kernel(
     q_ptr, k_ptr, qn_ptr, kn_ptr, kq_ptr, kk_ptr, v_ptr, g_ptr, beta_ptr, o_ptr, scale,
     Hk: tl.constexpr, Hv: tl.constexpr, R: tl.constexpr, C: tl.constexpr, RING: tl.constexpr,
     T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, SPLIT: tl.constexpr,
-    RECOMPUTE: tl.constexpr, RESOLVE: tl.constexpr, SCALED_FOLD: tl.constexpr, SCALED_DRAFTS: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
+    RECOMPUTE: tl.constexpr, RESOLVE: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr,
     PDL: tl.constexpr, FOLD_STAGES: tl.constexpr, TOKEN_FIRST: tl.constexpr,
@@ -549,10 +513,7 @@ def gdn_replay_step_kernel(
         # stored d's already are those d's (shared mode, R = U; docs/design.md §4.5), and the flush then
         # folds them in closed form, one FMA per element and record instead of a product, a multiply
         # and an FMA.
-        if RESOLVE and SCALED_FOLD:
-            s0, s1, s2, s3 = _fold_recompute_scaled(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R,
-                                                    C, RING, BC, FOLD_STAGES)
-        elif RESOLVE:
+        if RESOLVE:
             s0, s1, s2, s3 = _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R, C,
                                              RING, BC, FOLD_STAGES)
         else:
@@ -668,24 +629,16 @@ def gdn_replay_step_kernel(
         q0, q1, q2, q3, k0, k1, k2, k3, b_v, g, beta, kq = _token(qn_ptr, kn_ptr, kq_ptr, v_ptr, g_ptr, beta_ptr,
                                                                   i_b, 0, i_h, i_kh, rows, m_r, Hk, Hv, R, C,
                                                                   T, BC, ILV)
-        gam = (n_w * 0 + 1).to(tl.float32)  # SCALED_DRAFTS: S = γ X (``_scaled_rank1``)
         for t in tl.static_range(T):
             bh = (i_b.to(tl.int64) * T + t) * Hv + i_h
             alpha = tl.exp(g)
-            if SCALED_DRAFTS:
-                b_d = beta * (b_v - alpha * (gam * _matvec(s0, s1, s2, s3, k0, k1, k2, k3)))
-                b_o = alpha * (gam * _matvec(s0, s1, s2, s3, q0, q1, q2, q3)) + kq * b_d
-            else:
-                b_d = beta * (b_v - alpha * _matvec(s0, s1, s2, s3, k0, k1, k2, k3))
-                b_o = alpha * _matvec(s0, s1, s2, s3, q0, q1, q2, q3) + kq * b_d
+            b_d = beta * (b_v - alpha * _matvec(s0, s1, s2, s3, k0, k1, k2, k3))
+            b_o = alpha * _matvec(s0, s1, s2, s3, q0, q1, q2, q3) + kq * b_d
             n_in = _token(qn_ptr, kn_ptr, kq_ptr, v_ptr, g_ptr, beta_ptr, i_b, t + 1 - (t + 1) // T, i_h, i_kh,
                           rows, m_r, Hk, Hv, R, C, T, BC, ILV)
             tl.store(o_ptr + bh * R + rows, tl.where(valid, b_o, 0.0).to(o_ptr.dtype.element_ty), mask=rows < R)
             if t + 1 < T:
-                if SCALED_DRAFTS:
-                    s0, s1, s2, s3, gam = _scaled_rank1(s0, s1, s2, s3, gam, alpha, b_d, k0, k1, k2, k3)
-                else:
-                    s0, s1, s2, s3 = _rank1(s0, s1, s2, s3, alpha, b_d, k0, k1, k2, k3)
+                s0, s1, s2, s3 = _rank1(s0, s1, s2, s3, alpha, b_d, k0, k1, k2, k3)
             qp = ((start + n_w + t) & (RING - 1)).to(tl.int64)
             tl.store(rd + qp * Hv * R, b_d, mask=m_r)
             tl.store(ra + qp * Hv, g, mask=valid & (i_r == 0))
@@ -794,7 +747,6 @@ def _small_grid_warps(T: int, flush: bool, fused: bool, R: int, br: int, bj: int
 # requests all the window's records in one round trip (117 loads a thread against 29).
 FOLD_STAGES = 8
 FOLD_STAGES_SMALL_GRID = 4
-SCALED_RECURRENCE = (True, True)  # (recompute fold, drafts)
 
 
 def _fold_stages(small_grid: bool, fold_stages: int | None) -> int:
@@ -1033,7 +985,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         records.k.stride(0), records.d.stride(0), records.a.stride(0),
         slots32, start32, wlen32, as_i64(seq_ids, Bsz, dev), as_i64(events, Bsz, dev), sr_seed(seed, layer),
         q, k, qn, kn, kq, kk, v, g.contiguous(), beta.contiguous(), o, scale, Hk, Hv, V, K, records.ring,
-        T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, RESOLVE=resolve, SCALED_FOLD=SCALED_RECURRENCE[0], SCALED_DRAFTS=SCALED_RECURRENCE[1], NORM=qk_l2norm, FUSED=fused,
+        T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, RESOLVE=resolve, NORM=qk_l2norm, FUSED=fused,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode, PDL=pdl,
         FOLD_STAGES=_fold_stages(small_grid, fold_stages), TOKEN_FIRST=_token_first(fused, flush, fold_new, small_grid),
