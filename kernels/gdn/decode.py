@@ -387,31 +387,6 @@ def _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, 
 
 
 @triton.jit
-def _fold_recompute_ahead(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R, C, RING,
-                          BC: tl.constexpr, STAGES: tl.constexpr):
-    """``_fold_recompute`` with each record's product S k taken one record ahead: while record j's
-    update is applied, the product of the same state with record j+1's key is formed, and
-    S_j k_{j+1} = α_j (S_{j-1} k_{j+1}) + d'_j (k_j·k_{j+1}) follows from it by a multiply and an FMA
-    per row. The product and its reduction then overlap the rank-1 update instead of waiting for
-    it. (The key after the window's last record is read and not used.)"""
-    p = (start & (RING - 1)).to(tl.int64)
-    k0, k1, k2, k3 = _vec4(rk + p * Hk * C, C, BC, False)
-    x = _matvec(s0, s1, s2, s3, k0, k1, k2, k3)
-    for j in tl.range(0, n_w, num_stages=STAGES):
-        p = ((start + j) & (RING - 1)).to(tl.int64)
-        pn = ((start + j + 1) & (RING - 1)).to(tl.int64)
-        n0, n1, n2, n3 = _vec4(rk + pn * Hk * C, C, BC, False)
-        alpha = tl.exp(tl.load(ra + p * Hv))
-        d = tl.load(rbeta + p * Hv) * (tl.load(rv + p * Hv * R, mask=m_r, other=0) - alpha * x)
-        y = _matvec(s0, s1, s2, s3, n0, n1, n2, n3)
-        kk = tl.sum(tl.sum(k0 * n0 + k1 * n1 + k2 * n2 + k3 * n3, 1), 0)
-        s0, s1, s2, s3 = _rank1(s0, s1, s2, s3, alpha, d, k0, k1, k2, k3)
-        x = alpha * y + d * kk
-        k0, k1, k2, k3 = n0, n1, n2, n3
-    return s0, s1, s2, s3
-
-
-@triton.jit
 def _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RING,
                    BC: tl.constexpr, BJ: tl.constexpr, STAGES: tl.constexpr):
     """Closed form over the n_w window records with their stored d's (the "buffered" fold, and the
@@ -453,7 +428,7 @@ def gdn_replay_step_kernel(
     q_ptr, k_ptr, qn_ptr, kn_ptr, kq_ptr, kk_ptr, v_ptr, g_ptr, beta_ptr, o_ptr, scale,
     Hk: tl.constexpr, Hv: tl.constexpr, R: tl.constexpr, C: tl.constexpr, RING: tl.constexpr,
     T: tl.constexpr, FLUSH: tl.constexpr, FOLD_NEW: tl.constexpr, SPLIT: tl.constexpr,
-    RECOMPUTE: tl.constexpr, RESOLVE: tl.constexpr, FOLD_AHEAD: tl.constexpr, DRAFTS_AHEAD: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
+    RECOMPUTE: tl.constexpr, RESOLVE: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr,
     PDL: tl.constexpr, FOLD_STAGES: tl.constexpr, TOKEN_FIRST: tl.constexpr,
@@ -538,10 +513,7 @@ def gdn_replay_step_kernel(
         # stored d's already are those d's (shared mode, R = U; docs/design.md §4.5), and the flush then
         # folds them in closed form, one FMA per element and record instead of a product, a multiply
         # and an FMA.
-        if RESOLVE and FOLD_AHEAD:
-            s0, s1, s2, s3 = _fold_recompute_ahead(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R,
-                                                   C, RING, BC, FOLD_STAGES)
-        elif RESOLVE:
+        if RESOLVE:
             s0, s1, s2, s3 = _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R, C,
                                              RING, BC, FOLD_STAGES)
         else:
@@ -657,36 +629,16 @@ def gdn_replay_step_kernel(
         q0, q1, q2, q3, k0, k1, k2, k3, b_v, g, beta, kq = _token(qn_ptr, kn_ptr, kq_ptr, v_ptr, g_ptr, beta_ptr,
                                                                   i_b, 0, i_h, i_kh, rows, m_r, Hk, Hv, R, C,
                                                                   T, BC, ILV)
-        if DRAFTS_AHEAD:  # S k and S q̃ of the first draft; later drafts' come one draft ahead (below)
-            x_k = _matvec(s0, s1, s2, s3, k0, k1, k2, k3)
-            x_q = _matvec(s0, s1, s2, s3, q0, q1, q2, q3)
         for t in tl.static_range(T):
             bh = (i_b.to(tl.int64) * T + t) * Hv + i_h
             alpha = tl.exp(g)
-            if DRAFTS_AHEAD:
-                b_d = beta * (b_v - alpha * x_k)
-                b_o = alpha * x_q + kq * b_d
-            else:
-                b_d = beta * (b_v - alpha * _matvec(s0, s1, s2, s3, k0, k1, k2, k3))
-                b_o = alpha * _matvec(s0, s1, s2, s3, q0, q1, q2, q3) + kq * b_d
+            b_d = beta * (b_v - alpha * _matvec(s0, s1, s2, s3, k0, k1, k2, k3))
+            b_o = alpha * _matvec(s0, s1, s2, s3, q0, q1, q2, q3) + kq * b_d
             n_in = _token(qn_ptr, kn_ptr, kq_ptr, v_ptr, g_ptr, beta_ptr, i_b, t + 1 - (t + 1) // T, i_h, i_kh,
                           rows, m_r, Hk, Hv, R, C, T, BC, ILV)
             tl.store(o_ptr + bh * R + rows, tl.where(valid, b_o, 0.0).to(o_ptr.dtype.element_ty), mask=rows < R)
             if t + 1 < T:
-                if DRAFTS_AHEAD:
-                    # the next draft's products with this draft's state, before its update, then
-                    # S_t x = α_t (S_{t-1} x) + d_t (k_t·x) (``_fold_recompute_ahead``)
-                    nq0, nq1, nq2, nq3, nk0, nk1, nk2, nk3 = n_in[0], n_in[1], n_in[2], n_in[3], n_in[4], n_in[5], \
-                        n_in[6], n_in[7]
-                    y_k = _matvec(s0, s1, s2, s3, nk0, nk1, nk2, nk3)
-                    y_q = _matvec(s0, s1, s2, s3, nq0, nq1, nq2, nq3)
-                    kk = tl.sum(tl.sum(k0 * nk0 + k1 * nk1 + k2 * nk2 + k3 * nk3, 1), 0)
-                    kq_n = tl.sum(tl.sum(k0 * nq0 + k1 * nq1 + k2 * nq2 + k3 * nq3, 1), 0)
-                    s0, s1, s2, s3 = _rank1(s0, s1, s2, s3, alpha, b_d, k0, k1, k2, k3)
-                    x_k = alpha * y_k + b_d * kk
-                    x_q = alpha * y_q + b_d * kq_n
-                else:
-                    s0, s1, s2, s3 = _rank1(s0, s1, s2, s3, alpha, b_d, k0, k1, k2, k3)
+                s0, s1, s2, s3 = _rank1(s0, s1, s2, s3, alpha, b_d, k0, k1, k2, k3)
             qp = ((start + n_w + t) & (RING - 1)).to(tl.int64)
             tl.store(rd + qp * Hv * R, b_d, mask=m_r)
             tl.store(ra + qp * Hv, g, mask=valid & (i_r == 0))
@@ -795,7 +747,6 @@ def _small_grid_warps(T: int, flush: bool, fused: bool, R: int, br: int, bj: int
 # requests all the window's records in one round trip (117 loads a thread against 29).
 FOLD_STAGES = 8
 FOLD_STAGES_SMALL_GRID = 4
-LOOKAHEAD = (True, True)  # (recompute fold, drafts)
 
 
 def _fold_stages(small_grid: bool, fold_stages: int | None) -> int:
@@ -1034,7 +985,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         records.k.stride(0), records.d.stride(0), records.a.stride(0),
         slots32, start32, wlen32, as_i64(seq_ids, Bsz, dev), as_i64(events, Bsz, dev), sr_seed(seed, layer),
         q, k, qn, kn, kq, kk, v, g.contiguous(), beta.contiguous(), o, scale, Hk, Hv, V, K, records.ring,
-        T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, RESOLVE=resolve, FOLD_AHEAD=LOOKAHEAD[0], DRAFTS_AHEAD=LOOKAHEAD[1], NORM=qk_l2norm, FUSED=fused,
+        T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, RESOLVE=resolve, NORM=qk_l2norm, FUSED=fused,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode, PDL=pdl,
         FOLD_STAGES=_fold_stages(small_grid, fold_stages), TOKEN_FIRST=_token_first(fused, flush, fold_new, small_grid),
