@@ -186,7 +186,8 @@ def test_run_records_every_row_and_writes_what_the_report_reads(tmp_path, monkey
     per_token = {"conventional": 2.0, "nonflush": 1.0, "flush": 4.0}
 
     def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
-                nbytes):
+                nbytes=None):
+        nbytes = dk.step_bytes(op, kind, B, upd, read, W, T) if nbytes is None else nbytes
         form = dk.launch_form(op, kind, B, T, fold_new, fused)
         us = per_token[kind] * B * T + W + (0.5 if form is False and B == 1 else 0)  # a second launch at batch 1
         return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
@@ -250,7 +251,8 @@ def test_each_stored_format_is_timed_at_its_own_fastest_conventional_shape(tmp_p
     fastest = {"fp32": {"block_r": 16, "num_warps": 4}, "fp16-sr": {"block_r": 32, "num_warps": 4}, "bf16-sr": {}}
 
     def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
-                nbytes):
+                nbytes=None):
+        nbytes = dk.step_bytes(op, kind, B, upd, read, W, T) if nbytes is None else nbytes
         cfg = dict(cfg or {})
         us = 1.0 * B * T + W + (0.0 if kind != "conventional" or cfg == fastest.get(upd) else 1.0)
         return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
@@ -280,7 +282,8 @@ def test_small_batch_tuning_times_the_wrappers_defaults_and_the_small_space(tmp_
     seen = []
 
     def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
-                nbytes):
+                nbytes=None):
+        nbytes = dk.step_bytes(op, kind, B, upd, read, W, T) if nbytes is None else nbytes
         seen.append((op, kind, B, read, tuple(sorted((cfg or {}).items()))))
         return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
                 "cfg": dict(cfg or {}), "us": 1.0 + B, "bytes": 1.0, "GBps": 1.0, "timing": "fixture",
@@ -319,7 +322,8 @@ def test_format_flush_rows_take_the_wrappers_rule_not_the_fp32_flush_shape(tmp_p
     dk = bench_kernels
 
     def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
-                nbytes):
+                nbytes=None):
+        nbytes = dk.step_bytes(op, kind, B, upd, read, W, T) if nbytes is None else nbytes
         cfg = dict(cfg or {})
         us = 1.0 if cfg.get("max_registers") == 0 else 2.0   # the uncapped candidate wins the tuning
         return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
@@ -347,7 +351,8 @@ def test_speculative_flush_is_tuned_over_tiles_on_top_of_the_fp32_flush_winner(t
     dk = bench_kernels
 
     def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
-                nbytes):
+                nbytes=None):
+        nbytes = dk.step_bytes(op, kind, B, upd, read, W, T) if nbytes is None else nbytes
         cfg = dict(cfg or {})
         us = 1.0 if cfg.get("max_registers") == 0 else 2.0        # the fp32 flush's winner: uncapped
         us += 0.0 if cfg.get("tiles_per_program") == 4 else 0.5   # the speculative flush's: 4 tiles

@@ -18,19 +18,22 @@ import torch
 from precision_lab.kernels.gdn.decode import gdn_replay_step
 from precision_lab.kernels.mamba2.decode import mamba2_replay_step
 
+from precision_lab.bench import decode_kernels as dk
 from precision_lab.bench.byte_models import (
     WINDOW_READS,
+    bytes_conventional,
     bytes_flush,
     bytes_nonflush,
     record_bytes,
     record_fields,
     state_bytes,
+    step_bytes,
     token_bytes,
     window_read_bytes,
 )
 from precision_lab.bench.decode_kernels import recount_bytes, row_bytes
 from precision_lab.bench.problems import state_dims
-from precision_lab.bench.schema import load
+from precision_lab.bench.schema import KernelRow, load
 from tests._decode_kernel_checks import gather
 from tests.test_kernels_gdn_decode import NEW as GDN_NEW
 from tests.test_kernels_gdn_decode import _replay_setup as gdn_setup
@@ -139,6 +142,36 @@ CURRENT_MODEL = ["reports/bench/bench_kernels_round2zf_quick_recounted.json",
 
 def _result(path):
     return load(json.loads((ROOT / path).read_text()))
+
+
+def test_step_bytes_maps_each_timed_step_to_its_model():
+    """``step_bytes``: the one map from a step's fields to the model's functions (a row without a read
+    format is shared mode: its non-flush step reads the checkpoint, its flush writes no read copy)."""
+    assert step_bytes("gdn", "conventional", 4, "fp16-sr") == bytes_conventional("gdn", 4, "fp16-sr")
+    assert step_bytes("gdn", "nonflush", 4, "fp32", "nvfp4", 7) == bytes_nonflush("gdn", 4, "nvfp4", 7)
+    assert step_bytes("mamba2", "nonflush", 4, "bf16", None, 7) == bytes_nonflush("mamba2", 4, "bf16", 7)
+    assert step_bytes("mamba2", "nonflush", 4, "fp32", None, 8, 8) == bytes_nonflush("mamba2", 4, "fp32", 8, 8)
+    assert step_bytes("gdn", "flush", 4, "fp32", None, 15) == bytes_flush("gdn", 4, "fp32", "fp32", 15, split=False)
+    assert step_bytes("gdn", "flush", 4, "fp16-sr", "nvfp4", 15) == bytes_flush("gdn", 4, "fp16-sr", "nvfp4", 15)
+    assert step_bytes("gdn", "flush", 4, "fp32", None, 16, 8) == bytes_flush("gdn", 4, "fp32", "fp32", 16, 8,
+                                                                             split=False)
+    with pytest.raises(ValueError, match="verify"):
+        step_bytes("gdn", "verify", 4)
+
+
+@pytest.mark.parametrize("kind,kw", [
+    ("conventional", dict(upd="bf16")), ("nonflush", dict(read="nvfp4", W=7)), ("nonflush", dict(W=8, T=8)),
+    ("flush", dict(W=15)), ("flush", dict(upd="fp16-sr", read="nvfp4", W=15)), ("flush", dict(W=16, T=8))])
+def test_measured_rows_count_what_a_recount_counts(kind, kw, monkeypatch):
+    """``measure`` counts a step's bytes from the same fields it records, so ``--recount-bytes``
+    (``row_bytes``) gives a row measured under the current model its own bytes back. The timing and
+    the problem are stubbed: only the bookkeeping runs."""
+    monkeypatch.setitem(dk.PROBLEMS, "gdn", lambda B, dev, **k: None)
+    monkeypatch.setattr(dk, "time_launches", lambda launch, nsets: (10.0, "stub"))
+    row = dk.measure("gdn", kind, 4, "cpu", **kw)
+    fields = {k: row[k] for k in ("op", "kernel", "batch", "update", "read", "W", "T", "ring", "us", "bytes")}
+    assert row["bytes"] == row_bytes(KernelRow(tag="stub", **fields))
+    assert row["GBps"] == pytest.approx(row["bytes"] / 10.0 / 1e3)
 
 
 def test_recount_keeps_times_and_rescales_rates():

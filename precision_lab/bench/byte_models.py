@@ -93,6 +93,23 @@ def bytes_flush(op, B, upd_fmt, read_fmt, W, T=1, split=True, resolve=None):
     return B * (st + W * window_read_bytes(op, resolve) + drafts + T * token_bytes(op))
 
 
+def step_bytes(op, kind, B, update="fp32", read=None, W=0, T=1):
+    """The bytes model's count for one timed step, from the fields its result row records: ``kind``
+    "conventional" (a state stored in ``update``), "nonflush", "flush" or "fla"; ``read`` None is
+    shared mode (a non-flush step reads the checkpoint itself, a flush writes no read copy). The one
+    map from a step to its bytes: the benchmark's sweeps count what they time with it, and
+    ``--recount-bytes`` recounts stored rows with it."""
+    if kind == "conventional":
+        return bytes_conventional(op, B, update)
+    if kind == "nonflush":
+        return bytes_nonflush(op, B, read or update, W, T)
+    if kind == "flush":
+        return bytes_flush(op, B, update, read or update, W, T, split=read is not None)
+    if kind == "fla":
+        return bytes_fla_step(op, B)
+    raise ValueError(f"no bytes model for a {kind!r} step")
+
+
 def bytes_fla_step(op, B):
     """flash-linear-attention's fused recurrent step: fp32 state read and written, the token's I/O."""
     d = state_dims(op)

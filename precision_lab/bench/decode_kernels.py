@@ -35,7 +35,7 @@ from precision_lab.kernels.common import launch as kernel_launch
 from precision_lab.kernels.gdn.decode import gdn_conventional_step, gdn_replay_step
 from precision_lab.kernels.mamba2.decode import mamba2_conventional_step, mamba2_replay_step
 
-from .byte_models import bytes_conventional, bytes_fla_step, bytes_flush, bytes_nonflush
+from .byte_models import step_bytes
 from .ceiling import REFERENCE_COPY_GBPS, copy_ceiling
 from .peers import fla_peer, fla_versions
 from .problems import GDN, MAMBA2, PROBLEMS, packed_to, state_dims
@@ -184,11 +184,14 @@ def launch_form(op, kind, B, T=1, fold_new=None, fused=None, upd="fp32", read=No
 
 
 def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None,
-            fused=None, nbytes: float):
+            fused=None, nbytes: float | None = None):
     """Time one kernel configuration over cold buffer sets; returns a result row. ``cfg``: launch-shape
     keywords of the kernel wrapper (block_r, num_warps, ...); None = its defaults. ``fused``: the
-    replay steps' launch form (``fused_scores``; None = the wrappers' rule), recorded resolved."""
+    replay steps' launch form (``fused_scores``; None = the wrappers' rule), recorded resolved.
+    ``nbytes``: the bytes the step moves; None = the bytes model's count of this step (``step_bytes``)."""
     cfg = {k: v for k, v in (cfg or {}).items() if v is not None}
+    if nbytes is None:
+        nbytes = step_bytes(op, kind, B, upd, read, W, T)
     nsets = n_sets(nbytes)
     sets = [PROBLEMS[op](B, dev, upd=upd, read=read, ring=ring, W=W, T=T) for _ in range(nsets)]
     if kind == "conventional":
@@ -288,7 +291,7 @@ def tune_candidates(op, kind, wide: bool = False, read: str | None = None, small
     return out or [{}]
 
 
-def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, nbytes, wide=False, B=256, small=False,
+def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, wide=False, B=256, small=False,
          base: dict | None = None, upd: str = "fp32") -> dict:
     """Fastest launch shape of one kernel kind at batch ``B`` (every candidate recorded, failures too;
     ``small``: over ``TUNE_SPACE_SMALL``, each candidate also at the wrappers' defaults ``{}``;
@@ -306,7 +309,7 @@ def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, nbytes, wide=False
     cands = [{k: W if v == WINDOW else v for k, v in c.items()} for c in cands]  # (the row's window)
     for cfg in cands:
         try:
-            r = measure(op, mkind, B, dev, upd=upd, read=read, W=W, T=T, ring=ring, cfg=cfg, nbytes=nbytes)
+            r = measure(op, mkind, B, dev, upd=upd, read=read, W=W, T=T, ring=ring, cfg=cfg)
         except Exception as e:  # noqa: BLE001 - a shape may not compile (registers / shared memory)
             torch.cuda.empty_cache()
             rec({"op": op, "kernel": mkind, "batch": B, "update": upd, "read": read, "T": T, "cfg": cfg,
@@ -511,31 +514,24 @@ def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool =
         Lmid = lambda L: (L - 2) // 2  # noqa: E731
         if tune_batches:
             for B in tune_batches:
-                tune(op, "conventional", dev, rec, nbytes=bytes_conventional(op, B, "fp32"), B=B, small=True)
-                tune(op, "flush", dev, rec, W=15, nbytes=bytes_flush(op, B, "fp32", "fp32", 15, split=False), B=B,
-                     small=True)
+                tune(op, "conventional", dev, rec, B=B, small=True)
+                tune(op, "flush", dev, rec, W=15, B=B, small=True)
                 for rf in ("fp32", "nvfp4"):
-                    tune(op, "nonflush", dev, rec, read=rf, W=Lmid(16), nbytes=bytes_nonflush(op, B, rf, Lmid(16)),
-                         B=B, small=True)
+                    tune(op, "nonflush", dev, rec, read=rf, W=Lmid(16), B=B, small=True)
             continue
         # Hand tuning of the launch shapes at batch 256 (no autotune: the kernels update state in
         # place). Every candidate is recorded (tag "tune"); the sweeps below use the fastest.
         wide = tune_only
-        best = {"conventional": tune(op, "conventional", dev, rec, nbytes=bytes_conventional(op, 256, "fp32"),
-                                     wide=wide),
-                "flush": tune(op, "flush", dev, rec, W=15, nbytes=bytes_flush(op, 256, "fp32", "fp32", 15, split=False),
-                              wide=wide)}
+        best = {"conventional": tune(op, "conventional", dev, rec, wide=wide),
+                "flush": tune(op, "flush", dev, rec, W=15, wide=wide)}
         for rf in READ_FMTS:
-            best["nonflush", rf] = tune(op, "nonflush", dev, rec, read=rf, W=Lmid(16),
-                                        nbytes=bytes_nonflush(op, 256, rf, Lmid(16)), wide=wide)
+            best["nonflush", rf] = tune(op, "nonflush", dev, rec, read=rf, W=Lmid(16), wide=wide)
         for T in ([1, 8] if quick or wide else DRAFT_T):
             if T > 1:
                 ring = 1 << (16 + T - 1).bit_length()
-                best["verify", T] = tune(op, "verify", dev, rec, W=8, T=T, ring=ring,
-                                         nbytes=bytes_nonflush(op, 256, "fp32", 8, T), wide=wide)
+                best["verify", T] = tune(op, "verify", dev, rec, W=8, T=T, ring=ring, wide=wide)
                 if "spec_flush" in TUNE_SPACE[op]:
                     best["spec_flush", T] = tune(op, "spec_flush", dev, rec, W=16, T=T, ring=ring, base=best["flush"],
-                                                 nbytes=bytes_flush(op, 256, "fp32", "fp32", 16, T, split=False),
                                                  wide=wide)
         print(f"{op}: best launch shapes {best}", flush=True)
         if tune_only:
@@ -545,56 +541,42 @@ def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool =
         # from --tune-batches rows (the batch-256 winners can be far off there); above it, the winners.
         for B in batches:
             at = (lambda cfg, B=B: {} if B <= SMALL_BATCH_SWEEP else cfg)  # noqa: E731
-            rec(measure(op, "conventional", B, dev, cfg=at(best["conventional"]),
-                        nbytes=bytes_conventional(op, B, "fp32")), "batch")
-            rec(measure(op, "nonflush", B, dev, W=Lmid(16), cfg=at(best["nonflush", "fp32"]),
-                        nbytes=bytes_nonflush(op, B, "fp32", Lmid(16))), "batch")
-            rec(measure(op, "flush", B, dev, W=15, cfg=at(best["flush"]),
-                        nbytes=bytes_flush(op, B, "fp32", "fp32", 15, split=False)), "batch")
+            rec(measure(op, "conventional", B, dev, cfg=at(best["conventional"])), "batch")
+            rec(measure(op, "nonflush", B, dev, W=Lmid(16), cfg=at(best["nonflush", "fp32"])), "batch")
+            rec(measure(op, "flush", B, dev, W=15, cfg=at(best["flush"])), "batch")
             rec(fla_peer(op, B, dev), "batch")
         # the one-token replay steps in both launch forms at small batch, beside the conventional step,
         # at the wrappers' default launch shapes (what the triton-decode engine launches; the batch-size
         # rules that pick the form, kernels/common/launch.py, were set from rows like these)
         for B in ([1, 4, 8, 16] if quick else FUSED_BATCHES):  # (8: where several rules switch form)
-            rec(measure(op, "conventional", B, dev, nbytes=bytes_conventional(op, B, "fp32")), "fused")
+            rec(measure(op, "conventional", B, dev), "fused")
             for fused in (True, False):
-                rec(measure(op, "nonflush", B, dev, W=Lmid(16), fused=fused,
-                            nbytes=bytes_nonflush(op, B, "fp32", Lmid(16))), "fused")
-                rec(measure(op, "flush", B, dev, W=15, fused=fused,
-                            nbytes=bytes_flush(op, B, "fp32", "fp32", 15, split=False)), "fused")
+                rec(measure(op, "nonflush", B, dev, W=Lmid(16), fused=fused), "fused")
+                rec(measure(op, "flush", B, dev, W=15, fused=fused), "fused")
                 # the output-only step from an NVFP4 read copy: what a split policy's non-flush steps
                 # run (the rule above picks its form too)
-                rec(measure(op, "nonflush", B, dev, read="nvfp4", W=Lmid(16), fused=fused,
-                            nbytes=bytes_nonflush(op, B, "nvfp4", Lmid(16))), "fused-nvfp4")
+                rec(measure(op, "nonflush", B, dev, read="nvfp4", W=Lmid(16), fused=fused), "fused-nvfp4")
                 # ... and the recommended split policy's flush (fp16-SR checkpoint, NVFP4 read copy)
-                rec(measure(op, "flush", B, dev, upd="fp16-sr", read="nvfp4", W=15, fused=fused,
-                            nbytes=bytes_flush(op, B, "fp16-sr", "nvfp4", 15)), "fused-nvfp4")
+                rec(measure(op, "flush", B, dev, upd="fp16-sr", read="nvfp4", W=15, fused=fused), "fused-nvfp4")
         # L sweep (batch 256, shared:fp32)
         for L in Ls:
             ring = 1 << (L - 1).bit_length()
-            rec(measure(op, "nonflush", 256, dev, W=Lmid(L), ring=ring, cfg=best["nonflush", "fp32"],
-                        nbytes=bytes_nonflush(op, 256, "fp32", Lmid(L))), f"L{L}")
-            rec(measure(op, "flush", 256, dev, W=L - 1, ring=ring, cfg=best["flush"],
-                        nbytes=bytes_flush(op, 256, "fp32", "fp32", L - 1, split=False)), f"L{L}")
+            rec(measure(op, "nonflush", 256, dev, W=Lmid(L), ring=ring, cfg=best["nonflush", "fp32"]), f"L{L}")
+            rec(measure(op, "flush", 256, dev, W=L - 1, ring=ring, cfg=best["flush"]), f"L{L}")
         # draft sweep: history block 16, L = 16 + T; verify at W = 8, speculative flush folds 16
         for T in ([1, 8] if quick else DRAFT_T):
             ring = 1 << (16 + T - 1).bit_length()
             rec(measure(op, "nonflush", 256, dev, W=8, T=T, ring=ring,
-                        cfg=best["nonflush", "fp32"] if T == 1 else best["verify", T],
-                        nbytes=bytes_nonflush(op, 256, "fp32", 8, T)), f"T{T}")
+                        cfg=best["nonflush", "fp32"] if T == 1 else best["verify", T]), f"T{T}")
             rec(measure(op, "flush", 256, dev, W=16, T=T, ring=ring, fold_new=False,
-                        cfg=best.get(("spec_flush", T), best["flush"]),
-                        nbytes=bytes_flush(op, 256, "fp32", "fp32", 16, T, split=False)), f"T{T}")
+                        cfg=best.get(("spec_flush", T), best["flush"])), f"T{T}")
         # read formats (split, fp32 update) and update formats (NVFP4 read), batch 256, L = 16; their
         # flushes at the wrappers' per-format launch rule (format_flush_cfg)
         for rf in READ_FMTS:
-            rec(measure(op, "nonflush", 256, dev, upd="fp32", read=rf, W=Lmid(16), cfg=best["nonflush", rf],
-                        nbytes=bytes_nonflush(op, 256, rf, Lmid(16))), "read")
-            rec(measure(op, "flush", 256, dev, upd="fp32", read=rf, W=15, cfg=format_flush_cfg(best["flush"]),
-                        nbytes=bytes_flush(op, 256, "fp32", rf, 15)), "read")
+            rec(measure(op, "nonflush", 256, dev, upd="fp32", read=rf, W=Lmid(16), cfg=best["nonflush", rf]), "read")
+            rec(measure(op, "flush", 256, dev, upd="fp32", read=rf, W=15, cfg=format_flush_cfg(best["flush"])), "read")
         for uf in UPDATE_FMTS:
-            rec(measure(op, "flush", 256, dev, upd=uf, read="nvfp4", W=15, cfg=format_flush_cfg(best["flush"]),
-                        nbytes=bytes_flush(op, 256, uf, "nvfp4", 15)), "update")
+            rec(measure(op, "flush", 256, dev, upd=uf, read="nvfp4", W=15, cfg=format_flush_cfg(best["flush"])), "update")
         for cf in CONV_FMTS:
             # Each stored format's conventional step at its own fastest shape, the baseline of its
             # flush target: fp32 at its tuned shape; the 16-bit and FP8 states tuned over the same
@@ -606,9 +588,8 @@ def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool =
             elif cf == "fp32":
                 cfg = best["conventional"]
             else:
-                cfg = tune(op, "conventional", dev, rec, upd=cf, nbytes=bytes_conventional(op, 256, cf))
-            rec(measure(op, "conventional", 256, dev, upd=cf, cfg=cfg, nbytes=bytes_conventional(op, 256, cf)),
-                "convfmt")
+                cfg = tune(op, "conventional", dev, rec, upd=cf)
+            rec(measure(op, "conventional", 256, dev, upd=cf, cfg=cfg), "convfmt")
         # a checkpoint after each operator: a run cut short still leaves a file that resummarise reads
         dump(result(partial=True), output)
     if tune_only:
@@ -798,18 +779,9 @@ def merge(parts: list[DecodeKernelsResult]) -> DecodeKernelsResult:
 
 
 def row_bytes(r: KernelRow) -> float:
-    """The bytes model's count for a measured row, from the row's own fields: what the sweeps pass as
-    ``nbytes`` for it (a flush row without a read format is a shared-mode flush)."""
-    T = r.T or 1
-    if r.kernel == "conventional":
-        return bytes_conventional(r.op, r.batch, r.update or "fp32")
-    if r.kernel == "nonflush":
-        return bytes_nonflush(r.op, r.batch, r.read or "fp32", r.W, T)
-    if r.kernel == "flush":
-        return bytes_flush(r.op, r.batch, r.update or "fp32", r.read or "fp32", r.W, T, split=r.read is not None)
-    if r.kernel == "fla":
-        return bytes_fla_step(r.op, r.batch)
-    raise ValueError(f"no bytes model for a {r.kernel!r} row")
+    """The bytes model's count for a measured row, from the row's own fields (``step_bytes``, what
+    ``measure`` counted when the row was timed under the current model)."""
+    return step_bytes(r.op, r.kernel, r.batch, r.update or "fp32", r.read, r.W, r.T or 1)
 
 
 def recount_bytes(res: DecodeKernelsResult) -> int:
