@@ -98,15 +98,30 @@ class Mamba2Records:
 
 
 @triton.jit
-def _store_output(b_y, b_x, valid, i_h, bh, rows, m_r, D_ptr, z_ptr, y_ptr, R: tl.constexpr, HAS_D: tl.constexpr,
-                  HAS_Z: tl.constexpr):
+def _output_gates(i_h, bh, rows, m_r, D_ptr, z_ptr, R: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
+    """A one-token step's output gates: the head's D and the rows' z (fp32; 0 where absent)."""
+    d_h = tl.load(D_ptr + i_h).to(tl.float32) if HAS_D else 0.0
+    b_z = tl.load(z_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32) if HAS_Z else 0.0
+    return d_h, b_z
+
+
+@triton.jit
+def _store_gated(b_y, b_x, d_h, b_z, valid, bh, rows, y_ptr, R: tl.constexpr, HAS_D: tl.constexpr,
+                 HAS_Z: tl.constexpr):
     """A one-token step's output rows: y (+ D x, · silu(z)) stored in y's dtype (zero for a NULL slot)."""
     if HAS_D:
-        b_y += tl.load(D_ptr + i_h).to(tl.float32) * b_x
+        b_y += d_h * b_x
     if HAS_Z:
-        b_z = tl.load(z_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
         b_y = b_y * (b_z / (1.0 + tl.exp(-b_z)))
     tl.store(y_ptr + bh * R + rows, tl.where(valid, b_y, 0.0).to(y_ptr.dtype.element_ty), mask=rows < R)
+
+
+@triton.jit
+def _store_output(b_y, b_x, valid, i_h, bh, rows, m_r, D_ptr, z_ptr, y_ptr, R: tl.constexpr, HAS_D: tl.constexpr,
+                  HAS_Z: tl.constexpr):
+    """``_store_gated`` with the gates loaded here."""
+    d_h, b_z = _output_gates(i_h, bh, rows, m_r, D_ptr, z_ptr, R, HAS_D, HAS_Z)
+    _store_gated(b_y, b_x, d_h, b_z, valid, bh, rows, y_ptr, R, HAS_D, HAS_Z)
 
 
 @triton.jit
@@ -332,7 +347,7 @@ def mamba2_replay_step_kernel(
     HAS_D: tl.constexpr, HAS_DTB: tl.constexpr, HAS_Z: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, BW: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
     FP4: tl.constexpr, FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, STATE_PREC: tl.constexpr,
-    FUSED: tl.constexpr, PDL: tl.constexpr, TILED_FMT: tl.constexpr,
+    FUSED: tl.constexpr, PDL: tl.constexpr, TILED_FMT: tl.constexpr, EARLY_GATES: tl.constexpr,
 ):
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
     # computes the scores it needs itself, and one program per (group, batch entry) writes the new
@@ -403,8 +418,11 @@ def mamba2_replay_step_kernel(
         if HAS_DTB:
             dt += tl.load(dtb_ptr + i_h).to(tl.float32)
         dt = softplus(dt)
-        n_u = dt * tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
+        t_x = tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
+        n_u = dt * t_x
         n_a = A * dt
+        if EARLY_GATES:
+            g_d, g_z = _output_gates(i_h, bh, rows, m_r, D_ptr, z_ptr, R, HAS_D, HAS_Z)
         at = jj == W
         if FLUSH:
             t_a = tl.where(at, n_a, 0.0)
@@ -540,8 +558,11 @@ def mamba2_replay_step_kernel(
                 if FP32_LOADS_FIRST:
                     s_c = tl.sum(b_sr * b_c[None, :], 1)
             b_y = tl.exp(tot) * s_c + tl.sum((decay * score)[:, None] * t_u, 0)
-        b_x = tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
-        _store_output(b_y, b_x, valid, i_h, bh, rows, m_r, D_ptr, z_ptr, y_ptr, R, HAS_D, HAS_Z)
+        if EARLY_GATES:
+            _store_gated(b_y, t_x, g_d, g_z, valid, bh, rows, y_ptr, R, HAS_D, HAS_Z)
+        else:
+            b_x = tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
+            _store_output(b_y, b_x, valid, i_h, bh, rows, m_r, D_ptr, z_ptr, y_ptr, R, HAS_D, HAS_Z)
         if NVFP4_STATE_FIRST:  # the new token's records, last (same stores as the T = 1 block above)
             q = ((start + W) & (RING - 1)).to(tl.int64)
             tl.store(ru_ptr + slot * s_ru + (q * H + i_h) * R + rows, n_u, mask=m_r)
@@ -713,6 +734,7 @@ FLUSH_BLOCK_R = 32
 # tune_small_batch_round2n.json: fp32 flush 7.05 / 16.48 / 49.99 µs against 7.59 / 18.59 / 55.67 at
 # the 16 × 1 this rule held before, and 7.13 / 17.98 / 53.72 at 16 × 2).
 SMALL_BATCH_HEAD_MATRICES = 2048
+EARLY_OUTPUT_GATES = True
 # Warps of a scores-kernel program (one per group and batch entry: the window's scores B_j·C_t and the
 # group's new B record). 1, 2 and 4 warps timed the same on the H200 at batch 256 (reports/diagnostics/
 # scores-warps.jsonl: output-only steps from fp32 / NVFP4 read copies, verify and speculative flush at
@@ -1182,7 +1204,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         BR=br, BC=bc, BJ=bj, BW=bw, TP=max(pow2(T), 16), HW=x.is_cuda, FP4=fp4_decode,
         FOLD_PREC=fold_precision,
         VERIFY_PREC=verify_precision, STATE_PREC=state_prec,
-        FUSED=fused, PDL=pdl, TILED_FMT=tiled_fmt, num_warps=num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32),
+        FUSED=fused, PDL=pdl, TILED_FMT=tiled_fmt, EARLY_GATES=EARLY_OUTPUT_GATES and fused, num_warps=num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32),
         **({"maxnreg": max_registers} if max_registers else {}), **pdl_kwargs(pdl),
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance
         # and the records are single products); a flush rounds state and must not
