@@ -734,6 +734,15 @@ FLUSH_BLOCK_R = 32
 # tune_small_batch_round2n.json: fp32 flush 7.05 / 16.48 / 49.99 µs against 7.59 / 18.59 / 55.67 at
 # the 16 × 1 this rule held before, and 7.13 / 17.98 / 53.72 at 16 × 2).
 SMALL_BATCH_HEAD_MATRICES = 2048
+# The one-launch one-token steps (small batches) request their output gates, D and z, with the
+# token's x and dt and keep that x for D x, instead of loading D, z and x again at the output: there
+# those loads were a memory round trip of their own (sm_90, batch 1: the output-only step from fp32
+# rounds=3/21/9/3 → 3/21/11, the fp32 flush 5/10/7/1/9 → 5/19/7/1). H100, each row five times at batch
+# 1 and three at 4 and 16, both forms in one process (reports/diagnostics/mamba2-early-gates-fd970ed.jsonl):
+# batch 1 fp32 flush 7.47-7.53 µs against 7.77-7.86, fp16-SR/NVFP4 flush 10.98-11.03 against
+# 11.21-11.30, output-only step from fp32 5.00-5.05 against 5.09-5.15 (4.77 in the first round), from
+# NVFP4 4.94-5.03 against 5.00-5.13; batches 4 and 16 the same within their spread. The two-launch
+# form (larger batches) keeps its order: its compile does not change.
 EARLY_OUTPUT_GATES = True
 # Warps of a scores-kernel program (one per group and batch entry: the window's scores B_j·C_t and the
 # group's new B record). 1, 2 and 4 warps timed the same on the H200 at batch 256 (reports/diagnostics/
