@@ -431,7 +431,7 @@ def gdn_replay_step_kernel(
     RECOMPUTE: tl.constexpr, RESOLVE: tl.constexpr, NORM: tl.constexpr, FUSED: tl.constexpr,
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr,
-    PDL: tl.constexpr, FOLD_STAGES: tl.constexpr, TOKEN_FIRST: tl.constexpr,
+    PDL: tl.constexpr, FOLD_STAGES: tl.constexpr, TOKEN_FIRST: tl.constexpr, EARLY_TOKEN: tl.constexpr,
 ):
     tl.static_assert((not TOKEN_FIRST) or (FUSED and FLUSH and FOLD_NEW))
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
@@ -500,6 +500,8 @@ def gdn_replay_step_kernel(
         s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV, HW)
         jj, m_win, h_a, h_d = _window_records(ra, rd, start, n_w, m_r, Hv, R, RING, BJ)
         t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
+        if EARLY_TOKEN:
+            b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, i_b.to(tl.int64) * Hv + i_h, rows, m_r, R)
     if FUSED or RAW_QK:  # the new token's q̃, k as the scores kernel computes them (same helper)
         n_q, n_k, f_q, f_k = _new_qk(q_ptr, k_ptr, bk, C, scale, NORM, BC)
 
@@ -577,7 +579,8 @@ def gdn_replay_step_kernel(
         if EARLY_SCORES:
             sc_q = tl.load(kq_ptr + bk * BJ + jj)
             sc_k = tl.load(kk_ptr + bk * BJ + jj)
-        b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
+        if not (FP32_LOADS_FIRST and EARLY_TOKEN):
+            b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, bh, rows, m_r, R)
         tot = tl.sum(h_a, 0)
         decay = tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)
         e_tot = tl.exp(tot)
@@ -765,6 +768,7 @@ def _fold_stages(small_grid: bool, fold_stages: int | None) -> int:
 # (reports/diagnostics/gdn-batch1-token-first.jsonl): 7.33 / 7.73 / 7.67 µs against 7.83 / 7.87 / 7.83.
 # Only in a small grid: the same move at batch 4 timed 3 % slower (early-inputs.jsonl).
 TOKEN_FIRST_SMALL_GRID = True
+EARLY_TOKEN_INPUTS = True
 
 
 def _token_first(fused: bool, flush: bool, fold_new: bool, small_grid: bool) -> bool:
@@ -988,7 +992,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, RESOLVE=resolve, NORM=qk_l2norm, FUSED=fused,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode, PDL=pdl,
-        FOLD_STAGES=_fold_stages(small_grid, fold_stages), TOKEN_FIRST=_token_first(fused, flush, fold_new, small_grid),
+        FOLD_STAGES=_fold_stages(small_grid, fold_stages), TOKEN_FIRST=_token_first(fused, flush, fold_new, small_grid), EARLY_TOKEN=EARLY_TOKEN_INPUTS,
         # a step that stores no state may fuse a*b+c into FMAs (its outputs and d records are compared
         # with a tolerance; the k, v, a, beta records are copies); a flush rounds state and must not
         num_warps=num_warps or nw, enable_fp_fusion=not flush,
