@@ -768,6 +768,14 @@ def _fold_stages(small_grid: bool, fold_stages: int | None) -> int:
 # (reports/diagnostics/gdn-batch1-token-first.jsonl): 7.33 / 7.73 / 7.67 µs against 7.83 / 7.87 / 7.83.
 # Only in a small grid: the same move at batch 4 timed 3 % slower (early-inputs.jsonl).
 TOKEN_FIRST_SMALL_GRID = True
+# The one-launch output-only step from an fp32 read copy (small batches) requests its token's v, g, β
+# with the state tile and the window's records (EARLY_TOKEN_INPUTS), and only those: where they came
+# after the scores they were a memory round trip of their own (sm_90, batch 1: rounds=3/10/9/1/4 →
+# 3/8/15/1). Unlike the form that also requested q and k early (above, slower), this measured faster:
+# H100, batch 1 each row five times, 4 and 8 three times, both forms in one process
+# (reports/diagnostics/gdn-early-token-e6344c2.jsonl): batch 1 W = 7 4.46-4.53 µs against 4.63-4.71,
+# W = 15 4.52-4.62 against 4.72-4.80, W = 0 4.31-4.42 against 4.52-4.58 (4.20 in the first round);
+# batch 4 W = 7 7.60-7.68 against 7.72-7.79; batch 8 the same within the spread.
 EARLY_TOKEN_INPUTS = True
 
 
