@@ -288,6 +288,29 @@ def _bits(t):
     return t.view(torch.int32)
 
 
+@pytest.mark.parametrize("W,start", [(7, 6), (0, 6), (12, 10)])
+def test_early_token_inputs_change_no_bit(W, start, device, monkeypatch):
+    """The one-launch output-only step from fp32 requesting its token's v, g, β with the state tile
+    (``EARLY_TOKEN_INPUTS``, the rule) or after the scores (the order it replaced): the same values,
+    so the outputs and records are the same bits."""
+    from precision_lab.kernels.gdn import decode as gdm
+    s = _replay_setup(device, "fp32", "fp32", W=W, T=1, exact=False, start=start)
+    n = s["new"]
+    runs = []
+    for early in (True, False):
+        monkeypatch.setattr(gdm, "EARLY_TOKEN_INPUTS", early)
+        rec = GDNRecords(3, 16, HK, HV, V, s["rec"].k.shape[-1], device=device)
+        for name in ("k", "d", "v", "a", "beta"):
+            getattr(rec, name).copy_(getattr(s["rec"], name))
+        o = gdn_replay_step(s["upd"], s["rd"], rec, s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
+                            seq_ids=s["seq_ids"].to(device), fused_scores=True)
+        runs.append((o, rec))
+    (o1, r1), (o2, r2) = runs
+    assert torch.equal(o1.view(torch.int32), o2.view(torch.int32))
+    for name in ("k", "d", "v", "a", "beta"):
+        assert torch.equal(getattr(r1, name).view(torch.int32), getattr(r2, name).view(torch.int32)), name
+
+
 @pytest.mark.parametrize("upd_fmt,read_fmt,flush,norm,start,W", [
     ("fp32", "nvfp4", False, True, 6, 5), ("fp32", "fp8e4m3", False, False, 12, 6), ("fp32", "bf16", False, True, 6, 0),
     ("fp32", "fp32", False, True, 13, 6), ("fp16-sr", "nvfp4-sr", True, True, 12, 6), ("bf16-sr", "fp32", True, False, 6, 0),

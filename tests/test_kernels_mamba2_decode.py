@@ -355,6 +355,31 @@ def test_fused_scores_matches_two_launches(upd_fmt, read_fmt, flush, start, W, d
     assert torch.equal(y1[1].cpu(), torch.zeros(1, H, P))
 
 
+@pytest.mark.parametrize("upd_fmt,read_fmt,flush", [("fp32", "fp32", False), ("fp32", "nvfp4", False),
+                                                     ("fp32", "fp32", True), ("fp16-sr", "nvfp4", True)])
+def test_early_output_gates_change_no_bit(upd_fmt, read_fmt, flush, device, monkeypatch):
+    """The one-launch steps' output gates requested early (``EARLY_OUTPUT_GATES``, the rule) or at
+    the output (the order it replaced): the same loads and operations in another order, so outputs,
+    records and states are the same bits."""
+    from precision_lab.kernels.mamba2 import decode as md
+    s = _replay_setup(device, upd_fmt, read_fmt, W=6, T=1, exact=False, start=13)
+    n = s["new"]
+    runs = []
+    for early in (True, False):
+        monkeypatch.setattr(md, "EARLY_OUTPUT_GATES", early)
+        c = _clone_setup(s)
+        y = mamba2_replay_step(c["upd"], c["rd"], c["rec"], c["slots"], c["start"], c["wlen"], n["x"], n["dt"],
+                               n["A"], n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=flush, fold_new=flush,
+                               seq_ids=s["seq_ids"].to(device), events=3, seed=5, layer=2, fused_scores=True)
+        runs.append((y, c))
+    (y1, one), (y2, two) = runs
+    assert torch.equal(y1.view(torch.int32), y2.view(torch.int32))
+    assert_same_codes(one["upd"], two["upd"])
+    assert_same_codes(one["rd"], two["rd"])
+    for name in ("u", "b", "a"):
+        assert torch.equal(getattr(one["rec"], name).view(torch.int32), getattr(two["rec"], name).view(torch.int32))
+
+
 @pytest.mark.parametrize("read_fmt,start,W", [("fp32", 13, 6), ("nvfp4", 5, 7), ("fp8e4m3", 5, 0)])
 def test_overlapped_scores_launch_matches_plain(read_fmt, start, W, device):
     """The two-launch non-flush step with its step kernel launched as a programmatic dependent launch
