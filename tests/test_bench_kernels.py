@@ -185,9 +185,8 @@ def test_run_records_every_row_and_writes_what_the_report_reads(tmp_path, monkey
                                                                timing="fixture"))
     per_token = {"conventional": 2.0, "nonflush": 1.0, "flush": 4.0}
 
-    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
-                nbytes=None):
-        nbytes = dk.step_bytes(op, kind, B, upd, read, W, T) if nbytes is None else nbytes
+    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None):
+        nbytes = dk.step_bytes(op, kind, B, upd, read, W, T)
         form = dk.launch_form(op, kind, B, T, fold_new, fused)
         us = per_token[kind] * B * T + W + (0.5 if form is False and B == 1 else 0)  # a second launch at batch 1
         return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
@@ -250,9 +249,8 @@ def test_each_stored_format_is_timed_at_its_own_fastest_conventional_shape(tmp_p
     # fp32 is fastest at the space's first shape, fp16-SR at (32 rows, 4 warps), bf16-SR at its rule ({})
     fastest = {"fp32": {"block_r": 16, "num_warps": 4}, "fp16-sr": {"block_r": 32, "num_warps": 4}, "bf16-sr": {}}
 
-    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
-                nbytes=None):
-        nbytes = dk.step_bytes(op, kind, B, upd, read, W, T) if nbytes is None else nbytes
+    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None):
+        nbytes = dk.step_bytes(op, kind, B, upd, read, W, T)
         cfg = dict(cfg or {})
         us = 1.0 * B * T + W + (0.0 if kind != "conventional" or cfg == fastest.get(upd) else 1.0)
         return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
@@ -281,9 +279,7 @@ def test_small_batch_tuning_times_the_wrappers_defaults_and_the_small_space(tmp_
                                                                timing="fixture"))
     seen = []
 
-    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
-                nbytes=None):
-        nbytes = dk.step_bytes(op, kind, B, upd, read, W, T) if nbytes is None else nbytes
+    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None):
         seen.append((op, kind, B, read, tuple(sorted((cfg or {}).items()))))
         return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
                 "cfg": dict(cfg or {}), "us": 1.0 + B, "bytes": 1.0, "GBps": 1.0, "timing": "fixture",
@@ -321,9 +317,7 @@ def test_format_flush_rows_take_the_wrappers_rule_not_the_fp32_flush_shape(tmp_p
     max_registers), while the fp32 rows (batch, L and draft sweeps) take the winner."""
     dk = bench_kernels
 
-    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
-                nbytes=None):
-        nbytes = dk.step_bytes(op, kind, B, upd, read, W, T) if nbytes is None else nbytes
+    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None):
         cfg = dict(cfg or {})
         us = 1.0 if cfg.get("max_registers") == 0 else 2.0   # the uncapped candidate wins the tuning
         return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
@@ -350,9 +344,7 @@ def test_speculative_flush_is_tuned_over_tiles_on_top_of_the_fp32_flush_winner(t
     over the window bound too, and its row takes the winner."""
     dk = bench_kernels
 
-    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None,
-                nbytes=None):
-        nbytes = dk.step_bytes(op, kind, B, upd, read, W, T) if nbytes is None else nbytes
+    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None):
         cfg = dict(cfg or {})
         us = 1.0 if cfg.get("max_registers") == 0 else 2.0        # the fp32 flush's winner: uncapped
         us += 0.0 if cfg.get("tiles_per_program") == 4 else 0.5   # the speculative flush's: 4 tiles

@@ -184,14 +184,13 @@ def launch_form(op, kind, B, T=1, fold_new=None, fused=None, upd="fp32", read=No
 
 
 def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None,
-            fused=None, nbytes: float | None = None):
-    """Time one kernel configuration over cold buffer sets; returns a result row. ``cfg``: launch-shape
-    keywords of the kernel wrapper (block_r, num_warps, ...); None = its defaults. ``fused``: the
-    replay steps' launch form (``fused_scores``; None = the wrappers' rule), recorded resolved.
-    ``nbytes``: the bytes the step moves; None = the bytes model's count of this step (``step_bytes``)."""
+            fused=None):
+    """Time one kernel configuration over cold buffer sets; returns a result row, its bytes the bytes
+    model's count of the step (``step_bytes``). ``cfg``: launch-shape keywords of the kernel wrapper
+    (block_r, num_warps, ...); None = its defaults. ``fused``: the replay steps' launch form
+    (``fused_scores``; None = the wrappers' rule), recorded resolved."""
     cfg = {k: v for k, v in (cfg or {}).items() if v is not None}
-    if nbytes is None:
-        nbytes = step_bytes(op, kind, B, upd, read, W, T)
+    nbytes = step_bytes(op, kind, B, upd, read, W, T)
     nsets = n_sets(nbytes)
     sets = [PROBLEMS[op](B, dev, upd=upd, read=read, ring=ring, W=W, T=T) for _ in range(nsets)]
     if kind == "conventional":
