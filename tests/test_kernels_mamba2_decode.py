@@ -380,33 +380,6 @@ def test_early_output_gates_change_no_bit(upd_fmt, read_fmt, flush, device, monk
         assert torch.equal(getattr(one["rec"], name).view(torch.int32), getattr(two["rec"], name).view(torch.int32))
 
 
-@pytest.mark.parametrize("W,start", [(6, 13), (0, 5), (11, 9)])
-def test_joint_window_load_changes_no_bit(W, start, device, monkeypatch):
-    """The one-launch output-only step from fp32 reading its slot, window start and window length as
-    one gathered load (``JOINT_WINDOW_LOAD``, ``slot_window``) or one by one: the same three values,
-    so outputs and records are the same bits, the skipped entry (slot -1) included."""
-    from precision_lab.kernels.mamba2 import decode as md
-    s = _replay_setup(device, "fp32", "fp32", W=W, T=1, exact=False, start=start)
-    n = s["new"]
-    runs = []
-    for joint in (True, False):
-        monkeypatch.setattr(md, "JOINT_WINDOW_LOAD", joint)
-        c = _clone_setup(s)
-        y = mamba2_replay_step(c["upd"], c["rd"], c["rec"], c["slots"], c["start"], c["wlen"], n["x"], n["dt"],
-                               n["A"], n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"].to(device),
-                               fused_scores=True)
-        runs.append((y, c))
-    (y1, one), (y2, two) = runs
-    assert torch.equal(y1.view(torch.int32), y2.view(torch.int32))
-    y_ref, _, _ = mamba2_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() if n[k] is not None else None
-                                         for k in ("x", "dt", "A", "B", "C", "D", "dt_bias", "z")))
-    live = (s["slots"] >= 0).cpu()
-    assert rel(y1.cpu()[live], y_ref[live]) < 1e-5  # the values the three loads give are the right ones
-    assert torch.equal(y1[1].cpu(), torch.zeros_like(y1[1].cpu()))
-    for name in ("u", "b", "a"):
-        assert torch.equal(getattr(one["rec"], name).view(torch.int32), getattr(two["rec"], name).view(torch.int32))
-
-
 @pytest.mark.parametrize("read_fmt,start,W", [("fp32", 13, 6), ("nvfp4", 5, 7), ("fp8e4m3", 5, 0)])
 def test_overlapped_scores_launch_matches_plain(read_fmt, start, W, device):
     """The two-launch non-flush step with its step kernel launched as a programmatic dependent launch

@@ -35,20 +35,6 @@ def program_slot(slot_ptr, R, BR: tl.constexpr):
 
 
 @triton.jit
-def slot_window(slot_ptr, start_ptr, wlen_ptr, i_b):
-    """Batch entry i_b's pool slot (int64), window start and window length, requested as one
-    gathered load: element k of a [4] pointer tensor points at the k-th of them, so each thread
-    issues one load instruction and the three arrive together. Loaded one by one, the sm_90
-    scheduler may place the later loads after the first wait for the slot (the slot goes to a
-    uniform register for the state's address), and every load masked by the window then waits a
-    memory round trip more (scripts/kernel_resources.py --loads)."""
-    k = tl.arange(0, 4)
-    v = tl.load(tl.where(k == 0, slot_ptr, tl.where(k == 1, start_ptr, wlen_ptr)) + i_b, mask=k < 3, other=0)
-    return (tl.sum(tl.where(k == 0, v, 0), 0).to(tl.int64), tl.sum(tl.where(k == 1, v, 0), 0),
-            tl.sum(tl.where(k == 2, v, 0), 0))
-
-
-@triton.jit
 def load_state(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C,
                FMT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr):
     """fp32 tile [BR, BC] of head h, rows ``rows`` [BR], columns 0..BC-1 of the pool slot ``slot``

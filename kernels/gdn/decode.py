@@ -432,7 +432,6 @@ def gdn_replay_step_kernel(
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr,
     PDL: tl.constexpr, FOLD_STAGES: tl.constexpr, TOKEN_FIRST: tl.constexpr, EARLY_TOKEN: tl.constexpr,
-    D_ROWS_FIRST: tl.constexpr,
 ):
     tl.static_assert((not TOKEN_FIRST) or (FUSED and FLUSH and FOLD_NEW))
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
@@ -494,14 +493,14 @@ def gdn_replay_step_kernel(
     # against 1112, and ran slower at every point timed (H100, batch 1, each row three times in one
     # run, reports/diagnostics/gdn-batch1-forms.jsonl): W = 0 / 7 / 15 4.88-5.23 / 5.32-5.35 /
     # 5.45-5.48 µs against 4.55-4.61 / 4.63-4.68 / 4.75-4.79 in this order; batch 4, W = 7, 7.88-7.94
-    # against 7.72-7.78. A fold of the window onto the state tile (the verify step's history fold)
+    # against 7.72-7.78. Holding the window's d records as [rows, window] (no layout change of that
+    # tile, rounds=5/22 too) ran slower the same way: batch 1, W = 7, 4.87-4.90 µs against 4.50-4.52
+    # (H100, reports/diagnostics/batch1-fewer-rounds-8f94169.jsonl). A fold of the window onto the state tile (the verify step's history fold)
     # followed by one step, with no score or d-record tile, ran 6.02-6.04 µs at W = 7 (4.38-4.41 at
     # W = 0): the fold waits on each record's loads in turn.
     if FP32_LOADS_FIRST:
         s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV, HW)
         jj, m_win, h_a, h_d = _window_records(ra, rd, start, n_w, m_r, Hv, R, RING, BJ)
-        if D_ROWS_FIRST:  # the d records as [rows, BJ]: their sums over the window come out along the rows
-            h_d = tl.trans(h_d)
         t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
         if EARLY_TOKEN:
             b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, i_b.to(tl.int64) * Hv + i_h, rows, m_r, R)
@@ -602,12 +601,8 @@ def gdn_replay_step_kernel(
             await_scores(PDL)  # (returns at once where the state product above has waited)
             sc_q = tl.load(kq_ptr + bk * BJ + jj)
             sc_k = tl.load(kk_ptr + bk * BJ + jj)
-        if FP32_LOADS_FIRST and D_ROWS_FIRST:
-            s_q = e_tot * sb_q + tl.sum(h_d * (decay * sc_q)[None, :], 1)
-            s_k = e_tot * sb_k + tl.sum(h_d * (decay * sc_k)[None, :], 1)
-        else:
-            s_q = e_tot * sb_q + tl.sum((decay * sc_q)[:, None] * h_d, 0)
-            s_k = e_tot * sb_k + tl.sum((decay * sc_k)[:, None] * h_d, 0)
+        s_q = e_tot * sb_q + tl.sum((decay * sc_q)[:, None] * h_d, 0)
+        s_k = e_tot * sb_k + tl.sum((decay * sc_k)[:, None] * h_d, 0)
         alpha = tl.exp(g)
         b_d = beta * (b_v - alpha * s_k)
         b_o = alpha * s_q + tl.sum(tl.where(jj == n_w, sc_q, 0.0), 0) * b_d
@@ -784,7 +779,6 @@ TOKEN_FIRST_SMALL_GRID = True
 # W = 15 4.52-4.62 against 4.72-4.80, W = 0 4.31-4.42 against 4.52-4.58 (4.20 in the first round);
 # batch 4 W = 7 7.60-7.68 against 7.72-7.79; batch 8 the same within the spread.
 EARLY_TOKEN_INPUTS = True
-D_RECORDS_ROWS_FIRST = True
 
 
 def _token_first(fused: bool, flush: bool, fold_new: bool, small_grid: bool) -> bool:
@@ -1008,7 +1002,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, RESOLVE=resolve, NORM=qk_l2norm, FUSED=fused,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode, PDL=pdl,
-        FOLD_STAGES=_fold_stages(small_grid, fold_stages), TOKEN_FIRST=_token_first(fused, flush, fold_new, small_grid), EARLY_TOKEN=EARLY_TOKEN_INPUTS, D_ROWS_FIRST=D_RECORDS_ROWS_FIRST,
+        FOLD_STAGES=_fold_stages(small_grid, fold_stages), TOKEN_FIRST=_token_first(fused, flush, fold_new, small_grid), EARLY_TOKEN=EARLY_TOKEN_INPUTS,
         # a step that stores no state may fuse a*b+c into FMAs (its outputs and d records are compared
         # with a tolerance; the k, v, a, beta records are copies); a flush rounds state and must not
         num_warps=num_warps or nw, enable_fp_fusion=not flush,

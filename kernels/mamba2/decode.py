@@ -60,7 +60,7 @@ from precision_lab.kernels.common.launch import (
 )
 from precision_lab.kernels.common.overlap import await_scores, release_dependents
 from precision_lab.kernels.common.products import dot_f32
-from precision_lab.kernels.common.state_io import column_quarters, program_slot, slot_window, store_state4
+from precision_lab.kernels.common.state_io import column_quarters, program_slot, store_state4
 from precision_lab.kernels.decode_state import (
     FMT_FP32,
     FMT_NVFP4,
@@ -348,23 +348,16 @@ def mamba2_replay_step_kernel(
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, BW: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
     FP4: tl.constexpr, FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, STATE_PREC: tl.constexpr,
     FUSED: tl.constexpr, PDL: tl.constexpr, TILED_FMT: tl.constexpr, EARLY_GATES: tl.constexpr,
-    JOINT_WINDOW: tl.constexpr,
 ):
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
     # computes the scores it needs itself, and one program per (group, batch entry) writes the new
     # token's B record (see the T = 1 block below)
     tl.static_assert((not FUSED) or (T == 1 and (FOLD_NEW or not FLUSH)))
-    if JOINT_WINDOW:  # slot, start and W in one gathered load (the wrapper's JOINT_WINDOW_LOAD)
-        i_r, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        slot, start, W = slot_window(slot_ptr, start_ptr, wlen_ptr, i_b)
-        rows = i_r * BR + tl.arange(0, BR)
-        m_r = (rows < R) & ((rows * 0 + slot) >= 0)
-    else:
-        i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
-        start = tl.load(start_ptr + i_b)
-        W = tl.load(wlen_ptr + i_b)
+    i_r, i_h, i_b, slot, rows, m_r = program_slot(slot_ptr, R, BR)
     i_g = i_h // (H // G)
     valid = slot >= 0
+    start = tl.load(start_ptr + i_b)
+    W = tl.load(wlen_ptr + i_b)
     cols = tl.arange(0, BC)
     # window positions held as tiles: BW of them (BJ, the scores' row width, for a one-token step;
     # a speculative step's history alone may take fewer: the wrappers' window_bound)
@@ -399,6 +392,11 @@ def mamba2_replay_step_kernel(
     # slower: the reduction waits for the tile before any later load is issued.) H200, W = 7, both in
     # one run (reports/diagnostics/nonflush-order.jsonl, run 10): batch 1 4.51-4.79 µs against
     # 4.90-5.34, batch 4 8.27-8.63 against 8.50-8.91, batch 16 24.76-24.80 against 24.48-24.63.
+    # Its loads of the window start and length land in two rounds (the sm_90 scheduler issues W's
+    # after the first wait for the slot: rounds=3/21/11 at batch 1). Requested as one gathered load
+    # with the slot, every record load moved a round earlier (rounds=2/24/5/2), and the step ran
+    # slower: batch 1, W = 7, 5.02-5.43 µs against 5.02-5.08, W = 15 5.43-5.51 against 5.12-5.16
+    # (H100, reports/diagnostics/batch1-fewer-rounds-8f94169.jsonl).
     FP32_LOADS_FIRST: tl.constexpr = T == 1 and (not FLUSH) and FUSED and RFMT == C_FP32
     if FP32_LOADS_FIRST:  # (the window's B records and C as well: the scores below need them)
         b_sr = load_state(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, HW)
@@ -751,9 +749,6 @@ SMALL_BATCH_HEAD_MATRICES = 2048
 # NVFP4 4.94-5.03 against 5.00-5.13; batches 4 and 16 the same within their spread. The two-launch
 # form (larger batches) keeps its order: its compile does not change.
 EARLY_OUTPUT_GATES = True
-# The one-launch output-only step from an fp32 read copy (small batches) requests its slot, window
-# start and window length as one gathered load (JOINT_WINDOW_LOAD, common/state_io.py slot_window).
-JOINT_WINDOW_LOAD = True
 # Warps of a scores-kernel program (one per group and batch entry: the window's scores B_j·C_t and the
 # group's new B record). 1, 2 and 4 warps timed the same on the H200 at batch 256 (reports/diagnostics/
 # scores-warps.jsonl: output-only steps from fp32 / NVFP4 read copies, verify and speculative flush at
@@ -1223,8 +1218,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         BR=br, BC=bc, BJ=bj, BW=bw, TP=max(pow2(T), 16), HW=x.is_cuda, FP4=fp4_decode,
         FOLD_PREC=fold_precision,
         VERIFY_PREC=verify_precision, STATE_PREC=state_prec,
-        FUSED=fused, PDL=pdl, TILED_FMT=tiled_fmt, EARLY_GATES=EARLY_OUTPUT_GATES and fused,
-        JOINT_WINDOW=JOINT_WINDOW_LOAD and fused and T == 1 and not flush and read.code == FMT_FP32, num_warps=num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32),
+        FUSED=fused, PDL=pdl, TILED_FMT=tiled_fmt, EARLY_GATES=EARLY_OUTPUT_GATES and fused, num_warps=num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32),
         **({"maxnreg": max_registers} if max_registers else {}), **pdl_kwargs(pdl),
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance
         # and the records are single products); a flush rounds state and must not
