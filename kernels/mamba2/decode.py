@@ -348,6 +348,7 @@ def mamba2_replay_step_kernel(
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, BW: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
     FP4: tl.constexpr, FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, STATE_PREC: tl.constexpr,
     FUSED: tl.constexpr, PDL: tl.constexpr, TILED_FMT: tl.constexpr, EARLY_GATES: tl.constexpr,
+    EARLY_DT: tl.constexpr,
 ):
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
     # computes the scores it needs itself, and one program per (group, batch entry) writes the new
@@ -398,6 +399,11 @@ def mamba2_replay_step_kernel(
     # slower: batch 1, W = 7, 5.02-5.43 µs against 5.02-5.08, W = 15 5.43-5.51 against 5.12-5.16
     # (H100, reports/diagnostics/batch1-fewer-rounds-8f94169.jsonl).
     FP32_LOADS_FIRST: tl.constexpr = T == 1 and (not FLUSH) and FUSED and RFMT == C_FP32
+    if FP32_LOADS_FIRST and EARLY_DT:  # the token's dt (and dt_bias) and x before anything that waits
+        e_dt = tl.load(dt_ptr + i_b.to(tl.int64) * H + i_h).to(tl.float32)
+        if HAS_DTB:
+            e_dt += tl.load(dtb_ptr + i_h).to(tl.float32)
+        e_x = tl.load(x_ptr + (i_b.to(tl.int64) * H + i_h) * R + rows, mask=m_r, other=0).to(tl.float32)
     if FP32_LOADS_FIRST:  # (the window's B records and C as well: the scores below need them)
         b_sr = load_state(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, HW)
         b_c = tl.load(C_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
@@ -419,11 +425,15 @@ def mamba2_replay_step_kernel(
         # the new token's record (T > 1: the verify block below); t_a/t_u: the output window, the
         # history (none after a flush) with the new token at position W
         bh = i_b.to(tl.int64) * H + i_h
-        dt = tl.load(dt_ptr + bh).to(tl.float32)
-        if HAS_DTB:
-            dt += tl.load(dtb_ptr + i_h).to(tl.float32)
-        dt = softplus(dt)
-        t_x = tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
+        if FP32_LOADS_FIRST and EARLY_DT:
+            dt = softplus(e_dt)
+            t_x = e_x
+        else:
+            dt = tl.load(dt_ptr + bh).to(tl.float32)
+            if HAS_DTB:
+                dt += tl.load(dtb_ptr + i_h).to(tl.float32)
+            dt = softplus(dt)
+            t_x = tl.load(x_ptr + bh * R + rows, mask=m_r, other=0).to(tl.float32)
         n_u = dt * t_x
         n_a = A * dt
         if EARLY_GATES:
@@ -749,6 +759,7 @@ SMALL_BATCH_HEAD_MATRICES = 2048
 # NVFP4 4.94-5.03 against 5.00-5.13; batches 4 and 16 the same within their spread. The two-launch
 # form (larger batches) keeps its order: its compile does not change.
 EARLY_OUTPUT_GATES = True
+EARLY_TOKEN_DT = True
 # Warps of a scores-kernel program (one per group and batch entry: the window's scores B_j·C_t and the
 # group's new B record). 1, 2 and 4 warps timed the same on the H200 at batch 256 (reports/diagnostics/
 # scores-warps.jsonl: output-only steps from fp32 / NVFP4 read copies, verify and speculative flush at
@@ -1218,7 +1229,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         BR=br, BC=bc, BJ=bj, BW=bw, TP=max(pow2(T), 16), HW=x.is_cuda, FP4=fp4_decode,
         FOLD_PREC=fold_precision,
         VERIFY_PREC=verify_precision, STATE_PREC=state_prec,
-        FUSED=fused, PDL=pdl, TILED_FMT=tiled_fmt, EARLY_GATES=EARLY_OUTPUT_GATES and fused, num_warps=num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32),
+        FUSED=fused, PDL=pdl, TILED_FMT=tiled_fmt, EARLY_GATES=EARLY_OUTPUT_GATES and fused, EARLY_DT=EARLY_TOKEN_DT, num_warps=num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32),
         **({"maxnreg": max_registers} if max_registers else {}), **pdl_kwargs(pdl),
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance
         # and the records are single products); a flush rounds state and must not
