@@ -380,6 +380,34 @@ def test_early_output_gates_change_no_bit(upd_fmt, read_fmt, flush, device, monk
         assert torch.equal(getattr(one["rec"], name).view(torch.int32), getattr(two["rec"], name).view(torch.int32))
 
 
+@pytest.mark.parametrize("W,start", [(6, 13), (0, 5), (11, 9)])
+def test_early_token_dt_changes_no_bit(W, start, device, monkeypatch):
+    """The one-launch output-only step from fp32 requesting its token's dt, dt_bias and x before the
+    state tile (``EARLY_TOKEN_DT``, the rule) or where the token's record is formed (the order it
+    replaced): the same loads and operations, so outputs and records are the same bits, the skipped
+    entry (slot -1) included, and the outputs are the reference's."""
+    from precision_lab.kernels.mamba2 import decode as md
+    s = _replay_setup(device, "fp32", "fp32", W=W, T=1, exact=False, start=start)
+    n = s["new"]
+    runs = []
+    for early in (True, False):
+        monkeypatch.setattr(md, "EARLY_TOKEN_DT", early)
+        c = _clone_setup(s)
+        y = mamba2_replay_step(c["upd"], c["rd"], c["rec"], c["slots"], c["start"], c["wlen"], n["x"], n["dt"],
+                               n["A"], n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"].to(device),
+                               fused_scores=True)
+        runs.append((y, c))
+    (y1, one), (y2, two) = runs
+    assert torch.equal(y1.view(torch.int32), y2.view(torch.int32))
+    y_ref, _, _ = mamba2_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() if n[k] is not None else None
+                                         for k in ("x", "dt", "A", "B", "C", "D", "dt_bias", "z")))
+    live = (s["slots"] >= 0).cpu()
+    assert rel(y1.cpu()[live], y_ref[live]) < 1e-5
+    assert torch.equal(y1[1].cpu(), torch.zeros_like(y1[1].cpu()))
+    for name in ("u", "b", "a"):
+        assert torch.equal(getattr(one["rec"], name).view(torch.int32), getattr(two["rec"], name).view(torch.int32))
+
+
 @pytest.mark.parametrize("read_fmt,start,W", [("fp32", 13, 6), ("nvfp4", 5, 7), ("fp8e4m3", 5, 0)])
 def test_overlapped_scores_launch_matches_plain(read_fmt, start, W, device):
     """The two-launch non-flush step with its step kernel launched as a programmatic dependent launch

@@ -399,7 +399,9 @@ def mamba2_replay_step_kernel(
     # slower: batch 1, W = 7, 5.02-5.43 µs against 5.02-5.08, W = 15 5.43-5.51 against 5.12-5.16
     # (H100, reports/diagnostics/batch1-fewer-rounds-8f94169.jsonl).
     FP32_LOADS_FIRST: tl.constexpr = T == 1 and (not FLUSH) and FUSED and RFMT == C_FP32
-    if FP32_LOADS_FIRST and EARLY_DT:  # the token's dt (and dt_bias) and x before anything that waits
+    # EARLY_DT (the wrapper's EARLY_TOKEN_DT): the token's dt (and dt_bias) and x requested before the
+    # state tile, ahead of C's layout change, the first thing that waits (see the rule)
+    if FP32_LOADS_FIRST and EARLY_DT:
         e_dt = tl.load(dt_ptr + i_b.to(tl.int64) * H + i_h).to(tl.float32)
         if HAS_DTB:
             e_dt += tl.load(dtb_ptr + i_h).to(tl.float32)
@@ -759,6 +761,14 @@ SMALL_BATCH_HEAD_MATRICES = 2048
 # NVFP4 4.94-5.03 against 5.00-5.13; batches 4 and 16 the same within their spread. The two-launch
 # form (larger batches) keeps its order: its compile does not change.
 EARLY_OUTPUT_GATES = True
+# The one-launch output-only step from an fp32 read copy (small batches) requests its token's dt,
+# dt_bias and x before its state tile (EARLY_TOKEN_DT). Where they came after C's layout change (the
+# kernel's first barrier, which waits for C), the step waited a memory round trip for dt with the
+# window's records not yet requested: Nsight Compute put 105 of the step's 485 warp samples on that
+# wait (H100, batch 1, reports/diagnostics/ncu-batch1-2bd1ea1.json). H100, both forms in one process,
+# four rounds each (reports/diagnostics/mamba2-early-dt-f0594c8.jsonl): batch 1, W = 7 4.40-4.82 µs
+# against 5.03-5.04, W = 15 4.82-4.84 against 5.09-5.13, W = 0 4.66-4.72 against 4.82-4.90; batch 4
+# W = 0 / 7 / 15 9.74-9.82 / 10.13-10.22 / 10.57-10.63 against 10.18-10.22 / 10.33-10.41 / 10.64-10.66.
 EARLY_TOKEN_DT = True
 # Warps of a scores-kernel program (one per group and batch entry: the window's scores B_j·C_t and the
 # group's new B record). 1, 2 and 4 warps timed the same on the H200 at batch 256 (reports/diagnostics/
