@@ -163,6 +163,15 @@ def _new_qk(q_ptr, k_ptr, bk, C, scale, NORM: tl.constexpr, BC: tl.constexpr):
 
 
 @triton.jit
+def _joint_qk(q_ptr, k_ptr, bk, C, BC: tl.constexpr):
+    """``_raw_qk`` as one load of a [BC, 2] pointer tile (q and k side by side in each thread)."""
+    cols = tl.arange(0, BC)
+    m_c = cols < C
+    qk = tl.load(tl.join(q_ptr + bk * C + cols, k_ptr + bk * C + cols), mask=tl.join(m_c, m_c), other=0)
+    return tl.split(qk.to(tl.float32))
+
+
+@triton.jit
 def _norm_qk(q, k, scale, NORM: tl.constexpr):
     """``_new_qk`` of q and k already loaded."""
     if NORM:
@@ -432,6 +441,7 @@ def gdn_replay_step_kernel(
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr,
     PDL: tl.constexpr, FOLD_STAGES: tl.constexpr, TOKEN_FIRST: tl.constexpr, EARLY_TOKEN: tl.constexpr,
+    EARLY_QK: tl.constexpr,
 ):
     tl.static_assert((not TOKEN_FIRST) or (FUSED and FLUSH and FOLD_NEW))
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
@@ -500,6 +510,8 @@ def gdn_replay_step_kernel(
     # at batch 4). A fold of the window onto the state tile (the verify step's history fold)
     # followed by one step, with no score or d-record tile, ran 6.02-6.04 µs at W = 7 (4.38-4.41 at
     # W = 0): the fold waits on each record's loads in turn.
+    if FP32_LOADS_FIRST and EARLY_QK:
+        e_q, e_k = _joint_qk(q_ptr, k_ptr, bk, C, BC)
     if FP32_LOADS_FIRST:
         s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV, HW)
         jj, m_win, h_a, h_d = _window_records(ra, rd, start, n_w, m_r, Hv, R, RING, BJ)
@@ -507,7 +519,10 @@ def gdn_replay_step_kernel(
         if EARLY_TOKEN:
             b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, i_b.to(tl.int64) * Hv + i_h, rows, m_r, R)
     if FUSED or RAW_QK:  # the new token's q̃, k as the scores kernel computes them (same helper)
-        n_q, n_k, f_q, f_k = _new_qk(q_ptr, k_ptr, bk, C, scale, NORM, BC)
+        if FP32_LOADS_FIRST and EARLY_QK:
+            n_q, n_k, f_q, f_k = _norm_qk(e_q, e_k, scale, NORM)
+        else:
+            n_q, n_k, f_q, f_k = _new_qk(q_ptr, k_ptr, bk, C, scale, NORM, BC)
 
     if FLUSH:
         s0, s1, s2, s3 = _load4(u_d, u_sc, u_gs, slot, su_d, su_sc, su_gs, i_h, rows, m_r, R, C, UFMT, BR, BC, ILV, HW)
@@ -781,6 +796,7 @@ TOKEN_FIRST_SMALL_GRID = True
 # W = 15 4.52-4.62 against 4.72-4.80, W = 0 4.31-4.42 against 4.52-4.58 (4.20 in the first round);
 # batch 4 W = 7 7.60-7.68 against 7.72-7.79; batch 8 the same within the spread.
 EARLY_TOKEN_INPUTS = True
+EARLY_QK_LOADS = True
 
 
 def _token_first(fused: bool, flush: bool, fold_new: bool, small_grid: bool) -> bool:
@@ -1004,7 +1020,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, RESOLVE=resolve, NORM=qk_l2norm, FUSED=fused,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode, PDL=pdl,
-        FOLD_STAGES=_fold_stages(small_grid, fold_stages), TOKEN_FIRST=_token_first(fused, flush, fold_new, small_grid), EARLY_TOKEN=EARLY_TOKEN_INPUTS,
+        FOLD_STAGES=_fold_stages(small_grid, fold_stages), TOKEN_FIRST=_token_first(fused, flush, fold_new, small_grid), EARLY_TOKEN=EARLY_TOKEN_INPUTS, EARLY_QK=EARLY_QK_LOADS,
         # a step that stores no state may fuse a*b+c into FMAs (its outputs and d records are compared
         # with a tolerance; the k, v, a, beta records are copies); a flush rounds state and must not
         num_warps=num_warps or nw, enable_fp_fusion=not flush,
