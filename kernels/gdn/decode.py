@@ -441,7 +441,7 @@ def gdn_replay_step_kernel(
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr,
     PDL: tl.constexpr, FOLD_STAGES: tl.constexpr, TOKEN_FIRST: tl.constexpr, EARLY_TOKEN: tl.constexpr,
-    EARLY_QK: tl.constexpr, EARLY_KWIN: tl.constexpr,
+    EARLY_QK: tl.constexpr,
 ):
     tl.static_assert((not TOKEN_FIRST) or (FUSED and FLUSH and FOLD_NEW))
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
@@ -514,11 +514,8 @@ def gdn_replay_step_kernel(
         e_q, e_k = _joint_qk(q_ptr, k_ptr, bk, C, BC)
     if FP32_LOADS_FIRST:
         s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV, HW)
-        if EARLY_KWIN:  # the k window requested before the d-record tile (whose layout change waits)
-            t_k = _k_window(rk, start, tl.arange(0, BJ), tl.arange(0, BJ) < n_w, cols, m_c, Hk, C, RING)
         jj, m_win, h_a, h_d = _window_records(ra, rd, start, n_w, m_r, Hv, R, RING, BJ)
-        if not EARLY_KWIN:
-            t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
+        t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
         if EARLY_TOKEN:
             b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, i_b.to(tl.int64) * Hv + i_h, rows, m_r, R)
     if FUSED or RAW_QK:  # the new token's q̃, k as the scores kernel computes them (same helper)
@@ -800,7 +797,6 @@ TOKEN_FIRST_SMALL_GRID = True
 # batch 4 W = 7 7.60-7.68 against 7.72-7.79; batch 8 the same within the spread.
 EARLY_TOKEN_INPUTS = True
 EARLY_QK_LOADS = True
-EARLY_K_WINDOW = True
 
 
 def _token_first(fused: bool, flush: bool, fold_new: bool, small_grid: bool) -> bool:
@@ -1024,7 +1020,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         T=T, FLUSH=flush, FOLD_NEW=fold_new, SPLIT=not shared, RECOMPUTE=recompute, RESOLVE=resolve, NORM=qk_l2norm, FUSED=fused,
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode, PDL=pdl,
-        FOLD_STAGES=_fold_stages(small_grid, fold_stages), TOKEN_FIRST=_token_first(fused, flush, fold_new, small_grid), EARLY_TOKEN=EARLY_TOKEN_INPUTS, EARLY_QK=EARLY_QK_LOADS, EARLY_KWIN=EARLY_K_WINDOW,
+        FOLD_STAGES=_fold_stages(small_grid, fold_stages), TOKEN_FIRST=_token_first(fused, flush, fold_new, small_grid), EARLY_TOKEN=EARLY_TOKEN_INPUTS, EARLY_QK=EARLY_QK_LOADS,
         # a step that stores no state may fuse a*b+c into FMAs (its outputs and d records are compared
         # with a tolerance; the k, v, a, beta records are copies); a flush rounds state and must not
         num_warps=num_warps or nw, enable_fp_fusion=not flush,
