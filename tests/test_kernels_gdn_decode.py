@@ -311,6 +311,37 @@ def test_early_token_inputs_change_no_bit(W, start, device, monkeypatch):
         assert torch.equal(getattr(r1, name).view(torch.int32), getattr(r2, name).view(torch.int32)), name
 
 
+@pytest.mark.parametrize("W,start,norm", [(7, 6, True), (0, 6, True), (12, 10, False)])
+def test_early_qk_loads_agree(W, start, norm, device, monkeypatch):
+    """The one-launch output-only step from fp32 reading q and k first as one [K, 2] tile
+    (``EARLY_QK_LOADS``, the rule) or as two loads after the window's records: the same values
+    normalised by the same helper, so outputs, d and k records agree within fp32 rounding (on a GPU
+    the two layouts may sum Σk² in different orders), v, a, β records bit for bit, and the
+    outputs are the reference's."""
+    from precision_lab.kernels.gdn import decode as gdm
+    s = _replay_setup(device, "fp32", "fp32", W=W, T=1, exact=False, start=start)
+    n = s["new"]
+    runs = []
+    for early in (True, False):
+        monkeypatch.setattr(gdm, "EARLY_QK_LOADS", early)
+        rec = GDNRecords(3, 16, HK, HV, V, s["rec"].k.shape[-1], device=device)
+        for name in ("k", "d", "v", "a", "beta"):
+            getattr(rec, name).copy_(getattr(s["rec"], name))
+        o = gdn_replay_step(s["upd"], s["rd"], rec, s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
+                            qk_l2norm=norm, seq_ids=s["seq_ids"].to(device), fused_scores=True)
+        runs.append((o, rec))
+    (o1, r1), (o2, r2) = runs
+    assert rel(o1, o2) < 1e-6
+    assert torch.equal(o1[2].cpu(), torch.zeros_like(o1[2].cpu()))  # the skipped entry
+    for name in ("d", "k"):
+        assert torch.allclose(getattr(r1, name), getattr(r2, name), rtol=1e-6, atol=0, equal_nan=True), name
+    for name in ("v", "a", "beta"):
+        assert torch.equal(getattr(r1, name).view(torch.int32), getattr(r2, name).view(torch.int32)), name
+    o_ref, _, _ = gdn_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() for k in NEW), qk_l2norm=norm)
+    live = (s["slots"] >= 0).cpu()
+    assert rel(o1.cpu()[live], o_ref[live]) < 1e-5
+
+
 @pytest.mark.parametrize("upd_fmt,read_fmt,flush,norm,start,W", [
     ("fp32", "nvfp4", False, True, 6, 5), ("fp32", "fp8e4m3", False, False, 12, 6), ("fp32", "bf16", False, True, 6, 0),
     ("fp32", "fp32", False, True, 13, 6), ("fp16-sr", "nvfp4-sr", True, True, 12, 6), ("bf16-sr", "fp32", True, False, 6, 0),
@@ -487,6 +518,7 @@ def test_launch_shapes_follow_the_batch(monkeypatch):
     sgw = gd._small_grid_warps                                                 # (T, flush, fused, R, br, bj, B·H, block_r)
     assert sgw(1, False, True, 128, 16, 16, 32, None) == sgw(1, True, True, 128, 16, 16, 32, None) == gd.SMALL_GRID_WARPS
     assert sgw(1, False, True, 128, 16, 32, 32, None) == gd.SMALL_GRID_WARPS
+    assert sgw(1, False, True, 128, gd.SMALL_GRID_OUTPUT_ROWS, 16, 32, None) == gd.SMALL_GRID_WARPS
     assert sgw(1, False, True, 128, 16, 64, 32, None) is None                  # ring 64: fused_nonflush_warps
     assert sgw(1, True, True, 128, 16, 64, 32, None) == gd.SMALL_GRID_WARPS
     assert sgw(1, False, True, 128, 64, 16, 64, None) is None                  # batch 2: not a small grid
@@ -663,6 +695,10 @@ def test_replay_wrapper_passes_its_rules_to_the_launch():
         assert "maxnreg" not in launch("fp16-sr", "fp32", fused_scores=True)            # one launch: no cap
         assert launch("fp32", "fp32", fused_scores=True)["num_warps"] == 4             # batch 2: fused_nonflush_warps
         assert launch("fp32", "fp32", b=1)["num_warps"] == gd.SMALL_GRID_WARPS         # batch 1: the small grid's
+        assert launch("fp32", "fp32", b=1)["BR"] == gd.SMALL_GRID_OUTPUT_ROWS == 32     # ... rows: the output-only
+        assert launch("fp32", "nvfp4", b=1, fused_scores=True)["BR"] == gd.SMALL_GRID_ROWS  # step from fp32 only
+        assert launch("fp32", None, b=1, flush=True, fold_new=True)["BR"] == gd.SMALL_GRID_ROWS == 16
+        assert launch("fp32", "fp32", b=1, block_r=8)["BR"] == 8                       # an explicit block_r wins
         assert launch("fp32", None, b=1, flush=True, fold_new=True)["num_warps"] == gd.SMALL_GRID_WARPS
         assert launch("fp32", "fp32", b=1, num_warps=4)["num_warps"] == 4              # explicit warps win
         assert launch("fp32", None, b=1)["FUSED"] and launch("fp32", "nvfp4", b=2)["FUSED"]  # the formats' rule

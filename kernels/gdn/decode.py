@@ -510,7 +510,7 @@ def gdn_replay_step_kernel(
     # at batch 4). A fold of the window onto the state tile (the verify step's history fold)
     # followed by one step, with no score or d-record tile, ran 6.02-6.04 µs at W = 7 (4.38-4.41 at
     # W = 0): the fold waits on each record's loads in turn.
-    if FP32_LOADS_FIRST and EARLY_QK:
+    if FP32_LOADS_FIRST and EARLY_QK:  # q and k first, in one load (EARLY_QK_LOADS)
         e_q, e_k = _joint_qk(q_ptr, k_ptr, bk, C, BC)
     if FP32_LOADS_FIRST:
         s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV, HW)
@@ -719,6 +719,14 @@ SCORES_NUM_WARPS = 2
 # A replay launch with fewer programs than this (about one per SM of an H200) takes smaller row blocks.
 SMALL_GRID_PROGRAMS = 128
 SMALL_GRID_ROWS = 16
+# ... except the one-launch output-only step from an fp32 read copy (up to a ring of 32 records), which
+# takes SMALL_GRID_OUTPUT_ROWS-row programs: since it requests q and k first (EARLY_QK_LOADS) its
+# 16-row programs spend more of their time in the reductions and layout changes between the program's
+# warps than waiting for memory. H100, batch 1, every shape three times in one process
+# (reports/diagnostics/batch1-output-shapes-2dc9fd3.jsonl): 32 rows x 2 warps W = 7 4.28-4.29 µs, W = 15
+# 4.35-4.38, against 4.09-4.46 and 4.55-4.58 at 16 x 2 (32 x 4: 4.74-4.82; 8 x 2: 4.75-4.90; 8 x 1:
+# 5.04-5.27; 16 x 1: 5.68-8.88).
+SMALL_GRID_OUTPUT_ROWS = 32
 # There (batch 1 of Qwen3.5-4B) the one-token steps run SMALL_GRID_WARPS warps: the one-launch
 # output-only step instead of fused_nonflush_warps' 4, the flush instead of the 1 warp of 128 state
 # elements per thread (in both launch forms: the warps set the order of its fp32 sums, and the forms
@@ -751,7 +759,7 @@ def _small_grid_warps(T: int, flush: bool, fused: bool, R: int, br: int, bj: int
     one-launch output-only step up to a ring of 32 records, and the flush in both launch forms (the
     warps set the order of its fp32 sums, and both forms must store the same state bits); else None
     (the other rules stand)."""
-    if (T == 1 and br == SMALL_GRID_ROWS and _small_grid(R, head_matrices, block_r)
+    if (T == 1 and br in (SMALL_GRID_ROWS, SMALL_GRID_OUTPUT_ROWS) and _small_grid(R, head_matrices, block_r)
             and (flush or (fused and bj <= 32))):
         return SMALL_GRID_WARPS
     return None
@@ -796,6 +804,16 @@ TOKEN_FIRST_SMALL_GRID = True
 # W = 15 4.52-4.62 against 4.72-4.80, W = 0 4.31-4.42 against 4.52-4.58 (4.20 in the first round);
 # batch 4 W = 7 7.60-7.68 against 7.72-7.79; batch 8 the same within the spread.
 EARLY_TOKEN_INPUTS = True
+# ... and its q and k before anything else, as one [K, 2] load (EARLY_QK_LOADS): where they came after
+# the d-record tile's layout change (the kernel's first barrier), the step waited a round trip for q
+# and then another for k (Nsight Compute: 109 and 48 of its 448 warp samples; H100, batch 1,
+# reports/diagnostics/ncu-batch1-2bd1ea1.json). H100, both forms in one process, four rounds each
+# (reports/diagnostics/gdn-early-qk-2516c10.jsonl): batch 4 5 % faster at W = 0, 7 and 15 (7.15-7.32 µs
+# against 7.52-7.64 at W = 7); batch 1 W = 0 4.21-4.25 against 4.32-4.38, W = 7 and 15 the same within
+# the spread (4.44-4.45 against 4.45-4.47 after a first round of 4.08). Requesting the k window before
+# the d-record tile as well made batch 1 10 % slower (4.74-4.96 against 4.49-4.53 at W = 7,
+# gdn-early-k-window-1031428.jsonl). With q and k first the 16-row programs of batch 1 are no longer
+# the fastest shape (SMALL_GRID_OUTPUT_ROWS).
 EARLY_QK_LOADS = True
 
 
@@ -983,6 +1001,8 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
                                 None if shared else read.fmt)
     resolve = flush and recompute and not (shared and (update.code == C_FP32 or window_from_update))
     small_grid = _small_grid(V, Bsz * Hv, block_r)
+    if small_grid and fused and not flush and read.code == C_FP32 and bj <= 32:
+        br = SMALL_GRID_OUTPUT_ROWS  # the one-launch output-only step from fp32 (the rule's comment)
     if fused and not flush:  # the window's k records as a [ring, K] tile too: more warps (no spill)
         nw = max(nw, fused_nonflush_warps(bj))
     nw = _small_grid_warps(T, flush, fused, V, br, bj, Bsz * Hv, block_r) or nw
