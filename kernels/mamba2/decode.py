@@ -348,7 +348,7 @@ def mamba2_replay_step_kernel(
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, BW: tl.constexpr, TP: tl.constexpr, HW: tl.constexpr,
     FP4: tl.constexpr, FOLD_PREC: tl.constexpr, VERIFY_PREC: tl.constexpr, STATE_PREC: tl.constexpr,
     FUSED: tl.constexpr, PDL: tl.constexpr, TILED_FMT: tl.constexpr, EARLY_GATES: tl.constexpr,
-    EARLY_DT: tl.constexpr, EARLY_A: tl.constexpr,
+    EARLY_DT: tl.constexpr,
 ):
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
     # computes the scores it needs itself, and one program per (group, batch entry) writes the new
@@ -406,17 +406,12 @@ def mamba2_replay_step_kernel(
         if HAS_DTB:
             e_dt += tl.load(dtb_ptr + i_h).to(tl.float32)
         e_x = tl.load(x_ptr + (i_b.to(tl.int64) * H + i_h) * R + rows, mask=m_r, other=0).to(tl.float32)
-        if EARLY_A:
-            e_A = tl.load(A_ptr + i_h).to(tl.float32)
     if FP32_LOADS_FIRST:  # (the window's B records and C as well: the scores below need them)
         b_sr = load_state(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, HW)
         b_c = tl.load(C_ptr + (i_b.to(tl.int64) * G + i_g) * C + cols, mask=m_c, other=0).to(tl.float32)
         t_b = _b_window(rb_ptr + slot * s_rb + i_g * C, start, jj, m_win, cols, m_c, G, C, RING)
 
-    if FP32_LOADS_FIRST and EARLY_DT and EARLY_A:
-        A = e_A
-    else:
-        A = tl.load(A_ptr + i_h).to(tl.float32)
+    A = tl.load(A_ptr + i_h).to(tl.float32)
     # Offsets inside the slot's records are int32 (Mamba2Records checks that a slot's u records hold
     # fewer than 2^31 elements): the int64 form spends ~50 more instructions per program on 64-bit
     # products. H200, batch 256, before the shape constants: NVFP4 output-only step 91.9-92.4 µs with
@@ -774,8 +769,9 @@ EARLY_OUTPUT_GATES = True
 # four rounds each (reports/diagnostics/mamba2-early-dt-f0594c8.jsonl): batch 1, W = 7 4.40-4.82 µs
 # against 5.03-5.04, W = 15 4.82-4.84 against 5.09-5.13, W = 0 4.66-4.72 against 4.82-4.90; batch 4
 # W = 0 / 7 / 15 9.74-9.82 / 10.13-10.22 / 10.57-10.63 against 10.18-10.22 / 10.33-10.41 / 10.64-10.66.
+# Requesting the head's A with them as well (the profile's next wait) made batch 4 4 % faster and
+# batch 1 up to 2 % slower at W = 7 and 15 (mamba2-early-a-64976ae.jsonl), and was not kept.
 EARLY_TOKEN_DT = True
-EARLY_HEAD_A = True
 # Warps of a scores-kernel program (one per group and batch entry: the window's scores B_j·C_t and the
 # group's new B record). 1, 2 and 4 warps timed the same on the H200 at batch 256 (reports/diagnostics/
 # scores-warps.jsonl: output-only steps from fp32 / NVFP4 read copies, verify and speculative flush at
@@ -1245,7 +1241,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         BR=br, BC=bc, BJ=bj, BW=bw, TP=max(pow2(T), 16), HW=x.is_cuda, FP4=fp4_decode,
         FOLD_PREC=fold_precision,
         VERIFY_PREC=verify_precision, STATE_PREC=state_prec,
-        FUSED=fused, PDL=pdl, TILED_FMT=tiled_fmt, EARLY_GATES=EARLY_OUTPUT_GATES and fused, EARLY_DT=EARLY_TOKEN_DT, EARLY_A=EARLY_HEAD_A, num_warps=num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32),
+        FUSED=fused, PDL=pdl, TILED_FMT=tiled_fmt, EARLY_GATES=EARLY_OUTPUT_GATES and fused, EARLY_DT=EARLY_TOKEN_DT, num_warps=num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32),
         **({"maxnreg": max_registers} if max_registers else {}), **pdl_kwargs(pdl),
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance
         # and the records are single products); a flush rounds state and must not
