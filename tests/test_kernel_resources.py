@@ -118,10 +118,11 @@ def test_gdn_batch1_output_only_step_requests_q_and_k_first():
     blocks) requests the new token's q and k (``_joint_qk``, one load) with the slot lookup, its state
     tile (``_load4``) in the round trip right after, and the rest (the k window, the token's v, g, β)
     in a third, after the d-record tile's layout change. Requested after that change, q and k had
-    cost a memory round trip each (Nsight Compute, reports/diagnostics/ncu-batch1-2bd1ea1.json); requested first, batch 4 ran
-    5 % faster (gdn-early-qk-2516c10.jsonl). Requesting the k window early as well ran 10 % slower at
-    batch 1 (gdn-early-k-window-1031428.jsonl), as had an earlier form with every load in two round
-    trips (gdn-batch1-forms.jsonl): fewer round trips is not the measure here."""
+    cost a memory round trip each (Nsight Compute, reports/diagnostics/ncu-batch1-2bd1ea1.json);
+    requested first, batch 4 ran 5 % faster (gdn-early-qk-2516c10.jsonl). Requesting the k window
+    early as well ran 10 % slower at batch 1 (gdn-early-k-window-1031428.jsonl), as had an earlier
+    form with every load in two round trips (gdn-batch1-forms.jsonl): fewer round trips is not the
+    measure here."""
     from precision_lab.kernels.gdn import decode as gd
 
     line, loads = _launch_loads(_gdn_batch1_loads(), lambda s: "T=1 FLUSH=False" in s and "FUSED=True" in s
