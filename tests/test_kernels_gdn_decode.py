@@ -288,24 +288,30 @@ def _bits(t):
     return t.view(torch.int32)
 
 
+def _fused_output_only_both_ways(s, switch, monkeypatch, device, **kw):
+    """The one-launch output-only step of ``_replay_setup``'s state with the kernel rule ``switch`` on,
+    then off, each on its own copy of the records: [(outputs, records)] in that order."""
+    from precision_lab.kernels.gdn import decode as gdm
+    n = s["new"]
+    runs = []
+    for on in (True, False):
+        monkeypatch.setattr(gdm, switch, on)
+        rec = GDNRecords(3, 16, HK, HV, V, s["rec"].k.shape[-1], device=device)
+        for name in ("k", "d", "v", "a", "beta"):
+            getattr(rec, name).copy_(getattr(s["rec"], name))
+        o = gdn_replay_step(s["upd"], s["rd"], rec, s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
+                            seq_ids=s["seq_ids"].to(device), fused_scores=True, **kw)
+        runs.append((o, rec))
+    return runs
+
+
 @pytest.mark.parametrize("W,start", [(7, 6), (0, 6), (12, 10)])
 def test_early_token_inputs_change_no_bit(W, start, device, monkeypatch):
     """The one-launch output-only step from fp32 requesting its token's v, g, β with the state tile
     (``EARLY_TOKEN_INPUTS``, the rule) or after the scores (the order it replaced): the same values,
     so the outputs and records are the same bits."""
-    from precision_lab.kernels.gdn import decode as gdm
     s = _replay_setup(device, "fp32", "fp32", W=W, T=1, exact=False, start=start)
-    n = s["new"]
-    runs = []
-    for early in (True, False):
-        monkeypatch.setattr(gdm, "EARLY_TOKEN_INPUTS", early)
-        rec = GDNRecords(3, 16, HK, HV, V, s["rec"].k.shape[-1], device=device)
-        for name in ("k", "d", "v", "a", "beta"):
-            getattr(rec, name).copy_(getattr(s["rec"], name))
-        o = gdn_replay_step(s["upd"], s["rd"], rec, s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
-                            seq_ids=s["seq_ids"].to(device), fused_scores=True)
-        runs.append((o, rec))
-    (o1, r1), (o2, r2) = runs
+    (o1, r1), (o2, r2) = _fused_output_only_both_ways(s, "EARLY_TOKEN_INPUTS", monkeypatch, device)
     assert torch.equal(o1.view(torch.int32), o2.view(torch.int32))
     for name in ("k", "d", "v", "a", "beta"):
         assert torch.equal(getattr(r1, name).view(torch.int32), getattr(r2, name).view(torch.int32)), name
@@ -318,19 +324,9 @@ def test_early_qk_loads_agree(W, start, norm, device, monkeypatch):
     normalised by the same helper, so outputs, d and k records agree within fp32 rounding (on a GPU
     the two layouts may sum Σk² in different orders), v, a, β records bit for bit, and the
     outputs are the reference's."""
-    from precision_lab.kernels.gdn import decode as gdm
     s = _replay_setup(device, "fp32", "fp32", W=W, T=1, exact=False, start=start)
     n = s["new"]
-    runs = []
-    for early in (True, False):
-        monkeypatch.setattr(gdm, "EARLY_QK_LOADS", early)
-        rec = GDNRecords(3, 16, HK, HV, V, s["rec"].k.shape[-1], device=device)
-        for name in ("k", "d", "v", "a", "beta"):
-            getattr(rec, name).copy_(getattr(s["rec"], name))
-        o = gdn_replay_step(s["upd"], s["rd"], rec, s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
-                            qk_l2norm=norm, seq_ids=s["seq_ids"].to(device), fused_scores=True)
-        runs.append((o, rec))
-    (o1, r1), (o2, r2) = runs
+    (o1, r1), (o2, r2) = _fused_output_only_both_ways(s, "EARLY_QK_LOADS", monkeypatch, device, qk_l2norm=norm)
     assert rel(o1, o2) < 1e-6
     assert torch.equal(o1[2].cpu(), torch.zeros_like(o1[2].cpu()))  # the skipped entry
     for name in ("d", "k"):

@@ -355,24 +355,31 @@ def test_fused_scores_matches_two_launches(upd_fmt, read_fmt, flush, start, W, d
     assert torch.equal(y1[1].cpu(), torch.zeros(1, H, P))
 
 
+def _fused_step_both_ways(s, switch, monkeypatch, device, **kw):
+    """The one-launch one-token step of ``_replay_setup``'s state with the kernel rule ``switch`` on,
+    then off, each on its own copy of the setup: [(outputs, copy)] in that order."""
+    from precision_lab.kernels.mamba2 import decode as md
+    n = s["new"]
+    runs = []
+    for on in (True, False):
+        monkeypatch.setattr(md, switch, on)
+        c = _clone_setup(s)
+        y = mamba2_replay_step(c["upd"], c["rd"], c["rec"], c["slots"], c["start"], c["wlen"], n["x"], n["dt"],
+                               n["A"], n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"].to(device),
+                               fused_scores=True, **kw)
+        runs.append((y, c))
+    return runs
+
+
 @pytest.mark.parametrize("upd_fmt,read_fmt,flush", [("fp32", "fp32", False), ("fp32", "nvfp4", False),
                                                      ("fp32", "fp32", True), ("fp16-sr", "nvfp4", True)])
 def test_early_output_gates_change_no_bit(upd_fmt, read_fmt, flush, device, monkeypatch):
     """The one-launch steps' output gates requested early (``EARLY_OUTPUT_GATES``, the rule) or at
     the output (the order it replaced): the same loads and operations in another order, so outputs,
     records and states are the same bits."""
-    from precision_lab.kernels.mamba2 import decode as md
     s = _replay_setup(device, upd_fmt, read_fmt, W=6, T=1, exact=False, start=13)
-    n = s["new"]
-    runs = []
-    for early in (True, False):
-        monkeypatch.setattr(md, "EARLY_OUTPUT_GATES", early)
-        c = _clone_setup(s)
-        y = mamba2_replay_step(c["upd"], c["rd"], c["rec"], c["slots"], c["start"], c["wlen"], n["x"], n["dt"],
-                               n["A"], n["B"], n["C"], n["D"], n["dt_bias"], n["z"], flush=flush, fold_new=flush,
-                               seq_ids=s["seq_ids"].to(device), events=3, seed=5, layer=2, fused_scores=True)
-        runs.append((y, c))
-    (y1, one), (y2, two) = runs
+    (y1, one), (y2, two) = _fused_step_both_ways(s, "EARLY_OUTPUT_GATES", monkeypatch, device, flush=flush,
+                                                 fold_new=flush, events=3, seed=5, layer=2)
     assert torch.equal(y1.view(torch.int32), y2.view(torch.int32))
     assert_same_codes(one["upd"], two["upd"])
     assert_same_codes(one["rd"], two["rd"])
@@ -386,18 +393,9 @@ def test_early_token_dt_changes_no_bit(W, start, device, monkeypatch):
     state tile (``EARLY_TOKEN_DT``, the rule) or where the token's record is formed (the order it
     replaced): the same loads and operations, so outputs and records are the same bits, the skipped
     entry (slot -1) included, and the outputs are the reference's."""
-    from precision_lab.kernels.mamba2 import decode as md
     s = _replay_setup(device, "fp32", "fp32", W=W, T=1, exact=False, start=start)
     n = s["new"]
-    runs = []
-    for early in (True, False):
-        monkeypatch.setattr(md, "EARLY_TOKEN_DT", early)
-        c = _clone_setup(s)
-        y = mamba2_replay_step(c["upd"], c["rd"], c["rec"], c["slots"], c["start"], c["wlen"], n["x"], n["dt"],
-                               n["A"], n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"].to(device),
-                               fused_scores=True)
-        runs.append((y, c))
-    (y1, one), (y2, two) = runs
+    (y1, one), (y2, two) = _fused_step_both_ways(s, "EARLY_TOKEN_DT", monkeypatch, device)
     assert torch.equal(y1.view(torch.int32), y2.view(torch.int32))
     y_ref, _, _ = mamba2_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() if n[k] is not None else None
                                          for k in ("x", "dt", "A", "B", "C", "D", "dt_bias", "z")))
