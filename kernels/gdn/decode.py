@@ -755,10 +755,10 @@ def _small_grid(R: int, head_matrices: int, block_r: int | None) -> bool:
 
 def _small_grid_warps(T: int, flush: bool, fused: bool, R: int, br: int, bj: int, head_matrices: int,
                       block_r: int | None) -> int | None:
-    """SMALL_GRID_WARPS for a one-token step in SMALL_GRID_ROWS-row programs of a small grid: the
-    one-launch output-only step up to a ring of 32 records, and the flush in both launch forms (the
-    warps set the order of its fp32 sums, and both forms must store the same state bits); else None
-    (the other rules stand)."""
+    """SMALL_GRID_WARPS for a one-token step in SMALL_GRID_ROWS-row (or SMALL_GRID_OUTPUT_ROWS-row)
+    programs of a small grid: the one-launch output-only step up to a ring of 32 records, and the
+    flush in both launch forms (the warps set the order of its fp32 sums, and both forms must store
+    the same state bits); else None (the other rules stand)."""
     if (T == 1 and br in (SMALL_GRID_ROWS, SMALL_GRID_OUTPUT_ROWS) and _small_grid(R, head_matrices, block_r)
             and (flush or (fused and bj <= 32))):
         return SMALL_GRID_WARPS

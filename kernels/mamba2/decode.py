@@ -400,7 +400,10 @@ def mamba2_replay_step_kernel(
     # (H100, reports/diagnostics/batch1-fewer-rounds-8f94169.jsonl).
     FP32_LOADS_FIRST: tl.constexpr = T == 1 and (not FLUSH) and FUSED and RFMT == C_FP32
     # EARLY_DT (the wrapper's EARLY_TOKEN_DT): the token's dt (and dt_bias) and x requested before the
-    # state tile, ahead of C's layout change, the first thing that waits (see the rule)
+    # state tile, ahead of C's layout change, the first thing that waits (see the rule). The loads are
+    # written out here and below rather than through one helper: moving the later ones into a helper
+    # changed the machine code of every Mamba-2 replay launch, batch 256's included (SASS digests,
+    # scripts/kernel_resources.py), which would need their timings again.
     if FP32_LOADS_FIRST and EARLY_DT:
         e_dt = tl.load(dt_ptr + i_b.to(tl.int64) * H + i_h).to(tl.float32)
         if HAS_DTB:
