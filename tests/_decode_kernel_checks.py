@@ -89,3 +89,13 @@ def assert_shape_constants(kernel, names) -> None:
     annotation = {name: str(p.annotation) for name, p in inspect.signature(fn).parameters.items()}
     runtime = [n for n in names if "constexpr" not in annotation[n]]
     assert not runtime, f"runtime shape arguments: {runtime}"
+
+
+def with_rule_both_ways(monkeypatch, module, rule: str, run) -> list:
+    """``run()`` with the kernel module's rule constant ``rule`` set True, then False: both results, in
+    that order (for the load-order switches, whose two forms must agree)."""
+    out = []
+    for on in (True, False):
+        monkeypatch.setattr(module, rule, on)
+        out.append(run())
+    return out

@@ -31,6 +31,7 @@ from tests._decode_kernel_checks import (
     seeded_randn,
     skip_without_pdl,
     stub_overlapped_launches,
+    with_rule_both_ways,
 )
 from tests._decode_kernel_checks import state_cols as k_for
 
@@ -293,16 +294,15 @@ def _fused_output_only_both_ways(s, switch, monkeypatch, device, **kw):
     then off, each on its own copy of the records: [(outputs, records)] in that order."""
     from precision_lab.kernels.gdn import decode as gdm
     n = s["new"]
-    runs = []
-    for on in (True, False):
-        monkeypatch.setattr(gdm, switch, on)
+
+    def run():
         rec = GDNRecords(3, 16, HK, HV, V, s["rec"].k.shape[-1], device=device)
         for name in ("k", "d", "v", "a", "beta"):
             getattr(rec, name).copy_(getattr(s["rec"], name))
         o = gdn_replay_step(s["upd"], s["rd"], rec, s["slots"], s["start"], s["wlen"], *(n[k] for k in NEW),
                             seq_ids=s["seq_ids"].to(device), fused_scores=True, **kw)
-        runs.append((o, rec))
-    return runs
+        return o, rec
+    return with_rule_both_ways(monkeypatch, gdm, switch, run)
 
 
 @pytest.mark.parametrize("W,start", [(7, 6), (0, 6), (12, 10)])

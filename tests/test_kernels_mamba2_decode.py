@@ -35,6 +35,7 @@ from tests._decode_kernel_checks import (
     seeded_randn,
     skip_without_pdl,
     stub_overlapped_launches,
+    with_rule_both_ways,
 )
 from tests._decode_kernel_checks import state_cols as n_for
 
@@ -360,15 +361,14 @@ def _fused_step_both_ways(s, switch, monkeypatch, device, **kw):
     then off, each on its own copy of the setup: [(outputs, copy)] in that order."""
     from precision_lab.kernels.mamba2 import decode as md
     n = s["new"]
-    runs = []
-    for on in (True, False):
-        monkeypatch.setattr(md, switch, on)
+
+    def run():
         c = _clone_setup(s)
         y = mamba2_replay_step(c["upd"], c["rd"], c["rec"], c["slots"], c["start"], c["wlen"], n["x"], n["dt"],
                                n["A"], n["B"], n["C"], n["D"], n["dt_bias"], n["z"], seq_ids=s["seq_ids"].to(device),
                                fused_scores=True, **kw)
-        runs.append((y, c))
-    return runs
+        return y, c
+    return with_rule_both_ways(monkeypatch, md, switch, run)
 
 
 @pytest.mark.parametrize("upd_fmt,read_fmt,flush", [("fp32", "fp32", False), ("fp32", "nvfp4", False),
