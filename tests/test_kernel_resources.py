@@ -116,13 +116,15 @@ def _launch_loads(lines: tuple[str, ...], match) -> tuple[str, list[tuple[int, s
 def test_gdn_batch1_output_only_step_requests_q_and_k_first():
     """The one-launch output-only step from an fp32 read copy at batch 1 (``SMALL_GRID_OUTPUT_ROWS``-row
     blocks) requests the new token's q and k (``_joint_qk``, one load) with the slot lookup, its state
-    tile (``_load4``) in the round trip right after, and the rest (the k window, the token's v, g, β)
-    in a third, after the d-record tile's layout change. Requested after that change, q and k had
-    cost a memory round trip each (Nsight Compute, reports/diagnostics/ncu-batch1-2bd1ea1.json);
-    requested first, batch 4 ran 5 % faster (gdn-early-qk-2516c10.jsonl). Requesting the k window
-    early as well ran 10 % slower at batch 1 (gdn-early-k-window-1031428.jsonl), as had an earlier
-    form with every load in two round trips (gdn-batch1-forms.jsonl): fewer round trips is not the
-    measure here."""
+    tile (``_load4``) in the round trip right after, and with it the rest (the k window as column
+    quarters, ``WINDOW_SCORES_IN_QUARTERS``, and the token's v, g, β). Requested after the d-record
+    tile's layout change, q and k had cost a memory round trip each (Nsight Compute,
+    reports/diagnostics/ncu-batch1-2bd1ea1.json); requested first, batch 4 ran 5 % faster
+    (gdn-early-qk-2516c10.jsonl). With the window scored as a [window, K] tile the k window and v, g, β
+    came in a third round trip; the quarter tiles need no layout change before them, and that step
+    ran 2 % faster at batch 1 (gdn-quarter-scores.jsonl). Round trips are not the measure by
+    themselves: an earlier form with every load in two ran slower (gdn-batch1-forms.jsonl), as did
+    the k window requested before the d-record tile (gdn-early-k-window-1031428.jsonl)."""
     from precision_lab.kernels.gdn import decode as gd
 
     line, loads = _launch_loads(_gdn_batch1_loads(), lambda s: "T=1 FLUSH=False" in s and "FUSED=True" in s
@@ -133,7 +135,9 @@ def test_gdn_batch1_output_only_step_requests_q_and_k_first():
     assert len(qk) == 1 and state_rounds and qk_rounds, loads
     assert set(qk_rounds) == {1}, loads
     assert set(state_rounds) == {2}, loads
-    assert max(r for r, _, _ in loads) == 3, loads  # (the loads' line information names no helper reliably)
+    window, window_rounds = _helper_rounds(loads, "_k_window4")
+    assert len(window) == 4 and set(window_rounds) == {2}, loads
+    assert max(r for r, _, _ in loads) == 2, loads  # (the loads' line information names no helper reliably)
 
 
 def test_output_names_the_triton_that_compiled():

@@ -338,6 +338,27 @@ def test_early_qk_loads_agree(W, start, norm, device, monkeypatch):
     assert rel(o1.cpu()[live], o_ref[live]) < 1e-5
 
 
+@pytest.mark.parametrize("W,start,norm", [(7, 6, True), (0, 6, True), (12, 10, False), (15, 3, True)])
+def test_window_scores_in_quarters_agree(W, start, norm, device, monkeypatch):
+    """The one-launch output-only step from fp32 scoring its window from k records loaded as column
+    quarters (``WINDOW_SCORES_IN_QUARTERS``, the rule: row products of the state tile's shape) or
+    from one [window, K] tile: the same products summed in another order, so outputs and d records
+    agree within fp32 rounding, the k, v, a, β records bit for bit, and the outputs are the
+    reference's (windows that wrap the ring, an empty one and a full one)."""
+    s = _replay_setup(device, "fp32", "fp32", W=W, T=1, exact=False, start=start)
+    n = s["new"]
+    (o1, r1), (o2, r2) = _fused_output_only_both_ways(s, "WINDOW_SCORES_IN_QUARTERS", monkeypatch, device,
+                                                      qk_l2norm=norm)
+    assert rel(o1, o2) < 1e-6
+    assert torch.equal(o1[2].cpu(), torch.zeros_like(o1[2].cpu()))  # the skipped entry
+    assert torch.allclose(r1.d, r2.d, rtol=1e-6, atol=1e-7, equal_nan=True)
+    for name in ("k", "v", "a", "beta"):
+        assert torch.equal(getattr(r1, name).view(torch.int32), getattr(r2, name).view(torch.int32)), name
+    o_ref, _, _ = gdn_replay_step_ref(s["updq"], s["rdq"], s["hist"], *(n[k].cpu() for k in NEW), qk_l2norm=norm)
+    live = (s["slots"] >= 0).cpu()
+    assert rel(o1.cpu()[live], o_ref[live]) < 1e-5
+
+
 @pytest.mark.parametrize("upd_fmt,read_fmt,flush,norm,start,W", [
     ("fp32", "nvfp4", False, True, 6, 5), ("fp32", "fp8e4m3", False, False, 12, 6), ("fp32", "bf16", False, True, 6, 0),
     ("fp32", "fp32", False, True, 13, 6), ("fp16-sr", "nvfp4-sr", True, True, 12, 6), ("bf16-sr", "fp32", True, False, 6, 0),
@@ -719,6 +740,10 @@ def test_replay_wrapper_passes_its_rules_to_the_launch():
         assert not launch("fp32", None, **flush, fused_scores=True)["TOKEN_FIRST"]
         assert not launch("fp32", None, b=1, **flush, fused_scores=False)["TOKEN_FIRST"]
         assert not launch("fp32", None, b=1, flush=True)["TOKEN_FIRST"]
+        # a small grid's one-launch output-only step scores its window in column quarters
+        # (WINDOW_SCORES_IN_QUARTERS); batch 2's does not (batch 4 timed 2.5 % slower with them)
+        assert launch("fp32", None, b=1)["QUARTER_SCORES"]
+        assert not launch("fp32", None, fused_scores=True)["QUARTER_SCORES"]
         with pytest.raises(ValueError, match="fold_stages"):
             launch("fp32", None, b=1, **flush, fold_stages=0)
     finally:

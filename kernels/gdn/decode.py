@@ -192,6 +192,19 @@ def _k_window(rk, start, jj, m_hist, cols, m_c, Hk, C, RING):
 
 
 @triton.jit
+def _k_window4(rk, start, jj, m_hist, C, RING, Hk, BC: tl.constexpr):
+    """``_k_window`` as four column quarters [BJ, BC/4] (chunks, as ``_load4`` loads an fp32 state),
+    so that the scores are row products of the state's shape (``_matvec``)."""
+    pos = ((start + jj) & (RING - 1)).to(tl.int64)
+    p = rk + (pos * Hk)[:, None] * C
+    c0, c1, c2, c3 = _cols4(0, BC, False), _cols4(1, BC, False), _cols4(2, BC, False), _cols4(3, BC, False)
+    return (tl.load(p + c0[None, :], mask=m_hist[:, None] & (c0 < C)[None, :], other=0),
+            tl.load(p + c1[None, :], mask=m_hist[:, None] & (c1 < C)[None, :], other=0),
+            tl.load(p + c2[None, :], mask=m_hist[:, None] & (c2 < C)[None, :], other=0),
+            tl.load(p + c3[None, :], mask=m_hist[:, None] & (c3 < C)[None, :], other=0))
+
+
+@triton.jit
 def _window_records(ra, rd, start, n_w, m_r, Hv, R, RING, BJ: tl.constexpr):
     """The output-only step's window: positions jj, their mask, and the value head's a and d records
     (``ra``, ``rd``: the slot's records of the head at ring position 0) as [BJ] and [BJ, rows] tiles."""
@@ -441,7 +454,7 @@ def gdn_replay_step_kernel(
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr,
     PDL: tl.constexpr, FOLD_STAGES: tl.constexpr, TOKEN_FIRST: tl.constexpr, EARLY_TOKEN: tl.constexpr,
-    EARLY_QK: tl.constexpr,
+    EARLY_QK: tl.constexpr, QUARTER_SCORES: tl.constexpr,
 ):
     tl.static_assert((not TOKEN_FIRST) or (FUSED and FLUSH and FOLD_NEW))
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
@@ -515,7 +528,10 @@ def gdn_replay_step_kernel(
     if FP32_LOADS_FIRST:
         s0, s1, s2, s3 = _load4(r_d, r_sc, r_gs, slot, sr_d, sr_sc, sr_gs, i_h, rows, m_r, R, C, RFMT, BR, BC, ILV, HW)
         jj, m_win, h_a, h_d = _window_records(ra, rd, start, n_w, m_r, Hv, R, RING, BJ)
-        t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
+        if QUARTER_SCORES:
+            t0, t1, t2, t3 = _k_window4(rk, start, jj, m_win, C, RING, Hk, BC)
+        else:
+            t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
         if EARLY_TOKEN:
             b_v, g, beta = _token_inputs(v_ptr, g_ptr, beta_ptr, i_b.to(tl.int64) * Hv + i_h, rows, m_r, R)
     if FUSED or RAW_QK:  # the new token's q̃, k as the scores kernel computes them (same helper)
@@ -585,7 +601,16 @@ def gdn_replay_step_kernel(
                 k0, k1, k2, k3 = _quarters(n_k, BC, ILV)
             if not FP32_LOADS_FIRST:
                 t_k = _k_window(rk, start, jj, m_win, cols, m_c, Hk, C, RING)
-            sc_q, sc_k = _scores(tl.where((jj == n_w)[:, None], n_k[None, :], t_k), n_q, n_k)
+            if FP32_LOADS_FIRST and QUARTER_SCORES:
+                # the window's k rows (the new token's at position W) times q̃ and k in the state's
+                # column quarters: the same row products as S_b q̃, S_b k below
+                new_row = (jj == n_w)[:, None]
+                t0, t1 = tl.where(new_row, k0, t0), tl.where(new_row, k1, t1)
+                t2, t3 = tl.where(new_row, k2, t2), tl.where(new_row, k3, t3)
+                sc_q = _matvec(t0, t1, t2, t3, q0, q1, q2, q3)
+                sc_k = _matvec(t0, t1, t2, t3, k0, k1, k2, k3)
+            else:
+                sc_q, sc_k = _scores(tl.where((jj == n_w)[:, None], n_k[None, :], t_k), n_q, n_k)
         elif not FROM_CODES:
             await_scores(PDL)  # the state tile and the records are loaded already
             q0, q1, q2, q3 = _vec4(qn_ptr + bk * C, C, BC, ILV)
@@ -815,6 +840,17 @@ EARLY_TOKEN_INPUTS = True
 # gdn-early-k-window-1031428.jsonl). With q and k first the 16-row programs of batch 1 are no longer
 # the fastest shape (SMALL_GRID_OUTPUT_ROWS).
 EARLY_QK_LOADS = True
+# In a small grid (batch 1) that step scores its window from k records loaded as column quarters
+# (WINDOW_SCORES_IN_QUARTERS): k_j·q̃ and k_j·k become row products of the state tile's shape
+# (``_matvec`` on q̃, k's quarters, which the state product needs anyway), an in-thread FMA chain and
+# three shuffle levels, where the [window, K] tile had five and two layout changes of q̃, k of its
+# own. sm_90 compile at batch 1: 1080 SASS instructions against 1320, 166 registers against 218,
+# 34 barriers against 40, every load in two round trips (rounds=7/31 against 7/19/12;
+# scripts/kernel_resources.py --hw --ops gdn --batch 1). H100, both forms in one process, four
+# rounds, the order alternating (reports/diagnostics/gdn-quarter-scores.jsonl): batch 1 W = 7
+# 4.19-4.25 µs against 4.29-4.34, W = 15 4.30-4.37 against 4.35-4.40, W = 0 3.72-4.13 against
+# 3.81-4.20; batch 4 (64-row programs) W = 7 7.34-7.43 against 7.14-7.28, slower, so only in a small grid.
+WINDOW_SCORES_IN_QUARTERS = True
 
 
 def _token_first(fused: bool, flush: bool, fold_new: bool, small_grid: bool) -> bool:
@@ -1041,6 +1077,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         UFMT=update.code, USR=update.sr, RFMT=read.code, RSR=read.sr,
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode, PDL=pdl,
         FOLD_STAGES=_fold_stages(small_grid, fold_stages), TOKEN_FIRST=_token_first(fused, flush, fold_new, small_grid), EARLY_TOKEN=EARLY_TOKEN_INPUTS, EARLY_QK=EARLY_QK_LOADS,
+        QUARTER_SCORES=WINDOW_SCORES_IN_QUARTERS and small_grid,
         # a step that stores no state may fuse a*b+c into FMAs (its outputs and d records are compared
         # with a tolerance; the k, v, a, beta records are copies); a flush rounds state and must not
         num_warps=num_warps or nw, enable_fp_fusion=not flush,
