@@ -196,12 +196,7 @@ def _k_window4(rk, start, jj, m_hist, C, RING, Hk, BC: tl.constexpr):
     """``_k_window`` as four column quarters [BJ, BC/4] (chunks, as ``_load4`` loads an fp32 state),
     so that the scores are row products of the state's shape (``_matvec``)."""
     pos = ((start + jj) & (RING - 1)).to(tl.int64)
-    p = rk + (pos * Hk)[:, None] * C
-    c0, c1, c2, c3 = _cols4(0, BC, False), _cols4(1, BC, False), _cols4(2, BC, False), _cols4(3, BC, False)
-    return (tl.load(p + c0[None, :], mask=m_hist[:, None] & (c0 < C)[None, :], other=0),
-            tl.load(p + c1[None, :], mask=m_hist[:, None] & (c1 < C)[None, :], other=0),
-            tl.load(p + c2[None, :], mask=m_hist[:, None] & (c2 < C)[None, :], other=0),
-            tl.load(p + c3[None, :], mask=m_hist[:, None] & (c3 < C)[None, :], other=0))
+    return _quarter_loads(rk + (pos * Hk)[:, None] * C, m_hist, C, BC, False)
 
 
 @triton.jit
@@ -281,6 +276,17 @@ def _cols4(c: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr):
 
 
 @triton.jit
+def _quarter_loads(p, m_rows, C, BC: tl.constexpr, ILV: tl.constexpr):
+    """Four fp32 column quarters [rows, BC/4] (``_cols4``) of the rows at the [rows, 1] pointer tile p,
+    0 outside ``m_rows`` and past column C."""
+    c0, c1, c2, c3 = _cols4(0, BC, ILV), _cols4(1, BC, ILV), _cols4(2, BC, ILV), _cols4(3, BC, ILV)
+    return (tl.load(p + c0[None, :], mask=m_rows[:, None] & (c0 < C)[None, :], other=0),
+            tl.load(p + c1[None, :], mask=m_rows[:, None] & (c1 < C)[None, :], other=0),
+            tl.load(p + c2[None, :], mask=m_rows[:, None] & (c2 < C)[None, :], other=0),
+            tl.load(p + c3[None, :], mask=m_rows[:, None] & (c3 < C)[None, :], other=0))
+
+
+@triton.jit
 def _split4(x, BR: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr):
     """[BR, BC] → its four column quarters [BR, BC/4]."""
     if not ILV:
@@ -326,12 +332,7 @@ def _load4(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C,
                 load_state_cols(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C, 3 * QW, FMT, BR,
                                 QW, HW))
     elif FMT == C_FP32:
-        p = d_ptr + slot * s_d + (h * R + rows).to(tl.int64)[:, None] * C
-        c0, c1, c2, c3 = _cols4(0, BC, ILV), _cols4(1, BC, ILV), _cols4(2, BC, ILV), _cols4(3, BC, ILV)
-        return (tl.load(p + c0[None, :], mask=m_r[:, None] & (c0 < C)[None, :], other=0),
-                tl.load(p + c1[None, :], mask=m_r[:, None] & (c1 < C)[None, :], other=0),
-                tl.load(p + c2[None, :], mask=m_r[:, None] & (c2 < C)[None, :], other=0),
-                tl.load(p + c3[None, :], mask=m_r[:, None] & (c3 < C)[None, :], other=0))
+        return _quarter_loads(d_ptr + slot * s_d + (h * R + rows).to(tl.int64)[:, None] * C, m_r, C, BC, ILV)
     else:
         return _split4(load_state(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, m_r, R, C, FMT, BR, BC, HW),
                        BR, BC, ILV)
