@@ -118,14 +118,14 @@ def test_gdn_batch1_output_only_step_requests_q_and_k_first():
     blocks) requests the new token's q and k (``_joint_qk``, one load) with the slot lookup, its state
     tile in the round trip right after, and with it the rest (the k window, the token's v, g, β). The
     state tile and the k window (``WINDOW_SCORES_IN_QUARTERS``) are both loaded as column quarters
-    (``_quarter_loads``), four loads each. Requested after the d-record
-    tile's layout change, q and k had cost a memory round trip each (Nsight Compute,
-    reports/diagnostics/ncu-batch1-2bd1ea1.json); requested first, batch 4 ran 5 % faster
-    (gdn-early-qk-2516c10.jsonl). With the window scored as a [window, K] tile the k window and v, g, β
-    came in a third round trip; the quarter tiles need no layout change before them, and that step
-    ran 2 % faster at batch 1 (gdn-quarter-scores.jsonl). Round trips are not the measure by
-    themselves: an earlier form with every load in two ran slower (gdn-batch1-forms.jsonl), as did
-    the k window requested before the d-record tile (gdn-early-k-window-1031428.jsonl)."""
+    (``_quarter_loads``), four loads each. Requested after the d-record tile's layout change, q and k
+    had cost a memory round trip each (Nsight Compute, reports/diagnostics/ncu-batch1-2bd1ea1.json);
+    requested first, batch 4 ran 5 % faster (gdn-early-qk-2516c10.jsonl). With the window scored as a
+    [window, K] tile the k window and v, g, β came in a third round trip; the quarter tiles need no
+    layout change before them, and that step ran 2 % faster at batch 1 (gdn-quarter-scores.jsonl).
+    Round trips are not the measure by themselves: an earlier form with every load in two ran slower
+    (gdn-batch1-forms.jsonl), as did the k window requested before the d-record tile
+    (gdn-early-k-window-1031428.jsonl)."""
     from precision_lab.kernels.gdn import decode as gd
 
     line, loads = _launch_loads(_gdn_batch1_loads(), lambda s: "T=1 FLUSH=False" in s and "FUSED=True" in s
