@@ -294,10 +294,12 @@ def gdn_configs(B=2, fp4_decode="fp16"):
                                              (1, False, "fp32", 16, True, True), (1, False, "nvfp4", 16, True, True),
                                              (1, False, "fp32", 64, True, True), (1, True, "fp32", 16, True, False),
                                              (1, True, "fp32", 16, False, False), (1, True, "fp32", 16, True, True),
+                                             (1, True, None, 16, False, True),
                                              (8, False, "fp32", 24, True, False), (8, True, "fp32", 24, True, False)]:
             rec = gd.GDNRecords(B, triton.next_power_of_2(L), Hk, Hv, V, K)
             ints = [torch.arange(B), torch.zeros(B, dtype=torch.int32), torch.zeros(B, dtype=torch.int32)]
-            gd.gdn_replay_step(PackedState.empty("fp32", B, Hv, V, K), PackedState.empty(read, B, Hv, V, K), rec,
+            read_copy = None if read is None else PackedState.empty(read, B, Hv, V, K)  # None: shared mode
+            gd.gdn_replay_step(PackedState.empty("fp32", B, Hv, V, K), read_copy, rec,
                                *ints, z(B, T, Hk, K), z(B, T, Hk, K), z(B, T, Hv, V), z(B, T, Hv), z(B, T, Hv),
                                flush=flush, fold_new=flush and T == 1, recompute=rc, fused_scores=fused,
                                fp4_decode=fp4_decode)

@@ -431,6 +431,26 @@ def _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RI
 
 
 @triton.jit
+def _fold_buffered_product(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RING,
+                           BC: tl.constexpr, BJ: tl.constexpr):
+    """``_fold_buffered`` as one fp32 product per column quarter (FOLD_WINDOW_AS_PRODUCT): the
+    window's d records as a [rows, window] tile, weighted, times its k records as [window, BC/4]
+    quarters, accumulated onto e^{c_W} S. Every record is requested at once, with no loop."""
+    jj = tl.arange(0, BJ)
+    m_win = jj < n_w
+    pos = ((start + jj) & (RING - 1)).to(tl.int64)
+    h_a = tl.load(ra + pos * Hv, mask=m_win, other=0)
+    h_d = tl.load(rd[:, None] + (pos * Hv * R)[None, :], mask=m_r[:, None] & m_win[None, :], other=0)
+    t0, t1, t2, t3 = _k_window4(rk, start, jj, m_win, C, RING, Hk, BC)
+    tot = tl.sum(h_a, 0)
+    e_tot = tl.exp(tot)
+    wd = h_d * tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)[None, :]
+    # (written e^{c_W} S + product, the compiler accumulates the product onto the tile the same way)
+    return (tl.dot(wd, t0, e_tot * s0, input_precision="ieee"), tl.dot(wd, t1, e_tot * s1, input_precision="ieee"),
+            tl.dot(wd, t2, e_tot * s2, input_precision="ieee"), tl.dot(wd, t3, e_tot * s3, input_precision="ieee"))
+
+
+@triton.jit
 def _token(qn_ptr, kn_ptr, kq_ptr, v_ptr, g_ptr, beta_ptr, i_b, t, i_h, i_kh, rows, m_r, Hk, Hv, R, C,
            T: tl.constexpr, BC: tl.constexpr, ILV: tl.constexpr):
     """New token t's inputs: q̃, k (quarters), v, g, β and k·q̃."""
@@ -455,7 +475,7 @@ def gdn_replay_step_kernel(
     UFMT: tl.constexpr, USR: tl.constexpr, RFMT: tl.constexpr, RSR: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, BJ: tl.constexpr, HW: tl.constexpr, FP4: tl.constexpr,
     PDL: tl.constexpr, FOLD_STAGES: tl.constexpr, TOKEN_FIRST: tl.constexpr, EARLY_TOKEN: tl.constexpr,
-    EARLY_QK: tl.constexpr, QUARTER_SCORES: tl.constexpr,
+    EARLY_QK: tl.constexpr, QUARTER_SCORES: tl.constexpr, FOLD_PRODUCT: tl.constexpr,
 ):
     tl.static_assert((not TOKEN_FIRST) or (FUSED and FLUSH and FOLD_NEW))
     # FUSED: the one-launch form of a one-token step (no scores kernel before it): the program
@@ -554,6 +574,9 @@ def gdn_replay_step_kernel(
         if RESOLVE:
             s0, s1, s2, s3 = _fold_recompute(s0, s1, s2, s3, rk, rv, ra, rbeta, start, n_w, m_r, Hk, Hv, R, C,
                                              RING, BC, FOLD_STAGES)
+        elif FOLD_PRODUCT:
+            s0, s1, s2, s3 = _fold_buffered_product(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C,
+                                                    RING, BC, BJ)
         else:
             s0, s1, s2, s3 = _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RING,
                                             BC, BJ, FOLD_STAGES)
@@ -852,6 +875,7 @@ EARLY_QK_LOADS = True
 # 4.19-4.25 µs against 4.29-4.34, W = 15 4.30-4.37 against 4.35-4.40, W = 0 3.72-4.13 against
 # 3.81-4.20; batch 4 (64-row programs) W = 7 7.34-7.43 against 7.14-7.28, slower, so only in a small grid.
 WINDOW_SCORES_IN_QUARTERS = True
+FOLD_WINDOW_AS_PRODUCT = False
 
 
 def _token_first(fused: bool, flush: bool, fold_new: bool, small_grid: bool) -> bool:
@@ -1079,6 +1103,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode, PDL=pdl,
         FOLD_STAGES=_fold_stages(small_grid, fold_stages), TOKEN_FIRST=_token_first(fused, flush, fold_new, small_grid), EARLY_TOKEN=EARLY_TOKEN_INPUTS, EARLY_QK=EARLY_QK_LOADS,
         QUARTER_SCORES=WINDOW_SCORES_IN_QUARTERS and small_grid,
+        FOLD_PRODUCT=FOLD_WINDOW_AS_PRODUCT and small_grid and flush and T == 1 and min(br, bj, bc // 4) >= 16,
         # a step that stores no state may fuse a*b+c into FMAs (its outputs and d records are compared
         # with a tolerance; the k, v, a, beta records are copies); a flush rounds state and must not
         num_warps=num_warps or nw, enable_fp_fusion=not flush,
