@@ -224,10 +224,11 @@ def test_replay_flush_exact_codes(upd_fmt, read_fmt, T, fold_new, recompute, fus
 
 
 # 64 state columns: the flush stores its column quarters one by one (16 columns: whole SR groups and
-# NVFP4 blocks, store_state4), which the 32 columns above give NVFP4 only through the joined tile
+# NVFP4 blocks, store_state4), which the 32 columns above give NVFP4 only through the joined tile; the
+# buffered fold of the last case runs as products (``_fold_product``: quarters of 16 columns)
 @pytest.mark.parametrize("upd_fmt,read_fmt,T,recompute", [
     ("fp16-sr", "nvfp4", 1, True), ("fp8e4m3-sr", "nvfp4-sr", 1, False), ("nvfp4-sr", "bf16-sr", 1, True),
-    ("fp16-sr", "nvfp4", 2, True)])
+    ("fp16-sr", "nvfp4", 2, True), ("fp32", "fp32", 1, False)])
 def test_replay_flush_exact_codes_column_quarters(upd_fmt, read_fmt, T, recompute, device):
     _flush_exact_codes(upd_fmt, read_fmt, T, T == 1, recompute, False, device, K=64)
 
@@ -354,6 +355,39 @@ def test_window_scores_in_quarters_agree(W, start, norm, device, monkeypatch):
     agree within fp32 rounding, the k, v, a, β records bit for bit, and the outputs are the
     reference's (windows that wrap the ring, an empty one and a full one)."""
     _fused_output_only_forms_agree("WINDOW_SCORES_IN_QUARTERS", W, start, norm, ("d",), 1e-7, device, monkeypatch)
+
+
+# 64 state columns: quarters of 16, the smallest the products take (``_fold_product``)
+@pytest.mark.parametrize("W,start,fused", [(5, 6, True), (15, 9, True), (15, 9, False), (0, 6, True)])
+def test_fold_as_product_agrees(W, start, fused, device, monkeypatch):
+    """A small grid's shared fp32 flush folding its window as products (``FOLD_WINDOW_AS_PRODUCT``, the
+    rule at batch 1) or with the record loop: the same closed form summed in another order, so the
+    stored states agree within fp32 rounding, and so do the outputs and the new d records; the new
+    k, v, a, β records are copies, bit for bit; both are the reference's (a window that wraps the
+    ring, a full one, an empty one; both launch forms)."""
+    from precision_lab.kernels.gdn import decode as gdm
+    s = _replay_setup(device, "fp32", "fp32", W=W, T=1, exact=False, start=start, K=64, recompute=False)
+    n = s["new"]
+
+    def run():
+        c = _clone_setup(s)
+        o = gdn_replay_step(c["upd"], None, c["rec"], c["slots"], c["start"], c["wlen"], *(n[k] for k in NEW),
+                            flush=True, fold_new=True, recompute=False, seq_ids=s["seq_ids"].to(device),
+                            fused_scores=fused)
+        return o, c
+    (o1, c1), (o2, c2) = with_rule_both_ways(monkeypatch, gdm, "FOLD_WINDOW_AS_PRODUCT", run)
+    live = (s["slots"] >= 0).cpu()
+    S1, S2 = gather(c1["upd"], s["slots"]).dequantize().cpu(), gather(c2["upd"], s["slots"]).dequantize().cpu()
+    assert torch.isfinite(S1).all() and rel(S1, S2) < 1e-6
+    assert rel(o1.cpu()[live], o2.cpu()[live]) < 1e-6
+    assert torch.equal(o1[2].cpu(), torch.zeros_like(o1[2].cpu()))  # the skipped entry
+    for name in ("k", "v", "a", "beta"):
+        assert torch.equal(getattr(c1["rec"], name).view(torch.int32), getattr(c2["rec"], name).view(torch.int32)), name
+    assert torch.allclose(c1["rec"].d, c2["rec"].d, rtol=1e-6, atol=1e-7, equal_nan=True)
+    o_ref, _, S_ref = gdn_replay_step_ref(s["updq"], None, s["hist"], *(n[k].cpu() for k in NEW), flush=True,
+                                          fold_new=True, recompute=False)
+    assert rel(S1, S_ref[live]) < 1e-5
+    assert rel(o1.cpu()[live], o_ref[live]) < 1e-5
 
 
 @pytest.mark.parametrize("upd_fmt,read_fmt,flush,norm,start,W", [
@@ -741,6 +775,19 @@ def test_replay_wrapper_passes_its_rules_to_the_launch():
         # (WINDOW_SCORES_IN_QUARTERS); batch 2's does not (batch 4 timed 2.5 % slower with them)
         assert launch("fp32", None, b=1)["QUARTER_SCORES"]
         assert not launch("fp32", None, fused_scores=True)["QUARTER_SCORES"]
+        # a small grid's flush folds a buffered window as products (FOLD_WINDOW_AS_PRODUCT), in both
+        # launch forms; a large grid's, an explicit fold_stages and the output-only step keep the loop,
+        # and so do rings outside 8-32 records, 16-row programs' other shapes and column quarters below 16
+        assert launch("fp32", None, b=1, **flush)["FOLD_PRODUCT"]
+        assert launch("fp32", None, b=1, **flush, fused_scores=False)["FOLD_PRODUCT"]
+        assert not launch("fp32", None, **flush)["FOLD_PRODUCT"]
+        assert not launch("fp32", None, b=1, **flush, fold_stages=4)["FOLD_PRODUCT"]
+        assert not launch("fp32", None, b=1)["FOLD_PRODUCT"]
+        fp = gd._fold_product  # (small grid, flush, T, rows, ring, padded columns, fold_stages)
+        assert fp(True, True, 1, 16, 8, 64, None) and fp(True, True, 1, 16, 32, 128, None)
+        assert not fp(True, True, 1, 16, 4, 128, None) and not fp(True, True, 1, 16, 64, 128, None)
+        assert not fp(True, True, 1, 16, 16, 32, None) and not fp(True, True, 1, 128, 16, 128, None)
+        assert not fp(True, True, 2, 16, 16, 128, None) and not fp(False, True, 1, 16, 16, 128, None)
         with pytest.raises(ValueError, match="fold_stages"):
             launch("fp32", None, b=1, **flush, fold_stages=0)
     finally:

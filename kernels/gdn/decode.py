@@ -42,7 +42,9 @@ fp32 dot over [W, rows] record tiles (plus picking rows out of tiles with where/
 tiles live and spilled; here S stays in registers as four column quarters (each thread holds more
 columns of fewer rows, so S·x is an FMA chain plus three shuffle levels), records are read one at
 a time through the software pipeliner (``tl.range(num_stages=)`` stages the next records in shared
-memory, seven ahead, three in a small grid: ``_fold_stages``), and the folds use
+memory, seven ahead, three in a small grid: ``_fold_stages``; the exception is a small grid's
+buffered flush, whose closed-form fold needs no S k_j and runs as fp32 products of window tiles,
+``_fold_product``), and the folds use
 ``tl.fma`` (a flush runs with enable_fp_fusion=False: it rounds state; steps that store none run with
 fusion on, like Mamba-2's).
 
@@ -433,9 +435,11 @@ def _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RI
 @triton.jit
 def _fold_buffered_product(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RING,
                            BC: tl.constexpr, BJ: tl.constexpr):
-    """``_fold_buffered`` as one fp32 product per column quarter (FOLD_WINDOW_AS_PRODUCT): the
-    window's d records as a [rows, window] tile, weighted, times its k records as [window, BC/4]
-    quarters, accumulated onto e^{c_W} S. Every record is requested at once, with no loop."""
+    """``_fold_buffered`` as one fp32 product per column quarter (``_fold_product``): the window's d
+    records as a [rows, window] tile, weighted by e^{c_W − c_j} (0 past n_w), times its k records as
+    [window, BC/4] quarters (``_k_window4``), accumulated onto e^{c_W} S. Every record is requested in
+    the round trip that brings the state tile, where the loop waits for each record's loads in turn.
+    Same math, rounded differently: the weights come from a cumulative sum, not the loop's running one."""
     jj = tl.arange(0, BJ)
     m_win = jj < n_w
     pos = ((start + jj) & (RING - 1)).to(tl.int64)
@@ -875,7 +879,26 @@ EARLY_QK_LOADS = True
 # 4.19-4.25 µs against 4.29-4.34, W = 15 4.30-4.37 against 4.35-4.40, W = 0 3.72-4.13 against
 # 3.81-4.20; batch 4 (64-row programs) W = 7 7.34-7.43 against 7.14-7.28, slower, so only in a small grid.
 WINDOW_SCORES_IN_QUARTERS = True
-FOLD_WINDOW_AS_PRODUCT = False
+# The buffered fold of a small grid's one-token flush (batch 1 of Qwen3.5-4B) runs as one fp32 product
+# per column quarter (FOLD_WINDOW_AS_PRODUCT, ``_fold_buffered_product``) instead of the pipelined
+# loop over records, whose time grew by about 0.2 µs per record at batch 1: each record waits for its
+# loads in turn (4 stages; 16 stages timed slower). H100, batch 1, shared fp32 flush, both forms in
+# one process, four rounds, the order alternating (reports/diagnostics/gdn-fold-product-af710de.jsonl):
+# one launch W = 15 5.91-5.98 µs against 7.62-7.65, W = 7 5.69-5.70 against 6.09-6.12, W = 0
+# 5.57-5.62 against 4.38-4.78; two launches W = 15 7.83-7.88 against 9.85-9.95. A flush comes at
+# W = L - 1, so rings below 8 records (L ≤ 4: W ≤ 3, where the loop is faster) keep the loop, and so
+# do rings above 32 (64: 480 bytes of stack per thread, sm_90 compile). Outputs and states agree
+# with the loop's to fp32 rounding (relative 4e-7 and 9e-8 in that run), not bit for bit.
+FOLD_WINDOW_AS_PRODUCT = True
+
+
+def _fold_product(small_grid: bool, flush: bool, T: int, br: int, ring: int, bc: int,
+                  fold_stages: int | None) -> bool:
+    """Whether a flush's buffered fold runs as products (FOLD_WINDOW_AS_PRODUCT): a one-token flush in
+    SMALL_GRID_ROWS-row programs of a small grid, a ring of 8 to 32 records, column quarters of at
+    least 16 (``tl.dot``'s smallest operand), and no explicit ``fold_stages`` (which asks for the loop)."""
+    return (FOLD_WINDOW_AS_PRODUCT and small_grid and flush and T == 1 and br == SMALL_GRID_ROWS
+            and 8 <= ring <= 32 and bc // 4 >= 16 and fold_stages is None)
 
 
 def _token_first(fused: bool, flush: bool, fold_new: bool, small_grid: bool) -> bool:
@@ -1034,7 +1057,8 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     else is the same bit for bit.
     fold_stages: the software-pipeline depth of the window folds (flush, and the history of a verify
     step); None = the rule (``_fold_stages``: FOLD_STAGES, FOLD_STAGES_SMALL_GRID in a small
-    grid). Any depth stores the same bits.
+    grid, where a flush's buffered fold runs as products instead, ``_fold_product``). Any depth
+    stores the same bits; the products agree with them to fp32 rounding.
     """
     check_fp4_decode(fp4_decode)
     Bsz, T, Hk, K = q.shape
@@ -1103,7 +1127,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         BR=br, BC=bc, BJ=bj, HW=v.is_cuda, FP4=fp4_decode, PDL=pdl,
         FOLD_STAGES=_fold_stages(small_grid, fold_stages), TOKEN_FIRST=_token_first(fused, flush, fold_new, small_grid), EARLY_TOKEN=EARLY_TOKEN_INPUTS, EARLY_QK=EARLY_QK_LOADS,
         QUARTER_SCORES=WINDOW_SCORES_IN_QUARTERS and small_grid,
-        FOLD_PRODUCT=FOLD_WINDOW_AS_PRODUCT and small_grid and flush and T == 1 and min(br, bj, bc // 4) >= 16,
+        FOLD_PRODUCT=_fold_product(small_grid, flush, T, br, records.ring, bc, fold_stages),
         # a step that stores no state may fuse a*b+c into FMAs (its outputs and d records are compared
         # with a tolerance; the k, v, a, beta records are copies); a flush rounds state and must not
         num_warps=num_warps or nw, enable_fp_fusion=not flush,
