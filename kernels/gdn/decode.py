@@ -778,7 +778,9 @@ SMALL_GRID_ROWS = 16
 # warps than waiting for memory. H100, batch 1, every shape three times in one process
 # (reports/diagnostics/batch1-output-shapes-2dc9fd3.jsonl): 32 rows x 2 warps W = 7 4.28-4.29 µs, W = 15
 # 4.35-4.38, against 4.09-4.46 and 4.55-4.58 at 16 x 2 (32 x 4: 4.74-4.82; 8 x 2: 4.75-4.90; 8 x 1:
-# 5.04-5.27; 16 x 1: 5.68-8.88).
+# 5.04-5.27; 16 x 1: 5.68-8.88). Re-timed with the window scored in column quarters (H100, four
+# rounds, reports/diagnostics/gdn-batch1-output-shapes-dd69a2c.jsonl): 16 x 2 and 16 x 1 within the
+# spread of 32 x 2 (W = 7 4.21-4.26 and 4.18-4.23 µs against 3.91-4.25).
 SMALL_GRID_OUTPUT_ROWS = 32
 # There (batch 1 of Qwen3.5-4B) the one-token steps run SMALL_GRID_WARPS warps: the one-launch
 # output-only step instead of fused_nonflush_warps' 4, the flush instead of the 1 warp of 128 state
