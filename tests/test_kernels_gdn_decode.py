@@ -777,7 +777,7 @@ def test_replay_wrapper_passes_its_rules_to_the_launch():
         assert not launch("fp32", None, fused_scores=True)["QUARTER_SCORES"]
         # a small grid's flush folds a buffered window as products (FOLD_WINDOW_AS_PRODUCT), in both
         # launch forms; a large grid's, an explicit fold_stages and the output-only step keep the loop,
-        # and so do rings outside 8-32 records, 16-row programs' other shapes and column quarters below 16
+        # and so do rings outside 8-32 records, row blocks other than SMALL_GRID_ROWS and quarters below 16 columns
         assert launch("fp32", None, b=1, **flush)["FOLD_PRODUCT"]
         assert launch("fp32", None, b=1, **flush, fused_scores=False)["FOLD_PRODUCT"]
         assert not launch("fp32", None, **flush)["FOLD_PRODUCT"]
