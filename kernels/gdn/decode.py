@@ -439,7 +439,8 @@ def _fold_buffered_product(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, 
     records as a [rows, window] tile, weighted by e^{c_W − c_j} (0 past n_w), times its k records as
     [window, BC/4] quarters (``_k_window4``), accumulated onto e^{c_W} S. Every record is requested in
     the round trip that brings the state tile, where the loop waits for each record's loads in turn.
-    Same math, rounded differently: the weights come from a cumulative sum, not the loop's running one."""
+    Same math, rounded differently: the weights come from a cumulative sum, not the loop's running one,
+    and the products may order their sums otherwise."""
     jj = tl.arange(0, BJ)
     m_win = jj < n_w
     pos = ((start + jj) & (RING - 1)).to(tl.int64)
