@@ -203,8 +203,9 @@ def _k_window4(rk, start, jj, m_hist, C, RING, Hk, BC: tl.constexpr):
 
 @triton.jit
 def _window_records(ra, rd, start, n_w, m_r, Hv, R, RING, BJ: tl.constexpr):
-    """The output-only step's window: positions jj, their mask, and the value head's a and d records
-    (``ra``, ``rd``: the slot's records of the head at ring position 0) as [BJ] and [BJ, rows] tiles."""
+    """A window's positions jj, their mask, and the value head's a and d records (``ra``, ``rd``: the
+    slot's records of the head at ring position 0) as [BJ] and [BJ, rows] tiles: the output-only
+    step's window, and the product fold's."""
     jj = tl.arange(0, BJ)
     m_win = jj < n_w
     pos = ((start + jj) & (RING - 1)).to(tl.int64)
@@ -436,20 +437,16 @@ def _fold_buffered(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RI
 def _fold_buffered_product(s0, s1, s2, s3, rk, rd, ra, start, n_w, m_r, Hk, Hv, R, C, RING,
                            BC: tl.constexpr, BJ: tl.constexpr):
     """``_fold_buffered`` as one fp32 product per column quarter (``_fold_product``): the window's d
-    records as a [rows, window] tile, weighted by e^{c_W − c_j} (0 past n_w), times its k records as
-    [window, BC/4] quarters (``_k_window4``), accumulated onto e^{c_W} S. Every record is requested in
-    the round trip that brings the state tile, where the loop waits for each record's loads in turn.
-    Same math, rounded differently: the weights come from a cumulative sum, not the loop's running one,
-    and the products may order their sums otherwise."""
-    jj = tl.arange(0, BJ)
-    m_win = jj < n_w
-    pos = ((start + jj) & (RING - 1)).to(tl.int64)
-    h_a = tl.load(ra + pos * Hv, mask=m_win, other=0)
-    h_d = tl.load(rd[:, None] + (pos * Hv * R)[None, :], mask=m_r[:, None] & m_win[None, :], other=0)
+    records (``_window_records``, transposed to [rows, window]), weighted by e^{c_W − c_j} (0 past
+    n_w), times its k records as [window, BC/4] quarters (``_k_window4``), accumulated onto e^{c_W} S.
+    Every record is requested in the round trip that brings the state tile, where the loop waits for
+    each record's loads in turn. Same math, rounded differently: the weights come from a cumulative
+    sum, not the loop's running one, and the products may order their sums otherwise."""
+    jj, m_win, h_a, h_d = _window_records(ra, rd, start, n_w, m_r, Hv, R, RING, BJ)
     t0, t1, t2, t3 = _k_window4(rk, start, jj, m_win, C, RING, Hk, BC)
     tot = tl.sum(h_a, 0)
     e_tot = tl.exp(tot)
-    wd = h_d * tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)[None, :]
+    wd = tl.trans(h_d) * tl.where(m_win, tl.exp(tot - tl.cumsum(h_a, 0)), 0.0)[None, :]
     # (written e^{c_W} S + product, the compiler accumulates the product onto the tile the same way)
     return (tl.dot(wd, t0, e_tot * s0, input_precision="ieee"), tl.dot(wd, t1, e_tot * s1, input_precision="ieee"),
             tl.dot(wd, t2, e_tot * s2, input_precision="ieee"), tl.dot(wd, t3, e_tot * s3, input_precision="ieee"))
