@@ -889,6 +889,13 @@ WINDOW_SCORES_IN_QUARTERS = True
 # W = L - 1, so rings below 8 records (L ≤ 4: W ≤ 3, where the loop is faster) keep the loop, and so
 # do rings above 32 (64: 480 bytes of stack per thread, sm_90 compile). Outputs and states agree
 # with the loop's to fp32 rounding (relative 4e-7 and 9e-8 in that run), not bit for bit.
+# What the products cost: their FMAs cover the whole ring whatever W is (524 FFMA instructions a
+# thread; about 103 of the flush's 572 Nsight Compute samples at W = 15, H100,
+# reports/diagnostics/ncu-gdn-batch1-flush-product-c255e36.json). Neither of two cheaper forms timed
+# faster (H100, batch 1, W = 15): 4 warps instead of SMALL_GRID_WARPS 5.98-6.05 µs against 5.90-6.14
+# (gdn-batch1-flush-warps-c255e36.jsonl); tensor-core products (input_precision "tf32x3") 7.52-7.58
+# against 5.90-5.91, their sm_90 compile requesting the loads in seven round trips
+# (gdn-batch1-flush-tf32x3-c255e36.jsonl).
 FOLD_WINDOW_AS_PRODUCT = True
 
 
