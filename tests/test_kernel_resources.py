@@ -97,9 +97,9 @@ def test_gdn_batch1_shared_flush_requests_its_window_with_the_state():
     """The shared fp32 flush at batch 1 (one launch, a small grid) folds its window as products
     (``_fold_product``): the window's a and d records (``_window_records``, which
     ``_fold_buffered_product`` reads them through) and its k records (column quarters,
-    ``_quarter_loads``) come in the round trip of the state tile,
-    with no loop waiting for each record in turn, and the launch needs at most four round trips. The
-    loop it replaced there compiled to five (rounds=4/1/17/17/7) and timed 0.2 µs per record
+    ``_quarter_loads``) come in the round trip of the state tile, with no loop waiting for each
+    record in turn, and the launch needs at most four round trips. The loop it replaced there
+    compiled to five (rounds=4/1/17/17/7) and timed 0.2 µs per record
     (reports/diagnostics/gdn-fold-product-af710de.jsonl)."""
     line, loads = _launch_loads(_gdn_batch1_loads(),
                                 lambda s: "T=1 FLUSH=True FOLD_NEW=True FUSED=True" in s and "SPLIT=False" in s)
