@@ -204,7 +204,7 @@ def test_run_records_every_row_and_writes_what_the_report_reads(tmp_path, monkey
     checkpoint = load(json.loads(out.read_text()))  # the last per-operator checkpoint: every row, no summary
     assert checkpoint.partial and checkpoint.summary is None and len(checkpoint.rows) == len(res.rows)
     assert {r.tag for r in res.rows} == {"tune", "batch", "fused", "fused-nvfp4", "L16", "T1", "T8", "read", "update",
-                                         "convfmt"}
+                                         "convfmt"} | {f"batch1-round{i}" for i in range(dk.BATCH1_ROUNDS)}
     # every replay row says which launch form it ran in: the rule's at batch 1 and 256 (GDN: 32 value
     # heads, Mamba-2: 128), both forms in the "fused" rows, none for other kernels
     form = {(r.op, r.tag, r.kernel, r.batch, r.fused_scores) for r in res.rows if r.kernel in ("nonflush", "flush")}
@@ -294,6 +294,60 @@ def test_small_batch_tuning_times_the_wrappers_defaults_and_the_small_space(tmp_
         assert len(nonflush) == 1 + len(space["block_r"]) * len(space["num_warps"]) and () in nonflush
         assert {k for op, k, b, rf, c in seen if b == B} == {"conventional", "flush", "nonflush"}
     assert {s[2] for s in seen} == {1, 4}
+
+
+def test_batch1_rows_are_timed_in_interleaved_rounds_and_the_median_round_stands(tmp_path, monkeypatch):
+    """The batch-1 rows of the batch sweep: BATCH1_ROUNDS rounds, the order reversed every other round,
+    every round's rows kept (tags "batch1-round<i>"), each kernel's median row as its "batch" row, and
+    the batch-1 target's spread over the rounds' own ratios."""
+    dk = bench_kernels
+    monkeypatch.setenv("PRECISION_LAB_GIT", "abc1234")
+    names = ("fp32", "shared:fp32", "shared:fp32:one-launch")
+    monkeypatch.setattr(dk, "check_correctness", lambda dev, ops: {
+        f"{op}:{n}": {"rel_err": {"y": 0.0}, "tol": 1e-5, "ok": True} for op in ops for n in names})
+    monkeypatch.setattr(dk, "copy_ceiling", lambda dev: Ceiling(method="fixture", bytes=8, us=1.0, GBps=4000.0,
+                                                               timing="fixture"))
+    monkeypatch.setattr(dk, "fla_peer", lambda op, B, dev: {"op": op, "kernel": "fla", "batch": B, "us": 3.0,
+                                                            "bytes": 1.0, "GBps": 1.0, "implementation": "fla.fixture"})
+    monkeypatch.setattr(dk, "fla_versions", lambda: {})
+    # each kernel's batch-1 time in the order its rounds are timed: medians 4.1 (round 3), 4.2 (round 0), 6.0
+    per_round = {"conventional": [4.0, 4.4, 3.9, 4.1, 4.2], "nonflush": [4.2, 4.3, 4.1, 4.5, 4.0],
+                 "flush": [6.0, 6.4, 5.6, 6.2, 5.8]}
+    order = []
+
+    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None):
+        if B == 1 and len(order) < 15:  # the batch sweep's rows come first at batch 1 (the "fused" rows later)
+            order.append(kind)
+            us = per_round[kind][sum(k == kind for k in order) - 1]
+        else:
+            us = 2.0
+        return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
+                "cfg": dict(cfg or {}), "us": us, "bytes": 1.0, "GBps": 1.0 / us / 1e3, "timing": "fixture",
+                "buffer_sets": 1, "fused_scores": dk.launch_form(op, kind, B, T, fold_new, fused)}
+
+    monkeypatch.setattr(dk, "measure", measure)
+    res = dk.run(output=tmp_path / "k.json", quick=True, ops=("gdn",))
+    kinds = ["conventional", "nonflush", "flush"]
+    assert dk.BATCH1_ROUNDS == 5
+    assert order == (kinds + kinds[::-1]) * 2 + kinds  # interleaved, reversed every other round
+    rounds = [r for r in res.rows if r.tag.startswith("batch1-round")]
+    assert [(r.tag, r.kernel, r.us) for r in rounds] == [
+        (f"batch1-round{i}", k, per_round[k][i]) for i in range(5) for k in (kinds if i % 2 == 0 else kinds[::-1])]
+    assert all((r.batch, r.W) == (1, {"conventional": 0, "nonflush": 7, "flush": 15}[r.kernel]) for r in rounds)
+    batch1 = {r.kernel: r.us for r in res.rows if r.tag == "batch" and r.batch == 1 and r.kernel in kinds}
+    assert batch1 == {"conventional": 4.1, "nonflush": 4.2, "flush": 6.0}
+    e = res.summary["gdn"].batch[1]
+    assert e.speedup_vs_conventional == pytest.approx(4.1 / ((15 * 4.2 + 6.0) / 16))  # the median rows' ratio
+    each = [per_round["conventional"][i] / ((15 * per_round["nonflush"][i] + per_round["flush"][i]) / 16)
+            for i in range(5)]
+    assert bench_kernels._round_speedups(res.rows, "gdn", 1) == pytest.approx(each)
+    t = res.summary["gdn"].targets["batch1_replay_vs_conventional"]
+    assert t.spread == pytest.approx([min(each), max(each)]) and t.value == e.speedup_vs_conventional
+    assert bench_kernels._round_speedups(res.rows, "gdn", 16) == []  # timed once
+    assert res.summary["gdn"].targets["replay_vs_conventional"].spread is None
+    assert f"| gdn | batch1_replay_vs_conventional | {t.value:.2f} ({min(each):.2f}–{max(each):.2f} over the rounds) |" \
+        in decode_kernel_tables(res)
+    assert load(json.loads(json.dumps(to_json(res)))) == res  # the new fields survive the file
 
 
 def _replace_the_gpu_parts(monkeypatch, measure):

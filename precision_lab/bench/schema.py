@@ -106,10 +106,10 @@ class KernelCheck:
 @dataclass
 class KernelRow:
     """One measured (or failed) launch configuration. ``tag``: which sweep it belongs to (tune,
-    batch, fused, L<L>, T<T>, read, update, convfmt); ``kernel``: conventional, nonflush, flush or
-    fla. ``fused_scores``: the launch form of a ReplaySSM row — True one launch (every program
-    computes its scores), False a scores kernel then the step kernel; None for other kernels and
-    for files written before the field existed."""
+    batch, batch1-round<i>, fused, L<L>, T<T>, read, update, convfmt); ``kernel``: conventional,
+    nonflush, flush or fla. ``fused_scores``: the launch form of a ReplaySSM row — True one launch
+    (every program computes its scores), False a scores kernel then the step kernel; None for other
+    kernels and for files written before the field existed."""
 
     op: str
     kernel: str
@@ -207,12 +207,16 @@ class Target:
     kept its measured time: the best the bytes allow (the lowest for an "at most" target). A target
     beyond its byte bound cannot be met by faster kernels alone, only by moving fewer bytes. None
     where bytes do not bound the ratio (batch 1: launch and memory latency; the targets that are
-    themselves a fraction of a byte bound) and in summaries written before the field existed."""
+    themselves a fraction of a byte bound) and in summaries written before the field existed.
+    ``spread``: [lowest, highest] of the ratio over the interleaved rounds its rows were timed in
+    (batch 1: tags batch1-round<i>); None where they were timed once and in files written before
+    the field existed."""
 
     value: float | None
     target: float
     met: bool | None
     byte_bound: float | None = None
+    spread: list[float] | None = None
 
 
 @dataclass

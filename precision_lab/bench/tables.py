@@ -20,7 +20,8 @@ def decode_kernel_tables(result: DecodeKernelsResult) -> str:
               "| op | metric | measured | target | met | byte bound |", "|---|---|---|---|---|---|"]
     for op, s in summary.items():
         for k, t in s.targets.items():
-            lines.append(f"| {op} | {k} | {f(t.value)} | {t.target} | {t.met} | {f(t.byte_bound)} |")
+            rounds = "" if not t.spread else f" ({f(t.spread[0])}–{f(t.spread[1])} over the rounds)"
+            lines.append(f"| {op} | {k} | {f(t.value)}{rounds} | {t.target} | {t.met} | {f(t.byte_bound)} |")
     lines += ["", "Byte bound: the ratio if every ReplaySSM kernel in it moved its counted bytes at the copy "
               "ceiling and its baseline kept its measured time (— where bytes do not bound it)."]
     lines += ["", "### Batch sweep (µs per token step; ReplaySSM shared:fp32 @L16 amortised over the window)", "",
