@@ -633,6 +633,11 @@ def _find(rows: list[KernelRow], **kw) -> KernelRow | None:
     return None
 
 
+def per_token_us(nonflush_us: float, flush_us: float, L: int = 16) -> float:
+    """A ReplaySSM token step amortised over its window: L − 1 non-flush steps and one flush."""
+    return ((L - 1) * nonflush_us + flush_us) / L
+
+
 def _round_speedups(rows: list[KernelRow], op: str, B: int) -> list[float]:
     """Conventional µs ÷ ReplaySSM amortised µs (L = 16) in each interleaved round of the batch-``B``
     rows (tags "batch1-round<i>"), in round order; [] where the rows were timed once."""
@@ -641,7 +646,7 @@ def _round_speedups(rows: list[KernelRow], op: str, B: int) -> list[float]:
     for tag in sorted(tags, key=lambda t: int(t.removeprefix("batch1-round"))):
         c, nf, fl = (_find(rows, op=op, tag=tag, kernel=k, batch=B) for k in ("conventional", "nonflush", "flush"))
         if c and nf and fl:
-            out.append(c.us / ((15 * nf.us + fl.us) / 16))
+            out.append(c.us / per_token_us(nf.us, fl.us))
     return out
 
 
@@ -682,7 +687,7 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
             fla = _find(rows, op=op, tag="batch", kernel="fla", batch=B)
             if not (c and nf and fl):
                 continue
-            amort = (15 * nf.us + fl.us) / 16
+            amort = per_token_us(nf.us, fl.us)
             e = BatchPoint(conventional_us=c.us, conventional_pct_ceiling=c.pct_ceiling, nonflush_us=nf.us,
                            flush_us=fl.us, replay_amortised_us=amort, fla_us=fla.us if fla else None)
             if ok_conv and ok_form(f"{op}:shared:fp32", nf, fl):
@@ -710,7 +715,7 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
             nf = _find(rows, op=op, tag=f"L{L}", kernel="nonflush")
             fl = _find(rows, op=op, tag=f"L{L}", kernel="flush")
             if nf and fl and c256:
-                amort = ((L - 1) * nf.us + fl.us) / L
+                amort = per_token_us(nf.us, fl.us, L)
                 windows[L] = WindowPoint(nonflush_us=nf.us, flush_us=fl.us, replay_amortised_us=amort,
                                          speedup_vs_conventional=c256.us / amort if ok_conv and ok_replay else None,
                                          bound=2 * L / (L + 1))
@@ -732,7 +737,7 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
             fl = _find(rows, op=op, tag="read", kernel="flush", read=rf)
             if nf and fl:
                 read[rf] = ReadFormatPoint(nonflush_us=nf.us, nonflush_GBps=nf.GBps, flush_us=fl.us,
-                                           replay_amortised_us=(15 * nf.us + fl.us) / 16)
+                                           replay_amortised_us=per_token_us(nf.us, fl.us))
         nvfp4_ratio = None
         if "fp32" in read and "nvfp4" in read and ok_nvfp4:
             nvfp4_ratio = read["fp32"].nonflush_us / read["nvfp4"].nonflush_us
@@ -772,7 +777,7 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
         # L = 16 (15 non-flush steps from the NVFP4 read copy + 1 flush), against the fp32 conventional step
         for uf in ("fp16-sr", "fp8e4m3-sr"):
             fl = update.get(uf)
-            per_token = (15 * nf4.us + fl.flush_us) / 16 if nf4 and fl else None
+            per_token = per_token_us(nf4.us, fl.flush_us) if nf4 and fl else None
             targets[f"split_{uf}_nvfp4_vs_conventional"] = (
                 c256.us / per_token if per_token and c256 and ok_conv and ok_nvfp4 and ok(f"{op}:split:{uf}/nvfp4")
                 else None, 3.0, _ratio(c256 and c256.us, _at_ceiling(ceil, (15 / 16, nf4), (1 / 16, update_rows.get(uf)))))
