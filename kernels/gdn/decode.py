@@ -778,7 +778,9 @@ SMALL_GRID_ROWS = 16
 # 4.35-4.38, against 4.09-4.46 and 4.55-4.58 at 16 x 2 (32 x 4: 4.74-4.82; 8 x 2: 4.75-4.90; 8 x 1:
 # 5.04-5.27; 16 x 1: 5.68-8.88). Re-timed with the window scored in column quarters (H100, four
 # rounds, reports/diagnostics/gdn-batch1-output-shapes-dd69a2c.jsonl): 16 x 2 and 16 x 1 within the
-# spread of 32 x 2 (W = 7 4.21-4.26 and 4.18-4.23 µs against 3.91-4.25).
+# spread of 32 x 2 (W = 7 4.21-4.26 and 4.18-4.23 µs against 3.91-4.25). With every other batch-1 rule
+# on (H100, four rounds, reports/diagnostics/gdn-batch1-rules-ab-8e87457-h100.jsonl):
+# 32 x 2 3.94-4.28 µs against 4.16-4.26 at 16 x 2, again within the spread.
 SMALL_GRID_OUTPUT_ROWS = 32
 # There (batch 1 of Qwen3.5-4B) the one-token steps run SMALL_GRID_WARPS warps: the one-launch
 # output-only step instead of fused_nonflush_warps' 4, the flush instead of the 1 warp of 128 state
@@ -863,7 +865,9 @@ EARLY_TOKEN_INPUTS = True
 # reports/diagnostics/ncu-batch1-2bd1ea1.json). H100, both forms in one process, four rounds each
 # (reports/diagnostics/gdn-early-qk-2516c10.jsonl): batch 4 5 % faster at W = 0, 7 and 15 (7.15-7.32 µs
 # against 7.52-7.64 at W = 7); batch 1 W = 0 4.21-4.25 against 4.32-4.38, W = 7 and 15 the same within
-# the spread (4.44-4.45 against 4.45-4.47 after a first round of 4.08). Requesting the k window before
+# the spread (4.44-4.45 against 4.45-4.47 after a first round of 4.08); with every other batch-1 rule on
+# (H100, four rounds, reports/diagnostics/gdn-batch1-rules-ab-8e87457-h100.jsonl)
+# W = 7 4.25-4.29 against 4.32-4.38. Requesting the k window before
 # the d-record tile as well made batch 1 10 % slower (4.74-4.96 against 4.49-4.53 at W = 7,
 # gdn-early-k-window-1031428.jsonl). With q and k first the 16-row programs of batch 1 are no longer
 # the fastest shape (SMALL_GRID_OUTPUT_ROWS).
@@ -878,6 +882,8 @@ EARLY_QK_LOADS = True
 # rounds, the order alternating (reports/diagnostics/gdn-quarter-scores.jsonl): batch 1 W = 7
 # 4.19-4.25 µs against 4.29-4.34, W = 15 4.30-4.37 against 4.35-4.40, W = 0 3.72-4.13 against
 # 3.81-4.20; batch 4 (64-row programs) W = 7 7.34-7.43 against 7.14-7.28, slower, so only in a small grid.
+# With every other batch-1 rule on (H100, four rounds,
+# reports/diagnostics/gdn-batch1-rules-ab-8e87457-h100.jsonl): batch 1 W = 7 4.26-4.32 against 4.36-4.40.
 WINDOW_SCORES_IN_QUARTERS = True
 # The buffered fold of a small grid's one-token flush (batch 1 of Qwen3.5-4B) runs as one fp32 product
 # per column quarter (FOLD_WINDOW_AS_PRODUCT, ``_fold_buffered_product``) instead of the pipelined
@@ -885,7 +891,9 @@ WINDOW_SCORES_IN_QUARTERS = True
 # loads in turn (4 stages; 16 stages timed slower). H100, batch 1, shared fp32 flush, both forms in
 # one process, four rounds, the order alternating (reports/diagnostics/gdn-fold-product-af710de.jsonl):
 # one launch W = 15 5.91-5.98 µs against 7.62-7.65, W = 7 5.69-5.70 against 6.09-6.12, W = 0
-# 5.57-5.62 against 4.38-4.78; two launches W = 15 7.83-7.88 against 9.85-9.95. A flush comes at
+# 5.57-5.62 against 4.38-4.78; two launches W = 15 7.83-7.88 against 9.85-9.95; with every other batch-1
+# rule on (H100, four rounds, reports/diagnostics/gdn-batch1-rules-ab-8e87457-h100.jsonl)
+# one launch W = 15 6.02-6.05 against 7.72-7.76. A flush comes at
 # W = L - 1, so rings below 8 records (L ≤ 4: W ≤ 3, where the loop is faster) keep the loop, and so
 # do rings above 32 (64: 480 bytes of stack per thread, sm_90 compile). Outputs and states agree
 # with the loop's to fp32 rounding (relative 4e-7 and 9e-8 in that run), not bit for bit.
