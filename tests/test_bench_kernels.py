@@ -497,3 +497,39 @@ def test_draft_checks_run_every_form_the_timed_run_tunes(monkeypatch):
     assert set(out) == {"mamba2:verify-T4", "mamba2:verify-T4-window", "mamba2:verify-T4-flush",
                         "mamba2:verify-T4-flush-window"} | {f"mamba2:verify-T4-flush{t}" for t in tiles}
     assert all(c["ok"] and c["rel_err"]["y"] < 5e-3 for c in out.values()), out
+
+
+def _ab_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "ab_gdn_batch1_rules.py"
+    spec = importlib.util.spec_from_file_location("ab_gdn_batch1_rules", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_batch1_rules_ab_checks_each_rule_against_its_alternative(monkeypatch):
+    """scripts/ab_gdn_batch1_rules.py: every rule it flips is a constant of the GDN decode module whose
+    alternative differs from its value; its check finds the three output-only rules equal bit for bit
+    and the fold as products off the loop's states (fp32 rounding); every constant is restored."""
+    import torch
+    from precision_lab.kernels.gdn import decode
+
+    ab = _ab_script()
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    before = {constant: getattr(decode, constant) for _, constant, *_ in ab.CASES}
+    assert all(before[constant] != alternative for _, constant, alternative, *_ in ab.CASES)
+    monkeypatch.setitem(problems.GDN, "Hk", 1)  # a small head, still a small grid with 64-column quarters
+    monkeypatch.setitem(problems.GDN, "Hv", 2)
+    monkeypatch.setitem(problems.GDN, "V", 64)
+    monkeypatch.setitem(problems.GDN, "K", 64)
+    for case, constant, alternative, kind, W in ab.CASES:
+        row = ab.check_case(decode, problems.GDNProblem, dev, constant, alternative, kind, W)
+        assert row["finite"], case
+        if kind == "nonflush":
+            assert row["out_rel"] == 0.0 and row["state_bits_equal"], (case, row)
+        else:
+            assert not row["state_bits_equal"] and 0 < row["state_rel"] < 1e-6, (case, row)
+    assert {constant: getattr(decode, constant) for _, constant, *_ in ab.CASES} == before
