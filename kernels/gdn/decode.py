@@ -780,7 +780,9 @@ SMALL_GRID_ROWS = 16
 # rounds, reports/diagnostics/gdn-batch1-output-shapes-dd69a2c.jsonl): 16 x 2 and 16 x 1 within the
 # spread of 32 x 2 (W = 7 4.21-4.26 and 4.18-4.23 µs against 3.91-4.25). With every other batch-1 rule
 # on (H100, four rounds, reports/diagnostics/gdn-batch1-rules-ab-8e87457-h100.jsonl):
-# 32 x 2 3.94-4.28 µs against 4.16-4.26 at 16 x 2, again within the spread.
+# 32 x 2 3.94-4.28 µs against 4.16-4.26 at 16 x 2, again within the spread. A third such run
+# (reports/diagnostics/gdn-batch1-rules-ab-8cfe43c-h100.jsonl): 3.85-4.23 against 4.16-4.17, but after
+# its first round 32 x 2 read 4.20-4.23, about 1 % slower than 16 x 2; not yet timed on the H200.
 SMALL_GRID_OUTPUT_ROWS = 32
 # There (batch 1 of Qwen3.5-4B) the one-token steps run SMALL_GRID_WARPS warps: the one-launch
 # output-only step instead of fused_nonflush_warps' 4, the flush instead of the 1 warp of 128 state
