@@ -14,6 +14,7 @@ reversed every other round, so neither side always runs first. Rows are appended
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -26,6 +27,17 @@ CASES = (
     ("early_qk", "EARLY_QK_LOADS", False, "nonflush", 7),
     ("fold_product", "FOLD_WINDOW_AS_PRODUCT", False, "flush", 15),
 )
+
+
+@contextlib.contextmanager
+def rule_set_to(decode, constant, value):
+    """The decode module's ``constant`` set to ``value`` inside the block, its value restored after."""
+    kept = getattr(decode, constant)
+    setattr(decode, constant, value)
+    try:
+        yield
+    finally:
+        setattr(decode, constant, kept)
 
 
 def _relative(a, b) -> float:
@@ -42,15 +54,11 @@ def check_case(decode, problem_cls, dev, constant, alternative, kind, W) -> dict
     state0 = prob.upd.data.clone()
     flush = kind == "flush"
     results = {}
-    rule = getattr(decode, constant)
-    try:
-        for form, value in (("rule", rule), ("alternative", alternative)):
-            setattr(decode, constant, value)
+    for form, value in (("rule", getattr(decode, constant)), ("alternative", alternative)):
+        with rule_set_to(decode, constant, value):
             prob.upd.data.copy_(state0)
             prob.replay(flush, flush)  # a one-token flush folds the new token (fold_new = T == 1)
-            results[form] = (prob.o.clone(), prob.upd.data.clone())
-    finally:
-        setattr(decode, constant, rule)
+        results[form] = (prob.o.clone(), prob.upd.data.clone())
     (o_rule, s_rule), (o_alt, s_alt) = results["rule"], results["alternative"]
     finite = bool(torch.isfinite(o_rule.float()).all() and torch.isfinite(o_alt.float()).all()
                   and torch.isfinite(s_rule).all() and torch.isfinite(s_alt).all())
@@ -101,11 +109,8 @@ def main(argv=None) -> int:
             for case, constant, alternative, kind, W in cases:
                 forms = [("rule", rules[constant]), ("alternative", alternative)]
                 for form, value in (forms if rep % 2 == 0 else forms[::-1]):
-                    setattr(decode, constant, value)
-                    try:
+                    with rule_set_to(decode, constant, value):
                         row = measure("gdn", kind, 1, dev, W=W)
-                    finally:
-                        setattr(decode, constant, rules[constant])
                     emit({**row, "case": case, "form": form, "value": value, "rep": rep})
                     timings.setdefault((case, form), []).append(row["us"])
 
