@@ -500,14 +500,9 @@ def test_draft_checks_run_every_form_the_timed_run_tunes(monkeypatch):
 
 
 def _ab_script():
-    import importlib.util
-    from pathlib import Path
+    from tests._scripts import load_script
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "ab_gdn_batch1_rules.py"
-    spec = importlib.util.spec_from_file_location("ab_gdn_batch1_rules", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ab_gdn_batch1_rules")
 
 
 def test_batch1_rules_ab_checks_each_rule_against_its_alternative(monkeypatch):

@@ -210,11 +210,9 @@ def test_the_standing_files_count_with_the_current_model(path):
 
 def test_recount_bytes_needs_resummarise(capsys):
     """``--recount-bytes`` alone would do nothing: refused with the reason."""
-    import importlib.util
+    from tests._scripts import load_script
 
-    spec = importlib.util.spec_from_file_location("bench_kernels_script", ROOT / "scripts" / "bench_kernels.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("bench_kernels")
     with pytest.raises(SystemExit) as e:
         script.main(["--recount-bytes", "-o", "unused.json"])
     assert e.value.code == 2

@@ -1,6 +1,5 @@
 """``scripts/kernel_resources.py``'s reading of compiled code (no compile needed: SASS text by hand)."""
 import functools
-import importlib.util
 import os
 import re
 import subprocess
@@ -9,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location(
-    "kernel_resources", Path(__file__).resolve().parent.parent / "scripts" / "kernel_resources.py")
-kernel_resources = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(kernel_resources)
+from tests._scripts import load_script
+
+kernel_resources = load_script("kernel_resources")
 
 
 def _sass(*lines):

@@ -1,14 +1,11 @@
 """``scripts/profile_step.py``'s reading of Nsight Compute exports (CSV text by hand; no GPU)."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location(
-    "profile_step", Path(__file__).resolve().parent.parent / "scripts" / "profile_step.py")
-profile_step = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(profile_step)
+from tests._scripts import load_script
+
+profile_step = load_script("profile_step")
 
 SASS_HEADER = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Warp Stall Sampling (Not-issued Samples)",
                "# Samples", "Instructions Executed"]

@@ -204,12 +204,9 @@ def test_wall_clock_budget_stops_training(tmp_path):
 
 
 def test_script_refuses_short_windows():
-    import importlib.util
-    from pathlib import Path
+    from tests._scripts import load_script
 
-    spec = importlib.util.spec_from_file_location("train_hybrid", Path(__file__).parents[1] / "scripts/train_hybrid.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("train_hybrid")
     with pytest.raises(SystemExit):
         mod.parse_args(["--seq-len", "512"])
     assert mod.parse_args(["--seq-len", "512", "--tiny"]).seq_len == 512
