@@ -528,3 +528,39 @@ def test_batch1_rules_ab_checks_each_rule_against_its_alternative(monkeypatch):
         else:
             assert not row["state_bits_equal"] and 0 < row["state_rel"] < 1e-6, (case, row)
     assert {constant: getattr(decode, constant) for _, constant, *_ in ab.CASES} == before
+
+
+def test_batch1_rules_ab_rounds_time_each_form_with_its_rule_set_and_leave_warmup_out():
+    """scripts/ab_gdn_batch1_rules.py's rounds (a stand-in ``measure``, no GPU): each form is timed with
+    its value in the decode module, the order flips every other round, the warm-up round is written
+    (``warmup``) but left out of the ranges, and every constant is restored."""
+    from precision_lab.kernels.gdn import decode
+
+    ab = _ab_script()
+    rules = {constant: getattr(decode, constant) for _, constant, *_ in ab.CASES}
+    seen, rows = [], []
+
+    def measure(op, kind, batch, dev, **kw):
+        seen.append({constant: getattr(decode, constant) for constant in rules})
+        return {"op": op, "kernel": kind, "batch": batch, "us": float(len(seen))}
+
+    timings = ab.timed_rounds(measure, decode, rules, "cpu", rounds=2, warmup_rounds=1, emit=rows.append)
+    per_round = 1 + 2 * len(ab.CASES)
+    assert len(rows) == 3 * per_round and [r["rep"] for r in rows[::per_round]] == [-1, 0, 1]
+    assert all(r.get("warmup") is True for r in rows[:per_round])
+    assert not any("warmup" in r for r in rows[per_round:])
+    for row, constants in zip(rows, seen):
+        if row["case"] is None:
+            assert constants == rules  # the conventional step with every rule at its value
+            continue
+        constant = next(c for case, c, *_ in ab.CASES if case == row["case"])
+        assert constants[constant] == row["value"]
+        assert row["value"] == (rules[constant] if row["form"] == "rule" else
+                                next(alt for case, _, alt, *_ in ab.CASES if case == row["case"]))
+        assert {c: v for c, v in constants.items() if c != constant} == {c: v for c, v in rules.items()
+                                                                        if c != constant}
+    order = [[(r["case"], r["form"]) for r in rows if r["rep"] == rep] for rep in (0, 1)]
+    assert order[1][1:] == order[0][1:][::-1]  # rules and forms reversed every other round
+    assert timings[("conventional", "")] == [rows[per_round]["us"], rows[2 * per_round]["us"]]
+    assert all(len(us) == 2 for us in timings.values()) and len(timings) == per_round
+    assert {constant: getattr(decode, constant) for constant in rules} == rules

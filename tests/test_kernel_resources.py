@@ -131,10 +131,14 @@ def _launch_loads(lines: tuple[str, ...], match) -> tuple[str, list[tuple[int, s
 
 def test_gdn_batch1_output_only_step_requests_q_and_k_first():
     """The one-launch output-only step from an fp32 read copy at batch 1 (``SMALL_GRID_OUTPUT_ROWS``-row
-    blocks) requests the new token's q and k (``_joint_qk``, one load) with the slot lookup, its state
-    tile in the round trip right after, and with it the rest (the k window, the token's v, g, β). The
-    state tile and the k window (``WINDOW_SCORES_IN_QUARTERS``) are both loaded as column quarters
-    (``_quarter_loads``), four loads each. Requested after the d-record tile's layout change, q and k
+    blocks) requests the new token's q and k (``_joint_qk``, one load) with the slot lookup, and its
+    state tile in the round trip right after. The state tile and the k window
+    (``WINDOW_SCORES_IN_QUARTERS``) are both loaded as column quarters (``_quarter_loads``, four source
+    lines). In 32-row programs every other load came in that second round trip too; in the 16-row
+    programs the rule went back to, part of the quarter loads and the token's v, g, β come
+    in a third (sm_90 compile, Triton 3.9), and these timed faster all the same, by 0.005-0.058 µs in
+    12 of 12 rounds on an H100 (reports/diagnostics/gdn-batch1-rules-ab-*-h100.jsonl). Requested after
+    the d-record tile's layout change, q and k
     had cost a memory round trip each (Nsight Compute, reports/diagnostics/ncu-batch1-2bd1ea1.json);
     requested first, batch 4 ran 5 % faster (gdn-early-qk-2516c10.jsonl). With the window scored as a
     [window, K] tile the k window and v, g, β came in a third round trip; the quarter tiles need no
@@ -146,14 +150,15 @@ def test_gdn_batch1_output_only_step_requests_q_and_k_first():
 
     line, loads = _launch_loads(_gdn_batch1_loads(), lambda s: "T=1 FLUSH=False" in s and "FUSED=True" in s
                                 and "RFMT=0 " in s and "BJ=16 " in s)
-    assert f"BR={gd.SMALL_GRID_OUTPUT_ROWS} " in line  # batch 1's rule for this step: 32-row blocks
+    assert f"BR={gd.SMALL_GRID_OUTPUT_ROWS} " in line  # batch 1's rule for this step: 16-row blocks
     quarters, quarter_rounds = _helper_rounds(loads, "_quarter_loads")
     qk, qk_rounds = _helper_rounds(loads, "_joint_qk")
     assert len(qk) == 1 and qk_rounds, loads
     assert set(qk_rounds) == {1}, loads
-    # the state tile's quarter loads and the k window's (the same four source lines) all in round 2
-    assert len(quarters) == 4 and set(quarter_rounds) == {2}, loads
-    assert max(r for r, _, _ in loads) == 2, loads  # (the loads' line information names no helper reliably)
+    # the state tile's quarter loads and the k window's (the same four source lines) from round 2 on
+    assert len(quarters) == 4 and min(quarter_rounds) == 2, loads
+    last = 2 if gd.SMALL_GRID_OUTPUT_ROWS == 32 else 3  # (the loads' line information names no helper reliably)
+    assert max(r for r, _, _ in loads) == last and max(quarter_rounds) <= last, loads
 
 
 def test_output_names_the_triton_that_compiled():

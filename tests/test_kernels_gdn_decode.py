@@ -743,7 +743,7 @@ def test_replay_wrapper_passes_its_rules_to_the_launch():
         assert "maxnreg" not in launch("fp16-sr", "fp32", fused_scores=True)            # one launch: no cap
         assert launch("fp32", "fp32", fused_scores=True)["num_warps"] == 4             # batch 2: fused_nonflush_warps
         assert launch("fp32", "fp32", b=1)["num_warps"] == gd.SMALL_GRID_WARPS         # batch 1: the small grid's
-        assert launch("fp32", "fp32", b=1)["BR"] == gd.SMALL_GRID_OUTPUT_ROWS == 32     # ... rows: the output-only
+        assert launch("fp32", "fp32", b=1)["BR"] == gd.SMALL_GRID_OUTPUT_ROWS == 16     # ... rows: the output-only
         assert launch("fp32", "nvfp4", b=1, fused_scores=True)["BR"] == gd.SMALL_GRID_ROWS  # step from fp32 only
         assert launch("fp32", None, b=1, flush=True, fold_new=True)["BR"] == gd.SMALL_GRID_ROWS == 16
         assert launch("fp32", "fp32", b=1, block_r=8)["BR"] == 8                       # an explicit block_r wins

@@ -770,10 +770,11 @@ SCORES_NUM_WARPS = 2
 # A replay launch with fewer programs than this (about one per SM of an H200) takes smaller row blocks.
 SMALL_GRID_PROGRAMS = 128
 SMALL_GRID_ROWS = 16
-# ... except the one-launch output-only step from an fp32 read copy (up to a ring of 32 records), which
-# takes SMALL_GRID_OUTPUT_ROWS-row programs: since it requests q and k first (EARLY_QK_LOADS) its
-# 16-row programs spend more of their time in the reductions and layout changes between the program's
-# warps than waiting for memory. H100, batch 1, every shape three times in one process
+# The one-launch output-only step from an fp32 read copy (up to a ring of 32 records) has its own
+# rule, SMALL_GRID_OUTPUT_ROWS, now the same 16 rows. Once it requested q and k first (EARLY_QK_LOADS)
+# its 16-row programs spent more of their time in the reductions and layout changes between the
+# program's warps than waiting for memory, and 32 rows ran faster. H100, batch 1, every shape three
+# times in one process
 # (reports/diagnostics/batch1-output-shapes-2dc9fd3.jsonl): 32 rows x 2 warps W = 7 4.28-4.29 µs, W = 15
 # 4.35-4.38, against 4.09-4.46 and 4.55-4.58 at 16 x 2 (32 x 4: 4.74-4.82; 8 x 2: 4.75-4.90; 8 x 1:
 # 5.04-5.27; 16 x 1: 5.68-8.88). Re-timed with the window scored in column quarters (H100, four
@@ -782,8 +783,16 @@ SMALL_GRID_ROWS = 16
 # on (H100, four rounds, reports/diagnostics/gdn-batch1-rules-ab-8e87457-h100.jsonl):
 # 32 x 2 3.94-4.28 µs against 4.16-4.26 at 16 x 2, again within the spread. A third such run
 # (reports/diagnostics/gdn-batch1-rules-ab-8cfe43c-h100.jsonl): 3.85-4.23 against 4.16-4.17, but after
-# its first round 32 x 2 read 4.20-4.23, about 1 % slower than 16 x 2; not yet timed on the H200.
-SMALL_GRID_OUTPUT_ROWS = 32
+# its first round 32 x 2 read 4.20-4.23, about 1 % slower than 16 x 2. Those A/B runs and the fourth
+# (gdn-batch1-rules-ab-1723f7c-h100.jsonl) all timed 32 x 2 second in their process, after one
+# conventional step, in the first round: there both read about 8 % fast (32 x 2 3.85-3.97 µs), the
+# rows after them did not. Every later round, 12 of 12 over the four runs, timed 32 x 2 slower than
+# 16 x 2, by 0.005-0.058 µs (16 x 2 4.16-4.33): 16 rows again. (Which change to the kernel moved the
+# two shapes back is not measured. The 16-row program takes three memory round trips where the 32-row
+# one takes two: sm_90 compile with Triton 3.9, 928 SASS instructions, 166 registers, rounds=7/10/12,
+# against 1120, 168, rounds=7/31.) The rule stays apart from SMALL_GRID_ROWS because the H200 has not
+# timed these shapes since the kernels changed.
+SMALL_GRID_OUTPUT_ROWS = 16
 # There (batch 1 of Qwen3.5-4B) the one-token steps run SMALL_GRID_WARPS warps: the one-launch
 # output-only step instead of fused_nonflush_warps' 4, the flush instead of the 1 warp of 128 state
 # elements per thread (in both launch forms: the warps set the order of its fp32 sums, and the forms
@@ -871,8 +880,8 @@ EARLY_TOKEN_INPUTS = True
 # (H100, four rounds, reports/diagnostics/gdn-batch1-rules-ab-8e87457-h100.jsonl)
 # W = 7 4.25-4.29 against 4.32-4.38. Requesting the k window before
 # the d-record tile as well made batch 1 10 % slower (4.74-4.96 against 4.49-4.53 at W = 7,
-# gdn-early-k-window-1031428.jsonl). With q and k first the 16-row programs of batch 1 are no longer
-# the fastest shape (SMALL_GRID_OUTPUT_ROWS).
+# gdn-early-k-window-1031428.jsonl). With q and k first the 16-row programs of batch 1 were for a
+# while not the fastest shape (SMALL_GRID_OUTPUT_ROWS).
 EARLY_QK_LOADS = True
 # In a small grid (batch 1) that step scores its window from k records loaded as column quarters
 # (WINDOW_SCORES_IN_QUARTERS): k_j·q̃ and k_j·k become row products of the state tile's shape
