@@ -221,6 +221,7 @@ STANDING_H100 = {"mamba2": "reports/bench/bench_kernels_round2zg_quick_h100_reco
 H100_LATEST = "reports/bench/bench_kernels_round2zl_quick_h100.json"
 BATCH1_ROUNDS_H100 = "reports/bench/bench_kernels_round2zm_gdn_quick_h100.json"
 BATCH1_ROUNDS_MAMBA2_H100 = "reports/bench/bench_kernels_round2zn_mamba2_quick_h100.json"
+BATCH1_16_ROWS_H100 = "reports/bench/bench_kernels_round2zo_gdn_quick_h100.json"
 
 
 def h100_latest_moves(d) -> tuple[float, float]:
@@ -536,6 +537,16 @@ CLAIMS: list[tuple[str, str, object]] = [
      lambda d: (target(d, "mamba2", "batch1_replay_vs_conventional")["value"],
                 *target(d, "mamba2", "batch1_replay_vs_conventional")["spread"],
                 summ(d, "mamba2")["batch"]["1"]["nonflush_us"], summ(d, "mamba2")["batch"]["1"]["conventional_us"])),
+    # ... and GDN's again with 16-row output-only programs at batch 1 (H100)
+    ("`38216a3` (`reports/bench/bench_kernels_round2zo_gdn_quick_h100.json`, {} of {} checks passed) then "
+     "reads GDN's batch 1 at {:.3f}× ({:.3f}× to {:.3f}× over the rounds), still missed in every round: its "
+     "output-only step took {:.2f} µs against the conventional step's {:.2f}. Most of the change from {:.3f}× is",
+     BATCH1_16_ROWS_H100,
+     lambda d: (sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]),
+                target(d, "gdn", "batch1_replay_vs_conventional")["value"],
+                *target(d, "gdn", "batch1_replay_vs_conventional")["spread"],
+                summ(d, "gdn")["batch"]["1"]["nonflush_us"], summ(d, "gdn")["batch"]["1"]["conventional_us"],
+                target(load(BATCH1_ROUNDS_H100), "gdn", "batch1_replay_vs_conventional")["value"])),
     # the bytes recount: the measured file's summary (earlier bytes model) against the recounted one
     ("but it changes what GDN's misses are made of. In the twenty-ninth run, GDN's NVFP4 output-only step "
      "runs at {:.1f} % of its byte bound, not the {:.1f} % the run first reported. The byte bound of GDN's "
