@@ -11,9 +11,8 @@ their bf16 outputs and stored fp32 states compared. Then ``--warmup-rounds`` rou
 ``"warmup": true``) and ``--rounds`` timed rounds (``rep`` from 0), each the conventional step and then
 every rule's two forms; the order of the rules and of the two forms is reversed every other round, so
 neither side always runs first. The warm-up rounds are written but left out of the printed ranges: in
-the first round of a fresh process the first rows timed read about 8 % fast (H100: the conventional
-step and the first rule's form, four runs), the rows after them do not. Rows are appended as they are
-measured.
+the first round of a fresh process the first two rows timed read 6-10 % fast, whichever kernels
+they ran (H100, five runs), and the rows after them do not. Rows are appended as they are measured.
 """
 from __future__ import annotations
 
@@ -74,21 +73,21 @@ def timed_rounds(measure, decode, rules, dev, rounds: int, warmup_rounds: int, e
     """Time the conventional step and each rule's two forms per round (``measure(op, kind, batch, dev,
     **kw)`` returns a row with ``us``), emit every row; {(case, form): [µs of the timed rounds]}."""
     timings: dict[tuple, list[float]] = {}
-    for rep in range(-warmup_rounds, rounds):
-        warm = {"warmup": True} if rep < 0 else {}
-        row = measure("gdn", "conventional", 1, dev)
-        emit({**row, "form": "conventional", "case": None, "rep": rep, **warm})
+
+    def keep(rep, key, row, **fields):  # a warm-up row (rep < 0) is written, not timed
+        emit({**row, **fields, "rep": rep, **({"warmup": True} if rep < 0 else {})})
         if rep >= 0:
-            timings.setdefault(("conventional", ""), []).append(row["us"])
+            timings.setdefault(key, []).append(row["us"])
+
+    for rep in range(-warmup_rounds, rounds):
+        keep(rep, ("conventional", ""), measure("gdn", "conventional", 1, dev), form="conventional", case=None)
         cases = CASES if rep % 2 == 0 else CASES[::-1]
         for case, constant, alternative, kind, W in cases:
             forms = [("rule", rules[constant]), ("alternative", alternative)]
             for form, value in (forms if rep % 2 == 0 else forms[::-1]):
                 with rule_set_to(decode, constant, value):
                     row = measure("gdn", kind, 1, dev, W=W)
-                emit({**row, "case": case, "form": form, "value": value, "rep": rep, **warm})
-                if rep >= 0:
-                    timings.setdefault((case, form), []).append(row["us"])
+                keep(rep, (case, form), row, case=case, form=form, value=value)
     return timings
 
 

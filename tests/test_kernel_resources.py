@@ -135,11 +135,10 @@ def test_gdn_batch1_output_only_step_requests_q_and_k_first():
     state tile in the round trip right after. The state tile and the k window
     (``WINDOW_SCORES_IN_QUARTERS``) are both loaded as column quarters (``_quarter_loads``, four source
     lines). In 32-row programs every other load came in that second round trip too; in the 16-row
-    programs the rule went back to, part of the quarter loads and the token's v, g, β come
-    in a third (sm_90 compile, Triton 3.9), and these timed faster all the same, by 0.005-0.058 µs in
-    12 of 12 rounds on an H100 (reports/diagnostics/gdn-batch1-rules-ab-*-h100.jsonl). Requested after
-    the d-record tile's layout change, q and k
-    had cost a memory round trip each (Nsight Compute, reports/diagnostics/ncu-batch1-2bd1ea1.json);
+    programs the rule went back to, part of the quarter loads and the token's v, g, β come in a third
+    (sm_90 compile, Triton 3.9), and these timed faster all the same, by 0.005-0.058 µs in 12 of 12
+    rounds on an H100 (reports/diagnostics/gdn-batch1-rules-ab-*-h100.jsonl). Requested after the
+    d-record tile's layout change, q and k had cost a memory round trip each (Nsight Compute, reports/diagnostics/ncu-batch1-2bd1ea1.json);
     requested first, batch 4 ran 5 % faster (gdn-early-qk-2516c10.jsonl). With the window scored as a
     [window, K] tile the k window and v, g, β came in a third round trip; the quarter tiles need no
     layout change before them, and that step ran 2 % faster at batch 1 (gdn-quarter-scores.jsonl).
