@@ -521,10 +521,12 @@ CLAIMS: list[tuple[str, str, object]] = [
      STANDING_H100["mamba2"],
      lambda d: (d["ceiling"]["GBps"], *(100 * summ(d, op)["read"]["nvfp4"]["nonflush_GBps"] / d["ceiling"]["GBps"]
                                          for op in ("mamba2", "gdn")))),
-    ("run at `56aa7fa` with the kernels as they stand (`reports/bench/bench_kernels_round2zp_quick_h100.json`: "
-     "`--ops gdn`, then `--ops mamba2`, joined by `--resummarise`; {:d} of {:d} correctness checks passed",
+    ("run at `{}` with the kernels as they stand (`reports/bench/bench_kernels_round2zp_quick_h100.json`: "
+     "`--ops {}`, then `--ops {}`, joined by `--resummarise`; {:d} of {:d} correctness checks passed",
      STANDING_H100["gdn"],
-     lambda d: (sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
+     lambda d: (one(m["git"] for m in d["provenance"]["merged_from"]),
+                *(m["settings"]["ops"][0] for m in sorted(d["provenance"]["merged_from"], key=lambda m: m["created"])),
+                sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
     # the table's run against the earlier full H100 run
     ("the batch-1 targets moved: Mamba-2's from {:.2f}× to {:.2f}× and GDN's from {:.2f}× to {:.2f}×. Every other "
      "ratio of the table moved by at most {:.3f}, and the NVFP4 row by at most {:.1f} points.", STANDING_H100["gdn"],
