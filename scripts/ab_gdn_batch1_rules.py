@@ -13,8 +13,8 @@ every rule's two forms; the order of the rules and of the two forms is reversed 
 neither side always runs first. The warm-up rounds are written but left out of the printed ranges: in
 the first round of a fresh process the first two rows timed read 4-10 % fast, whichever kernels
 they ran (H100, seven runs), and the rows after them do not. It is not the clock: sampled beside one
-run, the SM clock stayed at 1980 MHz throughout (reports/diagnostics/
-gdn-batch1-rules-ab-ab7987c-h100-clocks.csv). Rows are appended as they are measured.
+run, the SM clock stayed at 1980 MHz throughout
+(reports/diagnostics/gdn-batch1-rules-ab-ab7987c-h100-clocks.csv). Rows are appended as they are measured.
 """
 from __future__ import annotations
 
