@@ -789,10 +789,11 @@ SMALL_GRID_ROWS = 16
 # rows after them did not. Every later round, 12 of 12 over the four runs, timed 32 x 2 slower than
 # 16 x 2, by 0.005-0.058 µs (16 x 2 4.16-4.33): 16 rows again. Timed again with a warm-up round first
 # (gdn-batch1-rules-ab-38216a3-h100.jsonl): 16 x 2 4.17-4.29 µs against 4.22-4.38, faster in 4 of 4
-# rounds; two later runs (a52ff7e, ab7987c) 7 of 8. Which change to the kernel moved the two shapes back is not measured. The 16-row program
-# takes three memory round trips where the 32-row one takes two (sm_90 compile with Triton 3.9: 928
-# SASS instructions, 166 registers, rounds=7/10/12, against 1120, 168, rounds=7/31). The rule stays
-# apart from SMALL_GRID_ROWS because the H200 has not timed these shapes since the kernels changed.
+# rounds; in two later runs (a52ff7e, ab7987c) 16 x 2 was faster in 7 of 8 rounds. Which change to
+# the kernel moved the two shapes back is not measured. The 16-row program takes three memory round
+# trips where the 32-row one takes two (sm_90 compile with Triton 3.9: 928 SASS instructions, 166
+# registers, rounds=7/10/12, against 1120, 168, rounds=7/31). The rule stays apart from
+# SMALL_GRID_ROWS because the H200 has not timed these shapes since the kernels changed.
 SMALL_GRID_OUTPUT_ROWS = 16
 # There (batch 1 of Qwen3.5-4B) the one-token steps run SMALL_GRID_WARPS warps: the one-launch
 # output-only step instead of fused_nonflush_warps' 4, the flush instead of the 1 warp of 128 state
