@@ -1,0 +1,283 @@
+"""The numbers of reports/bench/README.md's run sections, from the thirty-ninth run on, come from
+their result files.
+
+README.md's numbers go through ``tests/test_readme_numbers.py``; this file does the same for the
+benchmark README's newest sections, which README.md's tables are read from. ``CLAIMS`` maps each
+phrase (a format string) to the result file it comes from and the values that fill it, rounded as
+the section prints them. ``test_every_number_of_the_tied_sections_is_tied`` then checks that every
+decimal number and every number with a unit in those sections lies inside a checked phrase; so a
+section added after the last tied one fails until its numbers have claims here too.
+"""
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+
+from tests.test_readme_numbers import (
+    ROOT,
+    STANDING_ROWS,
+    UNIT_NUMBER,
+    batch1_rounds,
+    h100_moves,
+    load,
+    one,
+    summ,
+    target,
+)
+
+BENCH = "reports/bench/"
+RUN39 = BENCH + "bench_kernels_round2zp_quick_h100.json"  # both operators, H100: README's H100 table
+RUN40 = BENCH + "bench_kernels_round2zq_quick_h100.json"  # the thirty-ninth run repeated
+RUN38_GDN = BENCH + "bench_kernels_round2zo_gdn_quick_h100.json"
+RUN37_MAMBA2 = BENCH + "bench_kernels_round2zn_mamba2_quick_h100.json"
+RUN30_RECOUNTED = BENCH + "bench_kernels_round2zg_quick_h100_recounted.json"
+RUN31_H200 = BENCH + "bench_kernels_round2zh_quick.json"  # README's H200 table
+OPS = ("mamba2", "gdn")
+NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
+
+# The heading of the first section tied to its result files; every section after it is tied too.
+FIRST_TIED = "## Round two, thirty-ninth run"
+
+
+@functools.cache
+def tied_text() -> str:
+    text = (ROOT / BENCH / "README.md").read_text()
+    start = text.find(FIRST_TIED)
+    assert start >= 0, f"reports/bench/README.md has no heading {FIRST_TIED!r}"
+    return re.sub(r"\s+", " ", text[start:])
+
+
+# --- values derived from the result files --------------------------------------------------------
+RATIO_NAMES = [name for _, name, _ in STANDING_ROWS if name != "batch1_replay_vs_conventional"]
+RATIO_LABEL = {  # how a section names a ratio row of README's tables, after its operator
+    "replay_vs_conventional": "`shared:fp32` ÷ conventional", "replay_vs_fla": "`shared:fp32` ÷ fla",
+    "split_fp16-sr_nvfp4_vs_conventional": "`split:fp16-sr/nvfp4`",
+    "split_fp8e4m3-sr_nvfp4_vs_conventional": "`split:fp8e4m3-sr/nvfp4`",
+    "fp16sr_flush_vs_fp16sr_conventional": "fp16-SR/NVFP4 flush", "verify_T8_vs_conventional": "verify",
+}
+
+
+def invocation(d, op) -> tuple:
+    """One operator's invocation in a joined run: its seconds and its correctness checks (passed, all)."""
+    (run,) = [m for m in d["provenance"]["merged_from"] if m["settings"]["ops"] == [op]]
+    checks = [c["ok"] for key, c in d["correctness"].items() if key.split(":")[0] == op]
+    return run["seconds"], sum(checks), len(checks)
+
+
+def run_header(d) -> tuple:
+    """The card, the commit, each invocation (GDN first, as the device script ran them), the fla
+    version and the copy ceiling of a joined run."""
+    gdn, mamba2 = invocation(d, "gdn"), invocation(d, "mamba2")
+    return (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["provenance"]["git"], *gdn, *mamba2,
+            d["peers"]["flash-linear-attention"], d["ceiling"]["GBps"])
+
+
+BATCH1_KERNELS = (("conventional step", "conventional", 0), ("output-only step, W = 7", "nonflush", 7),
+                  ("flush, W = 15", "flush", 15))
+
+
+def batch1_row(d, op, kernel, W) -> tuple:
+    """The lowest and highest of the five batch-1 rounds of one fp32 kernel (µs), and the round the
+    summary takes (the run's ``batch`` row)."""
+    def rows(tag):
+        return [r["us"] for r in d["rows"] if r["op"] == op and r["kernel"] == kernel and r["batch"] == 1
+                and r["W"] == W and r["update"] == "fp32" and r["read"] is None and re.fullmatch(tag, r["tag"])]
+    rounds = rows(r"batch1-round\d")
+    assert len(rounds) == 5, (op, kernel, rounds)
+    (median,) = rows("batch")
+    return min(rounds), max(rounds), median
+
+
+def fp32_conventional(d, op) -> dict:
+    """The fp32 conventional step at its own launch shape, the baseline of the split targets."""
+    return summ(d, op)["conventional_formats"]["fp32"]
+
+
+def split_per_token_us(d, op) -> float:
+    """`split:fp16-sr/nvfp4` per token (µs), from its ratio and its baseline."""
+    return fp32_conventional(d, op)["us"] / target(d, op, "split_fp16-sr_nvfp4_vs_conventional")["value"]
+
+
+def largest_move(d, before: dict, names) -> tuple[float, str, float, float]:
+    """The largest change of the named targets from the runs ``before`` (one per operator): the change,
+    which row (as a section names it) and its value now and before."""
+    moves = [(abs(target(d, op, n)["value"] - target(before[op], op, n)["value"]), op, n) for op in OPS for n in names]
+    change, op, name = max(moves)
+    label = f"{NAME[op]}'s" + (f" {RATIO_LABEL[name]}" if name in RATIO_LABEL else "")
+    return change, label, target(d, op, name)["value"], target(before[op], op, name)["value"]
+
+
+def states_unchanged(d, before: dict) -> bool:
+    return all(target(d, op, n)["met"] == target(before[op], op, n)["met"] for op in OPS for n in summ(d, op)["targets"])
+
+
+def met_targets(d) -> set[tuple[str, str]]:
+    return {(op, name) for op in OPS for _, name, _ in STANDING_ROWS if target(d, op, name)["met"]}
+
+
+def gpu_test_count(commit: str) -> int:
+    """How many tests a committed GPU test log says passed."""
+    text = (ROOT / f"reports/diagnostics/gpu-tests-{commit}-h100.txt").read_text()
+    (count,) = re.findall(r"(\d+) passed", text)
+    return int(count)
+
+
+def batch1_sentence(d) -> tuple:
+    g, m = batch1_rounds(d, "gdn"), batch1_rounds(d, "mamba2")
+    return (*g[:4], *m[:4])
+
+
+def both(d) -> dict:
+    return {op: d for op in OPS}
+
+
+RUN37_38 = {"gdn": RUN38_GDN, "mamba2": RUN37_MAMBA2}
+BATCH1_TEXT = ("Batch 1: GDN {:.3f}× ({:.3f}× to {:.3f}× over the rounds), {}; Mamba-2 {:.3f}× ({:.3f}× to "
+               "{:.3f}×), {}.")
+HEADER_TEXT = ("Both operators on one {} at `{}`{}--ops gdn` ({:.0f} s, {} of {} correctness checks), then "
+               "`--ops mamba2` ({:.0f} s, {} of {}) in the same call, joined by `--resummarise`; fla {} as the "
+               "peer, copy ceiling {:.0f} GB/s.")
+
+
+def header(between: str):
+    """A section's first sentence, with the text between the commit and the first invocation fixed."""
+    return lambda d: (*run_header(d)[:2], between, *run_header(d)[2:])
+
+
+CLAIMS: list[tuple[str, str, object]] = [
+    # --- thirty-ninth run ---
+    (HEADER_TEXT, RUN39, header(", whose kernels are those of `38216a3` (the thirty-eighth run's GDN, the "
+                                "thirty-seventh run's Mamba-2): `python scripts/bench_kernels.py --quick ")),
+    *[(f"| {NAME[op]} {label} | {{:.2f}} | {{:.2f}} | {{:.2f}} |", RUN39,
+       functools.partial(batch1_row, op=op, kernel=kernel, W=W))
+      for op in ("gdn", "mamba2") for label, kernel, W in BATCH1_KERNELS],
+    (BATCH1_TEXT, RUN39, batch1_sentence),
+    ("Against the GDN-only thirty-eighth run ({:.3f}×) and the Mamba-2-only thirty-seventh ({:.3f}×), at the "
+     "same kernels, the ratios moved by {:.3f} and {:.3f}.", RUN39,
+     lambda d: (batch1_rounds(load(RUN38_GDN), "gdn")[0], batch1_rounds(load(RUN37_MAMBA2), "mamba2")[0],
+                abs(batch1_rounds(d, "gdn")[0] - batch1_rounds(load(RUN38_GDN), "gdn")[0]),
+                abs(batch1_rounds(d, "mamba2")[0] - batch1_rounds(load(RUN37_MAMBA2), "mamba2")[0]))),
+    ("Every other ratio moves from those two runs by at most {:.3f} ({}, {:.2f}× against "
+     "{:.2f}×), the NVFP4 rows by at most {:.2f} points ({}, {:.1f} % against {:.1f} %) and the conventional "
+     "steps' % of the reference ceiling by at most {:.1f} points; {}.", RUN39,
+     lambda d: (*largest_move(d, {op: load(f) for op, f in RUN37_38.items()},
+                              [n for n in RATIO_NAMES if "pct" not in n]),
+                *largest_move(d, {op: load(f) for op, f in RUN37_38.items()}, ["nvfp4_nonflush_pct_byte_bound"]),
+                largest_move(d, {op: load(f) for op, f in RUN37_38.items()}, ["conventional_pct_ceiling"])[0],
+                "none changes state" if states_unchanged(d, {op: load(f) for op, f in RUN37_38.items()})
+                else "some change state")),
+    ("Against the thirtieth run, the batch-1 targets moved from {:.2f}× to {:.2f}× (Mamba-2) and from {:.2f}× "
+     "to {:.2f}× (GDN), every other ratio of README's table by at most {:.3f} and the NVFP4 row by at most "
+     "{:.1f} points.", RUN39,
+     lambda d: (*(target(r, "mamba2", "batch1_replay_vs_conventional")["value"] for r in (load(RUN30_RECOUNTED), d)),
+                *(target(r, "gdn", "batch1_replay_vs_conventional")["value"] for r in (load(RUN30_RECOUNTED), d)),
+                *h100_moves(d))),
+    ("Missed: the rest, Mamba-2's `shared:fp32` ratios among them ({:.2f}× and {:.2f}×; {} on the H200).", RUN39,
+     lambda d: (target(d, "mamba2", "replay_vs_conventional")["value"], target(d, "mamba2", "replay_vs_fla")["value"],
+                "met" if all(target(load(RUN31_H200), "mamba2", n)["met"]
+                             for n in ("replay_vs_conventional", "replay_vs_fla")) else "not all met")),
+    ("(here GDN {:.1f} µs at {:.1f} % and Mamba-2 {:.1f} µs at {:.1f} % of {:.0f} GB/s; in the thirty-first "
+     "run, H200, {:.1f} µs and {:.1f} µs)", RUN39,
+     lambda d: (fp32_conventional(d, "gdn")["us"], fp32_conventional(d, "gdn")["pct_ceiling"],
+                fp32_conventional(d, "mamba2")["us"], fp32_conventional(d, "mamba2")["pct_ceiling"],
+                d["ceiling"]["GBps"], fp32_conventional(load(RUN31_H200), "gdn")["us"],
+                fp32_conventional(load(RUN31_H200), "mamba2")["us"])),
+    ("(GDN {:.1f} µs here against {:.1f}, Mamba-2 {:.1f} against {:.1f})", RUN39,
+     lambda d: (split_per_token_us(d, "gdn"), split_per_token_us(load(RUN31_H200), "gdn"),
+                split_per_token_us(d, "mamba2"), split_per_token_us(load(RUN31_H200), "mamba2"))),
+    ("(GDN {:.2f}× here, {:.2f}× on the H200)", RUN39,
+     lambda d: (target(d, "gdn", "split_fp16-sr_nvfp4_vs_conventional")["value"],
+                target(load(RUN31_H200), "gdn", "split_fp16-sr_nvfp4_vs_conventional")["value"])),
+    ("The GPU kernel tests passed on an H100 at `a52ff7e` before this run and at `6585016`, `490b040`, "
+     "`94ff1ed` and `da3a97e` after it, {} each", RUN39,
+     lambda d: (one(gpu_test_count(c) for c in ("a52ff7e", "6585016", "490b040", "94ff1ed", "da3a97e")),)),
+    # --- fortieth run: the thirty-ninth repeated at the same kernels ---
+    (HEADER_TEXT, RUN40, header(", whose kernels are still those of `38216a3` (since the thirty-ninth run's "
+                                "`56aa7fa`, a comment in `kernels/gdn/decode.py`, a script's docstring, the "
+                                "claims test, READMEs and result files changed, no kernel code): `")),
+    *[(f"| {NAME[op]} {label} | {{:.2f}} | {{:.2f}} | {{:.2f}} |", RUN40,
+       functools.partial(batch1_row, op=op, kernel=kernel, W=W))
+      for op in ("gdn", "mamba2") for label, kernel, W in BATCH1_KERNELS],
+    ("{}. Every ratio of README's H100 table but batch 1 moves by at most {:.3f} ({}, "
+     "{:.2f}× against {:.2f}×), the NVFP4 rows by at most {:.2f} points ({}, {:.1f} % against {:.1f} %), and "
+     "the fp32 conventional steps by at most {:.1f} % (GDN {:.1f} µs against {:.1f}, Mamba-2 {:.1f} against "
+     "{:.1f}).", RUN40,
+     lambda d: ("No target changes state" if states_unchanged(d, both(load(RUN39))) else "Some targets change state",
+                *largest_move(d, both(load(RUN39)), [n for n in RATIO_NAMES if "pct" not in n]),
+                *largest_move(d, both(load(RUN39)), ["nvfp4_nonflush_pct_byte_bound"]),
+                max(100 * abs(fp32_conventional(d, op)["us"] / fp32_conventional(load(RUN39), op)["us"] - 1)
+                    for op in OPS),
+                *(fp32_conventional(r, op)["us"] for op in ("gdn", "mamba2") for r in (d, load(RUN39))))),
+    (BATCH1_TEXT + " The ratios moved by {:.3f} and {:.3f} from the thirty-ninth run, but this run's rounds "
+     "spread wider (Mamba-2's conventional step {:.2f}-{:.2f} µs against {:.2f}-{:.2f} there).", RUN40,
+     lambda d: (*batch1_sentence(d),
+                *(abs(batch1_rounds(d, op)[0] - batch1_rounds(load(RUN39), op)[0]) for op in ("gdn", "mamba2")),
+                *batch1_row(d, "mamba2", "conventional", 0)[:2],
+                *batch1_row(load(RUN39), "mamba2", "conventional", 0)[:2])),
+    ("The `split:fp16-sr/nvfp4` time per token, from the ratio and its conventional step: GDN {:.1f} µs ({:.1f} "
+     "in the thirty-ninth run), Mamba-2 {:.1f} ({:.1f}).", RUN40,
+     lambda d: tuple(split_per_token_us(r, op) for op in ("gdn", "mamba2") for r in (d, load(RUN39)))),
+    ("The GPU kernel tests passed on an H100 at `da3a97e` just before this run ({},", RUN40,
+     lambda d: (gpu_test_count("da3a97e"),)),
+]
+
+# What each section says was met among README's targets, checked against its result file.
+MET = {
+    RUN39: ("Met on the H100: both split targets of both operators, Mamba-2's verify and its batch 1.",
+            {(op, n) for op in OPS for n in ("split_fp16-sr_nvfp4_vs_conventional",
+                                             "split_fp8e4m3-sr_nvfp4_vs_conventional")}
+            | {("mamba2", "verify_T8_vs_conventional"), ("mamba2", "batch1_replay_vs_conventional")}),
+}
+
+
+def rendered(claim) -> str:
+    text, rel, values = claim
+    vals = values(load(rel))
+    assert isinstance(vals, tuple) and len(vals) == text.count("{"), f"{text!r}: values {vals!r}"
+    return text.format(*vals)
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=[f"{i:02d}-{c[1].split('/')[-1]}" for i, c in enumerate(CLAIMS)])
+def test_bench_readme_number_matches_its_result_file(claim):
+    phrase = rendered(claim)
+    assert phrase in tied_text(), (f"reports/bench/README.md does not say what {claim[1]} says; expected\n  {phrase}\n"
+                                   "(update the section from the JSON, or the JSON by re-measuring)")
+
+
+@pytest.mark.parametrize("rel", sorted(MET))
+def test_bench_readme_states_which_targets_are_met(rel):
+    phrase, met = MET[rel]
+    assert phrase in tied_text()
+    assert met_targets(load(rel)) == met, sorted(met_targets(load(rel)) ^ met)
+
+
+# Any decimal, or any number with a unit: what a section must not print without a claim behind it.
+NUMBER = re.compile(UNIT_NUMBER.pattern + r"|(?<![\w.`])\d+\.\d+")
+
+
+def loose_numbers(text: str, phrases) -> list[str]:
+    covered = []
+    for phrase in phrases:
+        start = text.find(phrase)
+        while start >= 0:
+            covered.append((start, start + len(phrase)))
+            start = text.find(phrase, start + 1)
+    return [text[max(0, m.start() - 30):m.end() + 10] for m in NUMBER.finditer(text)
+            if not any(a <= m.start() and m.end() <= b for a, b in covered)]
+
+
+def test_every_number_of_the_tied_sections_is_tied():
+    loose = loose_numbers(tied_text(), [rendered(c) for c in CLAIMS] + [p for p, _ in MET.values()])
+    assert not loose, ("numbers in reports/bench/README.md's tied sections with no result file behind them (add "
+                       "a claim to CLAIMS here, or remove the number):\n" + "\n".join(loose))
+
+
+def test_the_checks_can_fail():
+    """A changed digit in a table row is caught by its claim, and an unclaimed number by the scan."""
+    phrase = rendered(CLAIMS[1])
+    lo = batch1_row(load(RUN39), "gdn", "conventional", 0)[0]
+    tampered = phrase.replace(f"{lo:.2f}", f"{lo + 0.01:.2f}", 1)
+    assert tampered != phrase and tampered not in tied_text()
+    assert loose_numbers("the step took 4.07 and then 5 µs", ["took 4.07"]) == ["the step took 4.07 and then 5 µs"]
