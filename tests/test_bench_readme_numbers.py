@@ -19,7 +19,9 @@ from tests.test_readme_numbers import (
     ROOT,
     STANDING_ROWS,
     UNIT_NUMBER,
+    b256,
     batch1_rounds,
+    diagnostics_rows,
     h100_moves,
     load,
     one,
@@ -34,19 +36,28 @@ RUN38_GDN = BENCH + "bench_kernels_round2zo_gdn_quick_h100.json"
 RUN37_MAMBA2 = BENCH + "bench_kernels_round2zn_mamba2_quick_h100.json"
 RUN30_RECOUNTED = BENCH + "bench_kernels_round2zg_quick_h100_recounted.json"
 RUN31_H200 = BENCH + "bench_kernels_round2zh_quick.json"  # README's H200 table
+RUN29_RECOUNTED = BENCH + "bench_kernels_round2zf_quick_recounted.json"
+RUN27_H200 = BENCH + "bench_kernels_round2zd_quick.json"
+HW_SCALES_AB = "reports/diagnostics/hw-block-scales-6100878.jsonl"
 OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
 # The heading of the first section tied to its result files; every section after it is tied too.
 FIRST_TIED = "## Round two, thirty-ninth run"
+# Earlier sections tied one by one: the run behind README's H200 table.
+ALSO_TIED = ("## Round two, thirty-first run",)
 
 
 @functools.cache
 def tied_text() -> str:
+    """The tied sections, whitespace collapsed, in the README's order."""
     text = (ROOT / BENCH / "README.md").read_text()
-    start = text.find(FIRST_TIED)
-    assert start >= 0, f"reports/bench/README.md has no heading {FIRST_TIED!r}"
-    return re.sub(r"\s+", " ", text[start:])
+    sections = re.split(r"\n(?=## )", text)
+    first = [i for i, sec in enumerate(sections) if sec.startswith(FIRST_TIED)]
+    assert first, f"reports/bench/README.md has no heading {FIRST_TIED!r}"
+    tied = [sec for i, sec in enumerate(sections) if i >= first[0] or sec.startswith(ALSO_TIED)]
+    assert len(tied) == len(sections) - first[0] + len(ALSO_TIED), "a heading of ALSO_TIED is missing or repeated"
+    return re.sub(r"\s+", " ", "\n".join(tied))
 
 
 # --- values derived from the result files --------------------------------------------------------
@@ -117,9 +128,9 @@ def met_targets(d) -> set[tuple[str, str]]:
     return {(op, name) for op in OPS for _, name, _ in STANDING_ROWS if target(d, op, name)["met"]}
 
 
-def gpu_test_count(commit: str) -> int:
+def gpu_test_count(commit: str, card: str = "h100") -> int:
     """How many tests a committed GPU test log says passed."""
-    text = (ROOT / f"reports/diagnostics/gpu-tests-{commit}-h100.txt").read_text()
+    text = (ROOT / f"reports/diagnostics/gpu-tests-{commit}-{card}.txt").read_text()
     (count,) = re.findall(r"(\d+) passed", text)
     return int(count)
 
@@ -131,6 +142,131 @@ def batch1_sentence(d) -> tuple:
 
 def both(d) -> dict:
     return {op: d for op in OPS}
+
+
+def minus(change_pct: float) -> str:
+    """A signed change in %, with the minus sign the README prints."""
+    return f"{change_pct:+.1f}".replace("-", "−")
+
+
+def verdict_cells(before, now, names, fmt) -> tuple[str, str]:
+    """One row of a before → now table of README's targets, per operator: the values of ``names``
+    (one, or two joined by " / ") before and now, and the verdict: "(met)" after both where met in
+    both runs, nothing where missed in both, each run's verdict where it changed."""
+    cells = []
+    for op in OPS:
+        def side(d, op=op):
+            return " / ".join(fmt.format(target(d, op, n)["value"]) for n in names)
+        met = [one(target(d, op, n)["met"] for n in names) for d in (before, now)]
+        if met[0] != met[1]:
+            word = {True: "met", False: "missed"}
+            cells.append(f"{side(before)} ({word[met[0]]}) → {side(now)} ({word[met[1]]})")
+        else:
+            cells.append(f"{side(before)} → {side(now)}" + (" (met)" if met[0] else ""))
+    return tuple(cells)
+
+
+def hw_scales_ab_pct(op: str, update: str) -> float:
+    """The change (%) of one NVFP4-storing flush from the integer block-scale rounding to the GPU's in
+    the same-call A/B (first call)."""
+    rows = diagnostics_rows(HW_SCALES_AB)
+
+    def us(tree):
+        (r,) = [r for r in rows if r["call"] == 1 and r["op"] == op and r["kernel"] == "flush"
+                and r["update"] == update and r["read"] == "nvfp4" and r["tree"] == tree]
+        return r["us"]
+    return 100 * (us("new") / us("main") - 1)
+
+
+def flush_change_pct(before, now, op, update) -> float:
+    return 100 * (summ(now, op)["update"][update]["flush_us"] / summ(before, op)["update"][update]["flush_us"] - 1)
+
+
+AT_MOST = ("fp16sr_flush_vs_fp16sr_conventional", "verify_T8_vs_conventional")  # targets met at or below
+HW_SCALES_FLUSHES = (("mamba2", "fp16-sr"), ("mamba2", "fp8e4m3-sr"), ("mamba2", "fp32"), ("gdn", "fp16-sr"),
+                     ("gdn", "fp32"))
+
+
+def run31_rows():
+    """The thirty-first run's claims: its header, its before → now tables against the twenty-ninth run
+    (recounted), its flush table and its bullets."""
+    before = load(RUN29_RECOUNTED)
+
+    def target_row(label, names, fmt, target_fmt):
+        targets = " / ".join(target_fmt.format(target(load(RUN31_H200), op, names[0])["target"]) for op in OPS)
+        if len({target(load(RUN31_H200), op, n)["target"] for op in OPS for n in names}) == 1:
+            targets = target_fmt.format(target(load(RUN31_H200), "gdn", names[0])["target"])
+        targets = ("≤ " if names[0] in AT_MOST else "≥ ") + targets
+        return (f"| {label} ({{}}) | {{}} | {{}} |", RUN31_H200,
+                lambda d: (targets, *verdict_cells(before, d, names, fmt)))
+
+    def flush_row(label, update, gdn_note=None):
+        def cell(d, op):
+            b, n = (summ(r, op)["update"][update]["flush_us"] for r in (before, d))
+            note = gdn_note if (op == "gdn" and gdn_note) else f"{minus(flush_change_pct(before, d, op, update))} %"
+            return f"{b:.1f} → {n:.1f} ({note})"
+        return (f"| {label} | {{}} | {{}} |", RUN31_H200, lambda d: (cell(d, "mamba2"), cell(d, "gdn")))
+
+    return [
+        ("`python scripts/bench_kernels.py --quick` at `{}` on one {}, in two invocations (`--ops mamba2`, {:.0f} s, "
+         "{} of {} correctness checks; `--ops gdn`, {:.0f} s, {} of {}) joined by `--resummarise`. In-run copy "
+         "ceiling {:.0f} GB/s (the higher of the two invocations', which `--resummarise` keeps); fla {} as the peer.",
+         RUN31_H200,
+         lambda d: (d["provenance"]["git"], d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "),
+                    *invocation(d, "mamba2"), *invocation(d, "gdn"), d["ceiling"]["GBps"],
+                    d["peers"]["flash-linear-attention"])),
+        ("Its kernels differ from the twenty-ninth run's (`round2zf`, at `{}`)", RUN29_RECOUNTED,
+         lambda d: (d["provenance"]["git"],)),
+        ("GPU tests at the same commit on the same H200: {} passed (`reports/diagnostics/gpu-tests-{}-h200.txt`)",
+         RUN31_H200, lambda d: (gpu_test_count(d["provenance"]["git"], "h200"), d["provenance"]["git"])),
+        target_row("`shared:fp32` ÷ conventional", ["replay_vs_conventional"], "{:.2f}×", "{:.2f}×"),
+        target_row("`shared:fp32` ÷ fla", ["replay_vs_fla"], "{:.2f}×", "{:.1f}×"),
+        target_row("`split:fp16-sr/nvfp4` / `split:fp8e4m3-sr/nvfp4`",
+                   ["split_fp16-sr_nvfp4_vs_conventional", "split_fp8e4m3-sr_nvfp4_vs_conventional"], "{:.2f}×",
+                   "{:.0f}×"),
+        target_row("NVFP4 output-only step, % of byte bound", ["nvfp4_nonflush_pct_byte_bound"], "{:.1f} %",
+                   "{:.0f} %"),
+        target_row("fp16-SR/NVFP4 flush ÷ fp16-SR conventional", ["fp16sr_flush_vs_fp16sr_conventional"], "{:.2f}×",
+                   "{:.1f}×"),
+        target_row("verify round T = 8", ["verify_T8_vs_conventional"], "{:.2f}×", "{:.1f}×"),
+        target_row("batch 1", ["batch1_replay_vs_conventional"], "{:.2f}×", "{:.1f}×"),
+        flush_row("fp16-SR checkpoint, NVFP4 read copy", "fp16-sr"),
+        flush_row("FP8-SR checkpoint, NVFP4 read copy", "fp8e4m3-sr", gdn_note="integer rounding kept"),
+        flush_row("fp32 checkpoint, NVFP4 read copy", "fp32"),
+        ("| control: fp32 conventional step | {:.1f} → {:.1f} | {:.1f} → {:.1f} |", RUN31_H200,
+         lambda d: tuple(b256(r, op)["conventional_us"] for op in OPS for r in (before, d))),
+        ("(`reports/diagnostics/hw-block-scales-6100878.jsonl`: {} %, {} % and {} % for Mamba-2's three, {} % and {} % "
+         "for GDN's) within {:.1f} points.", RUN31_H200,
+         lambda d: (*(minus(hw_scales_ab_pct(op, u)) for op, u in HW_SCALES_FLUSHES),
+                    max(abs(hw_scales_ab_pct(op, u) - flush_change_pct(before, d, op, u)) for op, u in HW_SCALES_FLUSHES))),
+        ("Its conventional step timed {:.2f} µs against {:.2f}, and the ReplaySSM steps amortised to {:.2f} against "
+         "{:.2f}. The twenty-ninth run's {:.2f}× had itself been read as met by spread ({:.2f}× in the run before it).",
+         RUN31_H200,
+         lambda d: (summ(d, "mamba2")["batch"]["1"]["conventional_us"], summ(before, "mamba2")["batch"]["1"]["conventional_us"],
+                    summ(d, "mamba2")["batch"]["1"]["replay_amortised_us"],
+                    summ(before, "mamba2")["batch"]["1"]["replay_amortised_us"],
+                    target(before, "mamba2", "batch1_replay_vs_conventional")["value"],
+                    target(load(RUN27_H200), "mamba2", "batch1_replay_vs_conventional")["value"])),
+        ("Mamba-2's NVFP4 output-only step timed {:.1f} µs against {:.1f}, with its kernel unchanged: a spread that "
+         "moves its % of byte bound from {:.1f} to {:.1f}.", RUN31_H200,
+         lambda d: (summ(d, "mamba2")["read"]["nvfp4"]["nonflush_us"], summ(before, "mamba2")["read"]["nvfp4"]["nonflush_us"],
+                    target(before, "mamba2", "nvfp4_nonflush_pct_byte_bound")["value"],
+                    target(d, "mamba2", "nvfp4_nonflush_pct_byte_bound")["value"])),
+        ("Mamba-2's `shared:fp32` ratios stay {}, by smaller margins: {:.2f}× against {:.2f}× (÷ conventional) and "
+         "{:.2f}× against {:.2f}× (÷ fla), with the conventional step {:.1f} % faster here.", RUN31_H200,
+         lambda d: ("met" if all(target(r, "mamba2", n)["met"] for r in (before, d)
+                                 for n in ("replay_vs_conventional", "replay_vs_fla")) else "not all met",
+                    *(target(r, "mamba2", n)["value"] for n in ("replay_vs_conventional", "replay_vs_fla")
+                      for r in (d, before)),
+                    100 * (1 - b256(d, "mamba2")["conventional_us"] / b256(before, "mamba2")["conventional_us"]))),
+        ("GDN's `shared:fp32` byte bound is {:.3f}× here against {:.3f}× there, because its conventional step timed "
+         "{}: the {:.2f}× target {} the bound.", RUN31_H200,
+         lambda d: (*(target(r, "gdn", "replay_vs_conventional")["byte_bound"] for r in (d, before)),
+                    "faster" if b256(d, "gdn")["conventional_us"] < b256(before, "gdn")["conventional_us"] else "slower",
+                    target(d, "gdn", "replay_vs_conventional")["target"],
+                    "sits on" if f"{target(d, 'gdn', 'replay_vs_conventional')['byte_bound']:.2f}"
+                    == f"{target(d, 'gdn', 'replay_vs_conventional')['target']:.2f}" else "is off")),
+    ]
 
 
 RUN37_38 = {"gdn": RUN38_GDN, "mamba2": RUN37_MAMBA2}
@@ -147,6 +283,8 @@ def header(between: str):
 
 
 CLAIMS: list[tuple[str, str, object]] = [
+    # --- thirty-first run (H200): README's H200 table ---
+    *run31_rows(),
     # --- thirty-ninth run ---
     (HEADER_TEXT, RUN39, header(", whose kernels are those of `38216a3` (the thirty-eighth run's GDN, the "
                                 "thirty-seventh run's Mamba-2): `python scripts/bench_kernels.py --quick ")),
@@ -276,7 +414,7 @@ def test_every_number_of_the_tied_sections_is_tied():
 
 def test_the_checks_can_fail():
     """A changed digit in a table row is caught by its claim, and an unclaimed number by the scan."""
-    phrase = rendered(CLAIMS[1])
+    (phrase,) = [rendered(c) for c in CLAIMS if c[0].startswith("| GDN conventional step") and c[1] == RUN39]
     lo = batch1_row(load(RUN39), "gdn", "conventional", 0)[0]
     tampered = phrase.replace(f"{lo:.2f}", f"{lo + 0.01:.2f}", 1)
     assert tampered != phrase and tampered not in tied_text()
