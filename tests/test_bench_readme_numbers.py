@@ -39,13 +39,18 @@ RUN31_H200 = BENCH + "bench_kernels_round2zh_quick.json"  # README's H200 table
 RUN29_RECOUNTED = BENCH + "bench_kernels_round2zf_quick_recounted.json"
 RUN27_H200 = BENCH + "bench_kernels_round2zd_quick.json"
 HW_SCALES_AB = "reports/diagnostics/hw-block-scales-6100878.jsonl"
+MAMBA2_NVFP4_CAPS = "reports/diagnostics/mamba2-nvfp4-flush-caps-65c30b0.jsonl"
+RUN32 = BENCH + "bench_kernels_round2zi_quick_h100.json"
+RUN33 = BENCH + "bench_kernels_round2zj_quick_h100.json"
 OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
 # The heading of the first section tied to its result files; every section after it is tied too.
 FIRST_TIED = "## Round two, thirty-ninth run"
-# Earlier sections tied one by one: the run behind README's H200 table.
-ALSO_TIED = ("## Round two, thirty-first run",)
+# Earlier sections tied one by one: the run behind README's H200 table, and the runs and diagnostics
+# after it whose numbers all come from result files (the others between them were checked by hand).
+ALSO_TIED = ("## Round two, thirty-first run", "## Since the thirty-first run: Mamba-2's NVFP4 flush caps",
+             "## Round two, thirty-second run", "## Round two, thirty-third run")
 
 
 @functools.cache
@@ -269,6 +274,116 @@ def run31_rows():
     ]
 
 
+def span(values, fmt="{:.0f}") -> str:
+    """The lowest and highest of some timings as a section prints them: "lo-hi", or one value where
+    both round alike."""
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def caps_rows():
+    """Mamba-2's NVFP4-storing flushes re-timed at each register cap (diagnostics after the
+    thirty-first run): per checkpoint format, the rule (the wrapper's own cap, read from the kernel
+    module, so the section goes stale when the rule changes) and the other caps."""
+    from precision_lab.kernels.mamba2 import decode as md
+    rule = {"fp16-sr": md.FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE[md.FMT_FP16],
+            "fp8e4m3-sr": md.FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE[md.FMT_E4M3], "fp32": md.FLUSH_NVFP4_MAX_REGISTERS}
+    rows = diagnostics_rows(MAMBA2_NVFP4_CAPS)
+
+    def us(update, cap):
+        return [r["us"] for r in rows if r["update"] == update and r["cap"] == cap]
+
+    def row(label, update, others, unit=""):
+        cells = "; ".join(f"{c}: {span(us(update, c))}" for c in others)
+        return (f"| {label} | {{}}: {{}}{unit} | {{}} |", RUN31_H200,
+                lambda d: (rule[update], span(us(update, None)), cells))
+    return [
+        ("(`FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE`: {} with an fp16-SR checkpoint, {} with FP8-SR, {} with fp32)",
+         RUN31_H200, lambda d: (rule["fp16-sr"], rule["fp8e4m3-sr"], rule["fp32"])),
+        ("Re-timed at batch 256, W = 15, each cap {} in one process on one H100", RUN31_H200,
+         lambda d: ({2: "twice"}.get(one(len(us(r["update"], r["cap"])) for r in rows), "unevenly"),)),
+        row("fp16-SR", "fp16-sr", (152, 168, 128, 136), unit=" µs"),
+        row("FP8-SR", "fp8e4m3-sr", (144, 168, 112)),
+        row("fp32", "fp32", (200, 184, 144)),
+    ]
+
+
+BATCH1_SUMMARY_ROW = "| {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f}× |"
+
+
+def batch1_summary_row(label, rel, op):
+    """One row of a batch-1 table read from a run's summary: the conventional step, the output-only step,
+    the flush, ReplaySSM amortised and the ratio."""
+    def values(d):
+        b = summ(d, op)["batch"]["1"]
+        return (label, b["conventional_us"], b["nonflush_us"], b["flush_us"], b["replay_amortised_us"],
+                target(d, op, "batch1_replay_vs_conventional")["value"])
+    return (BATCH1_SUMMARY_ROW, rel, values)
+
+
+def run32_33_rows():
+    """The thirty-second run (the small-batch load orders) against the thirtieth, and the thirty-third
+    (the token's inputs first) against the thirty-second."""
+    run30, run32 = load(RUN30_RECOUNTED), load(RUN32)
+    b1 = {rel: {op: summ(load(rel), op)["batch"]["1"] for op in OPS} for rel in (RUN32, RUN33)}
+
+    def joined(d) -> tuple:
+        return (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["peers"]["flash-linear-attention"],
+                d["ceiling"]["GBps"])
+
+    def faster_pct(op):
+        return 100 * (1 - b1[RUN33][op]["nonflush_us"] / b1[RUN32][op]["nonflush_us"])
+
+    def flush_per_token(op):
+        return b1[RUN33][op]["replay_amortised_us"] - b1[RUN33][op]["nonflush_us"]
+    return [
+        ("Produced on one {} (`python scripts/bench_kernels.py --quick --ops mamba2`, then `--ops gdn`, joined by "
+         "`--resummarise`; fla {} as the peer; copy ceiling {:.0f} GB/s in the run), Mamba-2 at `{}` and GDN at `{}`, "
+         "whose kernels differ only in comments; {} of {} and {} of {} correctness checks passed first.", RUN32,
+         lambda d: (*joined(d), *(m["git"] for op in OPS for m in d["provenance"]["merged_from"]
+                                  if m["settings"]["ops"] == [op]),
+                    *invocation(d, "mamba2")[1:], *invocation(d, "gdn")[1:])),
+        ("(`bench_kernels_round2zg_quick_h100_recounted.json`, at `{}`)", RUN30_RECOUNTED,
+         lambda d: (d["provenance"]["git"],)),
+        batch1_summary_row("Mamba-2, thirtieth run", RUN30_RECOUNTED, "mamba2"),
+        batch1_summary_row("Mamba-2, thirty-second run", RUN32, "mamba2"),
+        batch1_summary_row("GDN, thirtieth run", RUN30_RECOUNTED, "gdn"),
+        batch1_summary_row("GDN, thirty-second run", RUN32, "gdn"),
+        ("the fp32 conventional steps {:.1f} µs against {:.1f} (Mamba-2) and {:.1f} against {:.1f} (GDN), the "
+         "fp16-SR/NVFP4 flushes {:.1f} against {:.1f} and {:.1f} against {:.1f}. No target other than batch 1 moves by "
+         "more than {:.3f} (ratios) or {:.1f} points (the NVFP4 rows), and {}.", RUN32,
+         lambda d: (*(b256(r, op)["conventional_us"] for op in OPS for r in (d, run30)),
+                    *(summ(r, op)["update"]["fp16-sr"]["flush_us"] for op in OPS for r in (d, run30)),
+                    *h100_moves(d), "none changes state" if states_unchanged(d, both(run30)) else "some change state")),
+        ("Produced on one {} (`python scripts/bench_kernels.py --quick --ops mamba2`, then `--ops gdn`, joined by "
+         "`--resummarise`; fla {} as the peer; copy ceiling {:.0f} GB/s in the run) at `{}`; {} of {} and {} of {} "
+         "correctness checks passed first.", RUN33,
+         lambda d: (*joined(d), one(m["git"] for m in d["provenance"]["merged_from"]),
+                    *invocation(d, "mamba2")[1:], *invocation(d, "gdn")[1:])),
+        batch1_summary_row("Mamba-2, thirty-second run", RUN32, "mamba2"),
+        batch1_summary_row("Mamba-2, thirty-third run", RUN33, "mamba2"),
+        batch1_summary_row("GDN, thirty-second run", RUN32, "gdn"),
+        batch1_summary_row("GDN, thirty-third run", RUN33, "gdn"),
+        ("Both output-only steps are about {:.0f} % faster at batch 1 ({:.0f} % Mamba-2, {:.0f} % GDN). GDN's batch-1 "
+         "target stays {}: its output-only step ({:.2f} µs) is still slower than its conventional step ({:.2f}), and the "
+         "flush adds {:.2f} µs a token; at 1.0× the output-only step would have to run at about {:.1f} µs.", RUN33,
+         lambda d: ((faster_pct("mamba2") + faster_pct("gdn")) / 2, faster_pct("mamba2"), faster_pct("gdn"),
+                    "missed" if not target(d, "gdn", "batch1_replay_vs_conventional")["met"] else "met",
+                    b1[RUN33]["gdn"]["nonflush_us"], b1[RUN33]["gdn"]["conventional_us"], flush_per_token("gdn"),
+                    b1[RUN33]["gdn"]["conventional_us"] - flush_per_token("gdn"))),
+        ("Batch 16 moved within the spread (Mamba-2 {:.2f}× both runs, GDN {:.2f}×)", RUN33,
+         lambda d: tuple(float(one(f"{summ(r, op)['batch']['16']['speedup_vs_conventional']:.2f}" for r in (d, run32)))
+                         for op in OPS)),
+        ("no ratio of README's H100 table moves by more than {:.3f} ({}, {:.2f}× against {:.2f}×: its flush ran "
+         "{:.1f} µs against {:.1f} in the table's run and {:.1f} in the thirty-second, whose machine code it runs) or "
+         "{:.1f} points (the NVFP4 rows); {}.", RUN33,
+         lambda d: (h100_moves(d)[0],
+                    *largest_move(d, both(run30), [n for n in RATIO_NAMES if "pct" not in n])[1:],
+                    *(summ(r, "mamba2")["update"]["fp16-sr"]["flush_us"] for r in (d, run30, run32)),
+                    h100_moves(d)[1], "none changes state" if states_unchanged(d, both(run30)) else "some change state")),
+    ]
+
+
 RUN37_38 = {"gdn": RUN38_GDN, "mamba2": RUN37_MAMBA2}
 BATCH1_TEXT = ("Batch 1: GDN {:.3f}× ({:.3f}× to {:.3f}× over the rounds), {}; Mamba-2 {:.3f}× ({:.3f}× to "
                "{:.3f}×), {}.")
@@ -285,6 +400,10 @@ def header(between: str):
 CLAIMS: list[tuple[str, str, object]] = [
     # --- thirty-first run (H200): README's H200 table ---
     *run31_rows(),
+    # --- since the thirty-first run: Mamba-2's NVFP4 flush caps (diagnostics) ---
+    *caps_rows(),
+    # --- thirty-second and thirty-third runs (H100) ---
+    *run32_33_rows(),
     # --- thirty-ninth run ---
     (HEADER_TEXT, RUN39, header(", whose kernels are those of `38216a3` (the thirty-eighth run's GDN, the "
                                 "thirty-seventh run's Mamba-2): `python scripts/bench_kernels.py --quick ")),
@@ -391,6 +510,9 @@ def test_bench_readme_states_which_targets_are_met(rel):
     assert met_targets(load(rel)) == met, sorted(met_targets(load(rel)) ^ met)
 
 
+# Table headers whose number is a setting, not a measurement.
+NOT_MEASUREMENTS = ("| batch 1, µs |",)
+
 # Any decimal, or any number with a unit: what a section must not print without a claim behind it.
 NUMBER = re.compile(UNIT_NUMBER.pattern + r"|(?<![\w.`])\d+\.\d+")
 
@@ -407,7 +529,8 @@ def loose_numbers(text: str, phrases) -> list[str]:
 
 
 def test_every_number_of_the_tied_sections_is_tied():
-    loose = loose_numbers(tied_text(), [rendered(c) for c in CLAIMS] + [p for p, _ in MET.values()])
+    loose = loose_numbers(tied_text(), [rendered(c) for c in CLAIMS] + [p for p, _ in MET.values()]
+                          + list(NOT_MEASUREMENTS))
     assert not loose, ("numbers in reports/bench/README.md's tied sections with no result file behind them (add "
                        "a claim to CLAIMS here, or remove the number):\n" + "\n".join(loose))
 
