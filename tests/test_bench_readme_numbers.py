@@ -1,8 +1,8 @@
-"""The numbers of reports/bench/README.md's run sections, from the thirty-ninth run on, come from
-their result files.
+"""The numbers of reports/bench/README.md's sections, from the thirty-first run on, come from their
+result files.
 
 README.md's numbers go through ``tests/test_readme_numbers.py``; this file does the same for the
-benchmark README's newest sections, which README.md's tables are read from. ``CLAIMS`` maps each
+benchmark README's newest sections, which README.md's two tables are read from. ``CLAIMS`` maps each
 phrase (a format string) to the result file it comes from and the values that fill it, rounded as
 the section prints them. ``test_every_number_of_the_tied_sections_is_tied`` then checks that every
 decimal number and every number with a unit in those sections lies inside a checked phrase; so a
@@ -36,6 +36,7 @@ BENCH = "reports/bench/"
 RUN39 = BENCH + "bench_kernels_round2zp_quick_h100.json"  # both operators, H100: README's H100 table
 RUN40 = BENCH + "bench_kernels_round2zq_quick_h100.json"  # the thirty-ninth run repeated
 RUN38_GDN = BENCH + "bench_kernels_round2zo_gdn_quick_h100.json"
+RUN36_GDN = BENCH + "bench_kernels_round2zm_gdn_quick_h100.json"
 RUN37_MAMBA2 = BENCH + "bench_kernels_round2zn_mamba2_quick_h100.json"
 RUN30_RECOUNTED = BENCH + "bench_kernels_round2zg_quick_h100_recounted.json"
 RUN31_H200 = BENCH + "bench_kernels_round2zh_quick.json"  # README's H200 table
@@ -48,16 +49,14 @@ RUN33 = BENCH + "bench_kernels_round2zj_quick_h100.json"
 RUN34 = BENCH + "bench_kernels_round2zk_quick_h100.json"
 RUN35 = BENCH + "bench_kernels_round2zl_quick_h100.json"
 FOLD_PRODUCT_AB = "reports/diagnostics/gdn-fold-product-af710de.jsonl"
+QUARTER_SCORES_AB = "reports/diagnostics/gdn-quarter-scores.jsonl"
 OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
-# The heading of the first section tied to its result files; every section after it is tied too.
-FIRST_TIED = "## Round two, thirty-ninth run"
-# Earlier sections tied one by one: the run behind README's H200 table, and the runs and diagnostics
-# after it whose numbers all come from result files (the others between them were checked by hand).
-ALSO_TIED = ("## Round two, thirty-first run", "## Since the thirty-first run: Mamba-2's NVFP4 flush caps",
-             "## Round two, thirty-second run", "## Round two, thirty-third run",
-             "## Round two, thirty-fourth and thirty-fifth runs")
+# The heading of the first section tied to its result files; every section after it is tied too,
+# but for those in NOT_TIED, diagnostics checked by hand when they were written.
+FIRST_TIED = "## Round two, thirty-first run"
+NOT_TIED = ("## Since the thirty-first run: four more kernel forms", "## Since the thirty-second run: the batch-1 waits")
 
 
 @functools.cache
@@ -65,10 +64,9 @@ def tied_text() -> str:
     """The tied sections, whitespace collapsed, in the README's order."""
     text = (ROOT / BENCH / "README.md").read_text()
     sections = re.split(r"\n(?=## )", text)
-    first = [i for i, sec in enumerate(sections) if sec.startswith(FIRST_TIED)]
-    assert first, f"reports/bench/README.md has no heading {FIRST_TIED!r}"
-    tied = [sec for i, sec in enumerate(sections) if i >= first[0] or sec.startswith(ALSO_TIED)]
-    assert len(tied) == len(sections) - first[0] + len(ALSO_TIED), "a heading of ALSO_TIED is missing or repeated"
+    (first,) = [i for i, sec in enumerate(sections) if sec.startswith(FIRST_TIED)]
+    tied = [sec for sec in sections[first:] if not sec.startswith(NOT_TIED)]
+    assert len(tied) == len(sections) - first - len(NOT_TIED), "a heading of NOT_TIED is missing or repeated"
     return re.sub(r"\s+", " ", "\n".join(tied))
 
 
@@ -488,6 +486,242 @@ def run34_35_rows():
     ]
 
 
+def at_most(x: float, places: int) -> float:
+    """A bound on a change, rounded up to the places a section prints: "moves by at most" holds."""
+    return math.ceil(x * 10 ** places) / 10 ** places
+
+
+def other_moves(d, before, op) -> tuple[float, float]:
+    """The largest change from ``before`` of an operator's targets other than batch 1: of its ratios,
+    and of its % rows (the NVFP4 row and the conventional step's % of ceiling)."""
+    moves = {n: abs(t["value"] - target(before, op, n)["value"]) for n, t in summ(d, op)["targets"].items()
+             if n != "batch1_replay_vs_conventional"}
+    return max(v for n, v in moves.items() if "pct" not in n), max(v for n, v in moves.items() if "pct" in n)
+
+
+def ab_rows(commit: str) -> list[dict]:
+    return diagnostics_rows(f"reports/diagnostics/gdn-batch1-rules-ab-{commit}-h100.jsonl")
+
+
+def ab_us(commit, case, value, first_round=0) -> list[float]:
+    """One form's timings in an A/B of GDN's batch-1 rules (warm-up rounds left out): ``case`` names the
+    rule, ``value`` the form (the rule's own or the alternative), ``first_round`` the first round kept."""
+    return [r["us"] for r in ab_rows(commit) if "us" in r and not r.get("warmup") and r["case"] == case
+            and r.get("value") == value and r["rep"] >= first_round]
+
+
+def ab_conventional_us(commit, first_round=0) -> list[float]:
+    return [r["us"] for r in ab_rows(commit) if "us" in r and not r.get("warmup") and r["kernel"] == "conventional"
+            and r["rep"] >= first_round]
+
+
+def mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+AB_RULES = (("quarters", True, False), ("early_qk", True, False), ("fold_product", True, False))
+AB_RUNS = ("8e87457", "965cbfa", "8cfe43c", "1723f7c")
+
+
+def ab_three_rules(commit) -> tuple[str, ...]:
+    """The rule's and the alternative's ranges of the three rules other than the output rows."""
+    return tuple(span(ab_us(commit, case, v), "{:.2f}") for case, rule, alt in AB_RULES for v in (rule, alt))
+
+
+def run36_38_rows():
+    """The thirty-sixth (GDN) and thirty-seventh (Mamba-2) runs, the first with batch-1 rows in five rounds;
+    the A/Bs of GDN's batch-1 rules that followed; the thirty-eighth run (GDN, 16-row programs)."""
+    run35, run36, run37, run38 = (load(r) for r in (RUN35, RUN36_GDN, RUN37_MAMBA2, RUN38_GDN))
+
+    def single(d, op):
+        return (d["provenance"]["git"], *invocation_alone(d, op), d["peers"]["flash-linear-attention"],
+                d["ceiling"]["GBps"])
+
+    def rounds_table(rel, op):
+        return [(f"| {label} | {{:.2f}} | {{:.2f}} | {{:.2f}} |", rel,
+                 functools.partial(batch1_row, op=op, kernel=kernel, W=W)) for label, kernel, W in BATCH1_KERNELS]
+
+    def spread_pct(d, op, kernel, W):
+        lo, hi, _ = batch1_row(d, op, kernel, W)
+        return 100 * (hi / lo - 1)
+
+    def later_32_minus_16():
+        return [a - b for c in AB_RUNS for a, b in zip(ab_us(c, "output_rows", 32, 1), ab_us(c, "output_rows", 16, 1))]
+
+    def first_round_fast_pct():
+        fast = []
+        for c in AB_RUNS:
+            fast.append(1 - ab_conventional_us(c)[0] / mean(ab_conventional_us(c, 1)))
+            fast.append(1 - ab_us(c, "output_rows", 32)[0] / mean(ab_us(c, "output_rows", 32, 1)))
+        return 100 * mean(fast)
+
+    def rows_32_over_16_pct(c):
+        return 100 * (mean(ab_us(c, "output_rows", 32, 1)) / mean(ab_us(c, "output_rows", 16, 1)) - 1)
+
+    def range_ends_pct():
+        ends = []
+        for case, a, b in (*AB_RULES, ("output_rows", 32, 16)):
+            for v in (a, b):
+                first, again = ab_us("8e87457", case, v), ab_us("965cbfa", case, v)
+                ends += [abs(min(again) / min(first) - 1), abs(max(again) / max(first) - 1)]
+        return 100 * max(ends)
+
+    def same_ranking():
+        def order(c):
+            return [min(ab_us(c, case, a)) < min(ab_us(c, case, b)) for case, a, b in (*AB_RULES, ("output_rows", 32, 16))]
+        return order("8e87457") == order("965cbfa")
+
+    def no_alternative_faster(c):
+        return all(min(ab_us(c, case, alt)) >= min(ab_us(c, case, rule))
+                   for case, rule, alt in (*AB_RULES, ("output_rows", 32, 16)))
+
+    return [
+        # thirty-sixth run
+        ("GDN's conventional step at batch 1 read {} µs within one process of an A/B", RUN35,
+         lambda d: (span([r["us"] for r in diagnostics_rows(FOLD_PRODUCT_AB) if r.get("kernel") == "conventional"],
+                         "{:.2f}").replace("-", " to "),)),
+        ("GDN only, on one H100 80GB HBM3 at `{}`, whose kernels compile to the machine code of the thirty-fifth run "
+         "(only the benchmark changed); `python scripts/bench_kernels.py --quick --ops gdn`, {} of {} correctness "
+         "checks passed first, fla {} as the peer, copy ceiling {:.0f} GB/s.", RUN36_GDN, lambda d: single(d, "gdn")),
+        *rounds_table(RUN36_GDN, "gdn"),
+        ("GDN's batch-1 target reads {:.3f}× ({:.3f}× to {:.3f}× over the rounds): {}. The thirty-fifth run had read "
+         "{:.3f}× from one measurement of each row.", RUN36_GDN,
+         lambda d: (*batch1_rounds(d, "gdn")[:4], target(run35, "gdn", "batch1_replay_vs_conventional")["value"])),
+        ("In one process the rounds spread by at most {:.0f} % per kernel (the flush; the conventional and output-only "
+         "steps by under {:.0f} %).", RUN36_GDN,
+         lambda d: (spread_pct(d, "gdn", "flush", 15),
+                    math.ceil(max(spread_pct(d, "gdn", "conventional", 0), spread_pct(d, "gdn", "nonflush", 7))))),
+        ("Every other GDN target moves from the thirty-fifth run by at most {:.3f} (ratios; the NVFP4 read's speedup "
+         "over the fp32 read) or {:.2f} points (the NVFP4 row and the conventional step's % of ceiling), with the "
+         "same machine code; {}.", RUN36_GDN,
+         lambda d: (at_most(other_moves(d, run35, "gdn")[0], 3), at_most(other_moves(d, run35, "gdn")[1], 2),
+                    "none changes state" if states_unchanged_op(d, run35, "gdn") else "some change state")),
+        ("GPU tests at `a02d0e4` in the same call: the eight kernel, state, generation and bytes files, {} passed",
+         RUN36_GDN, lambda d: (gpu_test_count("a02d0e4"),)),
+        # thirty-seventh run
+        ("`python scripts/bench_kernels.py --quick --ops mamba2`, {} of {} correctness checks passed first, copy "
+         "ceiling {:.0f} GB/s.", RUN37_MAMBA2, lambda d: (*invocation_alone(d, "mamba2"), d["ceiling"]["GBps"])),
+        ("on one H100 80GB HBM3 at `{}` (the benchmark and kernels of `a02d0e4`", RUN37_MAMBA2,
+         lambda d: (d["provenance"]["git"],)),
+        *rounds_table(RUN37_MAMBA2, "mamba2"),
+        ("Mamba-2's batch-1 target reads {:.3f}× ({:.3f}× to {:.3f}× over the rounds): {}. The thirty-fifth run had "
+         "read {:.3f}× from one measurement of each row.", RUN37_MAMBA2,
+         lambda d: (*batch1_rounds(d, "mamba2")[:4], target(run35, "mamba2", "batch1_replay_vs_conventional")["value"])),
+        ("Every other Mamba-2 target moves from the thirty-fifth run by at most {:.2f} (ratios) or {:.1f} points (the "
+         "NVFP4 row and the conventional step's % of ceiling), with the same machine code; {}.", RUN37_MAMBA2,
+         lambda d: (at_most(other_moves(d, run35, "mamba2")[0], 2), at_most(other_moves(d, run35, "mamba2")[1], 1),
+                    "none changes state" if states_unchanged_op(d, run35, "mamba2") else "some change state")),
+        ("GPU tests at `bbb6ed6` in the same call: the eight kernel, state, generation and bytes files, {} passed",
+         RUN37_MAMBA2, lambda d: (gpu_test_count("bbb6ed6"),)),
+        ("the window scored in column quarters {} µs against {}, q and k requested first {} against {}, the flush's "
+         "fold as products {} against {}, and 32-row programs the same as 16-row ones within the spread ({} against "
+         "{}). {} on the H100", RUN37_MAMBA2,
+         lambda d: (*ab_three_rules("8e87457"), span(ab_us("8e87457", "output_rows", 32), "{:.2f}"),
+                    span(ab_us("8e87457", "output_rows", 16), "{:.2f}"),
+                    "No alternative is faster than its rule" if no_alternative_faster("8e87457")
+                    else "An alternative is faster than its rule")),
+        ("The kernel test files passed there too, {} (`reports/diagnostics/gpu-tests-8e87457-h100.txt`)", RUN37_MAMBA2,
+         lambda d: (gpu_test_count("8e87457"),)),
+        ("Every range end is within {:.1f} % of the first run's, and the ranking is {}. So is the batch-1 gap: after the "
+         "first round, the output-only step with every rule on (the 32-row rows) read {} µs against a conventional "
+         "step of {}.", RUN37_MAMBA2,
+         lambda d: (range_ends_pct(), "the same" if same_ranking() else "not the same",
+                    span(ab_us("965cbfa", "output_rows", 32, 1), "{:.2f}"), span(ab_conventional_us("965cbfa", 1), "{:.2f}"))),
+        ("The kernel test files passed at `965cbfa` in the same call, {}", RUN37_MAMBA2,
+         lambda d: (gpu_test_count("965cbfa"),)),
+        ("the window scored in column quarters {} µs against {}, q and k first {} against {}, the fold as products {} "
+         "against {}. The 32-row programs did not: after the first round ({:.2f}) they read {} µs against {} for 16-row "
+         "ones, about {:.0f} % slower. The batch-1 gap remains: after the first round the conventional step read {} µs, "
+         "below both.", RUN37_MAMBA2,
+         lambda d: (*ab_three_rules("8cfe43c"), ab_us("8cfe43c", "output_rows", 32)[0],
+                    span(ab_us("8cfe43c", "output_rows", 32, 1), "{:.2f}"), span(ab_us("8cfe43c", "output_rows", 16, 1), "{:.2f}"),
+                    rows_32_over_16_pct("8cfe43c"), span(ab_conventional_us("8cfe43c", 1), "{:.2f}"))),
+        ("The kernel test files and the script's check test passed in the same call, {}", RUN37_MAMBA2,
+         lambda d: (gpu_test_count("8cfe43c"),)),
+        ("the window scored in column quarters {} µs against {}, q and k first {} against {}, the fold as products {} "
+         "against {}, and 32-row programs {} after the first round against {} at 16 rows. Read across the four A/B "
+         "runs, the first round of each process timed the conventional step and then the 32-row form about {:.0f} % "
+         "fast, and in all {} later rounds 32 rows were {} than 16, by {:.3f}-{:.3f} µs.", RUN37_MAMBA2,
+         lambda d: (*ab_three_rules("1723f7c"), span(ab_us("1723f7c", "output_rows", 32, 1), "{:.2f}"),
+                    span(ab_us("1723f7c", "output_rows", 16, 1), "{:.2f}"), first_round_fast_pct(),
+                    len(later_32_minus_16()), "slower" if min(later_32_minus_16()) > 0 else "not always slower",
+                    min(later_32_minus_16()), max(later_32_minus_16()))),
+        ("This moves GDN's batch-1 output-only step by up to about {:.0f} %, which does not close its gap to the "
+         "conventional step ({} µs after the first round in the same runs). The kernel test files passed at `1723f7c`, "
+         "{}", RUN37_MAMBA2,
+         lambda d: (max(rows_32_over_16_pct(c) for c in AB_RUNS),
+                    span([u for c in AB_RUNS for u in ab_conventional_us(c, 1)], "{:.2f}"), gpu_test_count("1723f7c"))),
+        # thirty-eighth run
+        ("GDN only, on one H100 80GB HBM3 at `{}`", RUN38_GDN, lambda d: (d["provenance"]["git"],)),
+        ("`python scripts/bench_kernels.py --quick --ops gdn`, {} of {} correctness checks passed first, fla {} as the "
+         "peer, copy ceiling {:.0f} GB/s.", RUN38_GDN, lambda d: single(d, "gdn")[1:]),
+        *rounds_table(RUN38_GDN, "gdn"),
+        ("GDN's batch-1 target reads {:.3f}× ({:.3f}× to {:.3f}× over the rounds): still {}. Against the thirty-sixth "
+         "run ({:.3f}×, 32-row programs) the output-only step's median row moved from {:.2f} µs to {:.2f}, and the "
+         "conventional step's from {:.2f} to {:.2f};", RUN38_GDN,
+         lambda d: (*batch1_rounds(d, "gdn")[:4], batch1_rounds(run36, "gdn")[0],
+                    *(batch1_row(r, "gdn", "nonflush", 7)[2] for r in (run36, d)),
+                    *(batch1_row(r, "gdn", "conventional", 0)[2] for r in (run36, d)))),
+        ("Every other GDN target moves from the thirty-sixth run by at most {:.3f} (ratios) or {:.2f} points (the NVFP4 "
+         "row and the conventional step's % of ceiling); {}. The split targets stay {} on the H100 ({:.2f}× and {:.2f}×).",
+         RUN38_GDN,
+         lambda d: (at_most(other_moves(d, run36, "gdn")[0], 3), at_most(other_moves(d, run36, "gdn")[1], 2),
+                    "none changes state" if states_unchanged_op(d, run36, "gdn") else "some change state",
+                    "met" if all(target(d, "gdn", n)["met"] for n in SPLIT_TARGETS) else "not all met",
+                    *(target(d, "gdn", n)["value"] for n in SPLIT_TARGETS))),
+        ("a warm-up round, then four rounds): 16-row programs {} µs against {} at 32 rows, {}. The warm-up round's first "
+         "two rows read fast again, though the second was another kernel this time (the conventional step {:.2f} µs, "
+         "then the loop-fold flush {:.2f})", RUN38_GDN,
+         lambda d: (span(ab_us("38216a3", "output_rows", 16), "{:.2f}"), span(ab_us("38216a3", "output_rows", 32), "{:.2f}"),
+                    "faster in every round" if all(a < b for a, b in zip(ab_us("38216a3", "output_rows", 16),
+                                                                         ab_us("38216a3", "output_rows", 32)))
+                    else "not faster in every round",
+                    *[r["us"] for r in ab_rows("38216a3") if r.get("warmup")][:2])),
+        ("The kernel test files passed at `38216a3` in that call, {}", RUN38_GDN, lambda d: (gpu_test_count("38216a3"),)),
+    ]
+
+
+def quarter_scores_rows():
+    """GDN's batch-1 window scored in column quarters against one [window, K] tile, one process
+    (diagnostics after the thirty-third run)."""
+    rows = [r for r in diagnostics_rows(QUARTER_SCORES_AB) if "us" in r]
+
+    def us(kernel, form, batch, W):
+        return [r["us"] for r in rows if r["kernel"] == kernel and r["form"] == form and r["batch"] == batch
+                and r["W"] == W]
+
+    def row(label, batch, W):
+        return (f"| {label} | {{}} | {{}} |", RUN33, lambda d: tuple(span(us("nonflush", form, batch, W), "{:.2f}")
+                                                                    for form in ("quarters", "plain")))
+    return [
+        row("batch 1, W = 0", 1, 0), row("batch 1, W = 7", 1, 7), row("batch 1, W = 15", 1, 15),
+        row("batch 4, W = 7 (64-row programs)", 4, 7),
+        ("The conventional step read {} µs at batch 1 in the same process. Batch 4 is {} with the quarters", RUN33,
+         lambda d: (span(us("conventional", "baseline", 1, 0), "{:.2f}"),
+                    "slower" if min(us("nonflush", "quarters", 4, 7)) > max(us("nonflush", "plain", 4, 7))
+                    else "not slower")),
+        ("`tests/test_kernels_gdn_decode.py` passed on the H100 in the same call ({}, with the quarters taken at every "
+         "batch; `reports/diagnostics/gpu-tests-quarter-scores-h100.txt`)", RUN33,
+         lambda d: (gpu_test_count("quarter-scores", "h100"),)),
+        ("the kernels of every other launch compile to the machine code of `f6eac0a`, whose GPU run passed ({}).", RUN33,
+         lambda d: (gpu_test_count("f6eac0a"),)),
+    ]
+
+
+SPLIT_TARGETS = ("split_fp16-sr_nvfp4_vs_conventional", "split_fp8e4m3-sr_nvfp4_vs_conventional")
+
+
+def invocation_alone(d, op) -> tuple[int, int]:
+    """The correctness checks (passed, all) of a run of one operator."""
+    checks = [c["ok"] for key, c in d["correctness"].items() if key.split(":")[0] == op]
+    return sum(checks), len(checks)
+
+
+def states_unchanged_op(d, before, op) -> bool:
+    return all(target(d, op, n)["met"] == target(before, op, n)["met"] for n in summ(d, op)["targets"])
+
+
 RUN37_38 = {"gdn": RUN38_GDN, "mamba2": RUN37_MAMBA2}
 BATCH1_TEXT = ("Batch 1: GDN {:.3f}× ({:.3f}× to {:.3f}× over the rounds), {}; Mamba-2 {:.3f}× ({:.3f}× to "
                "{:.3f}×), {}.")
@@ -508,8 +742,12 @@ CLAIMS: list[tuple[str, str, object]] = [
     *caps_rows(),
     # --- thirty-second and thirty-third runs (H100) ---
     *run32_33_rows(),
+    # --- since the thirty-third run: GDN's batch-1 window scored in column quarters (diagnostics) ---
+    *quarter_scores_rows(),
     # --- thirty-fourth and thirty-fifth runs (H100) ---
     *run34_35_rows(),
+    # --- thirty-sixth to thirty-eighth runs (H100) and the A/Bs of GDN's batch-1 rules ---
+    *run36_38_rows(),
     # --- thirty-ninth run ---
     (HEADER_TEXT, RUN39, header(", whose kernels are those of `38216a3` (the thirty-eighth run's GDN, the "
                                 "thirty-seventh run's Mamba-2): `python scripts/bench_kernels.py --quick ")),
@@ -616,11 +854,12 @@ def test_bench_readme_states_which_targets_are_met(rel):
     assert met_targets(load(rel)) == met, sorted(met_targets(load(rel)) ^ met)
 
 
-# Table headers whose number is a setting, not a measurement.
-NOT_MEASUREMENTS = ("| batch 1, µs |", "| GDN fp32 flush at batch 1, µs |")
+# Table headers whose number is a setting, and versions: numbers that are not measurements.
+NOT_MEASUREMENTS = ("| batch 1, µs |", "| GDN fp32 flush at batch 1, µs |", "Triton 3.6")
 
-# Any decimal, or any number with a unit: what a section must not print without a claim behind it.
-NUMBER = re.compile(UNIT_NUMBER.pattern + r"|(?<![\w.`])\d+\.\d+")
+# Any decimal (not a § section number), or any number with a unit: what a section must not print
+# without a claim behind it.
+NUMBER = re.compile(UNIT_NUMBER.pattern + r"|(?<![\w.`§])\d+\.\d+")
 
 
 def loose_numbers(text: str, phrases) -> list[str]:
