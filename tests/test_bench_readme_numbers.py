@@ -13,6 +13,7 @@ test counts that a section quotes from a log are claimed all the same.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import re
 
@@ -53,10 +54,8 @@ QUARTER_SCORES_AB = "reports/diagnostics/gdn-quarter-scores.jsonl"
 OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
-# The heading of the first section tied to its result files; every section after it is tied too,
-# but for those in NOT_TIED, diagnostics checked by hand when they were written.
+# The heading of the first section tied to its result files; every section after it is tied too.
 FIRST_TIED = "## Round two, thirty-first run"
-NOT_TIED = ("## Since the thirty-first run: four more kernel forms", "## Since the thirty-second run: the batch-1 waits")
 
 
 @functools.cache
@@ -65,9 +64,7 @@ def tied_text() -> str:
     text = (ROOT / BENCH / "README.md").read_text()
     sections = re.split(r"\n(?=## )", text)
     (first,) = [i for i, sec in enumerate(sections) if sec.startswith(FIRST_TIED)]
-    tied = [sec for sec in sections[first:] if not sec.startswith(NOT_TIED)]
-    assert len(tied) == len(sections) - first - len(NOT_TIED), "a heading of NOT_TIED is missing or repeated"
-    return re.sub(r"\s+", " ", "\n".join(tied))
+    return re.sub(r"\s+", " ", "\n".join(sections[first:]))
 
 
 # --- values derived from the result files --------------------------------------------------------
@@ -682,6 +679,136 @@ def run36_38_rows():
     ]
 
 
+def form_change_pct(rel, old, new, **match) -> float:
+    """The change (%) of one launch's median time from form ``old`` to form ``new`` in an A/B file whose
+    rows name their form (negative: faster)."""
+    rows = [r for r in diagnostics_rows(rel) if "us" in r and all(r.get(k) == v for k, v in match.items())]
+    before = sorted(r["us"] for r in rows if r["form"] == old)
+    after = sorted(r["us"] for r in rows if r["form"] == new)
+    return 100 * (median(after) / median(before) - 1)
+
+
+def rounds_faster(rel, old, new, **match) -> tuple[int, int]:
+    """In how many rounds (of how many) form ``new`` timed faster than ``old``, round by round."""
+    rows = [r for r in diagnostics_rows(rel) if "us" in r and all(r.get(k) == v for k, v in match.items())]
+    pairs = [(a["us"], b["us"]) for a in rows for b in rows
+             if a["form"] == old and b["form"] == new and a["rep"] == b["rep"]]
+    return sum(b < a for a, b in pairs), len(pairs)
+
+
+def median(values) -> float:
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def four_forms_rows():
+    """Four kernel forms timed against the committed ones after the thirty-first run (diagnostics)."""
+    scaled = "reports/diagnostics/gdn-scaled-branch-024d87e.jsonl"
+    ahead = "reports/diagnostics/gdn-lookahead-b6e507e.jsonl"
+    gates = "reports/diagnostics/mamba2-early-gates-fd970ed.jsonl"
+    token = "reports/diagnostics/gdn-early-token-e6344c2.jsonl"
+    sr_flushes = [dict(kernel="flush", T=1, update=u, read="nvfp4") for u in ("fp16-sr", "fp8e4m3-sr")]
+    plain_flushes = [dict(kernel="flush", T=1, update="fp32", read=r) for r in ("nvfp4", "fp32")]
+    verify, speculative = dict(kernel="nonflush", T=8), dict(kernel="flush", T=8)
+    gate_flushes = [dict(kernel="flush", update=u) for u in ("fp32", "fp16-sr")]
+    gate_outputs = [dict(kernel="nonflush", read=r) for r in (None, "nvfp4")]
+
+    def changes(rel, old, new, matches):
+        return [form_change_pct(rel, old, new, **m) for m in matches]
+
+    def lo_hi(values, sign=1):
+        return min(sign * v for v in values), max(sign * v for v in values)
+    return [
+        ("speculative flush ran {:.1f}-{:.1f} % slower (medians of three); the two flushes without an SR checkpoint "
+         "{:.1f}-{:.1f} % faster.", RUN31_H200,
+         lambda d: (*lo_hi(changes(scaled, "plain", "scaled", [*sr_flushes, verify, speculative])),
+                    *lo_hi(changes(scaled, "plain", "scaled", plain_flushes), sign=-1))),
+        ("(FP8-SR's spilled inside it) and every flush ran {:.0f}-{:.0f} % slower; verify {:.1f} % faster.", RUN31_H200,
+         lambda d: (*lo_hi(changes(ahead, "plain", "ahead", [*sr_flushes, *plain_flushes, speculative])),
+                    -form_change_pct(ahead, "plain", "ahead", **verify))),
+        ("At batch 1 the flushes ran {:.1f}-{:.1f} % faster (medians of five rounds; {}) and the "
+         "output-only steps {:.1f}-{:.1f} % faster (in {} rounds of {}); at batches 4 and 16 the medians moved by "
+         "{:.1f} % or less either way", RUN31_H200,
+         lambda d: (*lo_hi(changes(gates, "plain", "early", [dict(batch=1, **m) for m in gate_flushes]), sign=-1),
+                    "faster in every round" if all(n == of for n, of in (rounds_faster(gates, "plain", "early", batch=1, **m)
+                                                                         for m in gate_flushes))
+                    else "not faster in every round",
+                    *lo_hi(changes(gates, "plain", "early", [dict(batch=1, **m) for m in gate_outputs]), sign=-1),
+                    *(sum(x) for x in zip(*(rounds_faster(gates, "plain", "early", batch=1, **m)
+                                            for m in gate_outputs))),
+                    max(abs(v) for v in changes(gates, "plain", "early",
+                                                [dict(batch=b, **m) for b in (4, 16)
+                                                 for m in (*gate_flushes, *gate_outputs)])))),
+        ("batch 1 ran {:.1f}-{:.1f} % faster at W = 0, 7 and 15 (medians of five rounds), batch 4 {:.1f}-{:.1f} %, and "
+         "batch 8 moved by {:.1f} % or less either way", RUN31_H200,
+         lambda d: (*lo_hi(changes(token, "plain", "early", [dict(batch=1, W=W, kernel="nonflush") for W in (0, 7, 15)]),
+                           sign=-1),
+                    *lo_hi(changes(token, "plain", "early", [dict(batch=4, W=W, kernel="nonflush") for W in (0, 7, 15)]),
+                           sign=-1),
+                    max(abs(v) for v in changes(token, "plain", "early",
+                                                [dict(batch=8, W=W, kernel="nonflush") for W in (0, 7, 15)])))),
+        ("GPU tests at the last kernel commit, `3c6bf55`, on an H100: the eight kernel, state, generation and bytes "
+         "files, {} passed", RUN31_H200, lambda d: (gpu_test_count("3c6bf55"),)),
+    ]
+
+
+def batch1_waits_rows():
+    """The batch-1 waits found with a profiler, after the thirty-second run (diagnostics): the forms with
+    fewer memory round trips, the three changes the profile led to, and the batch-1 output shapes."""
+    diag = "reports/diagnostics/"
+    fewer, joint = diag + "batch1-fewer-rounds-8f94169.jsonl", diag + "gdn-joint-qk-c6ff2ba.jsonl"
+    early_dt, early_qk = diag + "mamba2-early-dt-f0594c8.jsonl", diag + "gdn-early-qk-2516c10.jsonl"
+    k_window, shapes = diag + "gdn-early-k-window-1031428.jsonl", diag + "batch1-output-shapes-2dc9fd3.jsonl"
+
+    def us(rel, form, **match):
+        return [r["us"] for r in diagnostics_rows(rel) if "us" in r and r["form"] == form
+                and all(r.get(k) == v for k, v in match.items())]
+
+    def ranges(rel, op, W, batch=1):
+        return tuple(span(us(rel, form, op=op, kernel="nonflush", batch=batch, W=W), "{:.2f}") for form in ("new", "old"))
+
+    def changes(rel, batch, Ws=(0, 7, 15)):
+        return [form_change_pct(rel, "old", "new", kernel="nonflush", batch=batch, W=W) for W in Ws]
+
+    def shape_us(op, W, cfg):
+        return us(shapes, "shape", op=op, kernel="nonflush", batch=1, W=W, cfg=cfg)
+
+    def fastest_is_rule(op):
+        cfgs = {json.dumps(r["cfg"], sort_keys=True) for r in diagnostics_rows(shapes)
+                if r.get("op") == op and r.get("kernel") == "nonflush"}
+        fastest = {W: min(cfgs, key=lambda c: median(shape_us(op, W, json.loads(c)))) for W in (7, 15)}
+        return set(fastest.values()) == {"{}"}, len(cfgs)
+    wide = {"block_r": 32, "num_warps": 2}
+    return [
+        ("(3 rounds to 2, W = 15 {} µs against {}), GDN's d records held rows-first (4 to 2, W = 7 {} against {}) and "
+         "GDN's q and k as one [K, 2] load after the records (4 to 3, W = 7 {:.2f} µs against {:.2f}, medians of four "
+         "rounds)", RUN33,
+         lambda d: (*ranges(fewer, "mamba2", 15), *ranges(fewer, "gdn", 7),
+                    *(median(us(joint, form, kernel="nonflush", batch=1, W=7)) for form in ("new", "old")))),
+        ("batch 1 W = 7 / 15 / 0 {} / {} / {} µs against {} / {} / {}; batch 4 {:.1f}-{:.1f} % faster, medians of four "
+         "rounds", RUN33,
+         lambda d: (*(ranges(early_dt, "mamba2", W)[0] for W in (7, 15, 0)),
+                    *(ranges(early_dt, "mamba2", W)[1] for W in (7, 15, 0)),
+                    min(-c for c in changes(early_dt, 4)), max(-c for c in changes(early_dt, 4)))),
+        ("batch 4 {:.1f}-{:.1f} % faster at every W; batch 1 {:.1f} % faster at W = 0 and within {:.1f} % either way at "
+         "7 and 15, medians of four rounds", RUN33,
+         lambda d: (min(-c for c in changes(early_qk, 4)), max(-c for c in changes(early_qk, 4)),
+                    -changes(early_qk, 1, (0,))[0], max(abs(c) for c in changes(early_qk, 1, (7, 15))))),
+        ("re-timed over {} shapes (`batch1-output-shapes-2dc9fd3.jsonl`), 32 rows × 2 warps ran {:.0f} % faster "
+         "(W = 15 {} µs against {}) and became the rule for that step (`SMALL_GRID_OUTPUT_ROWS`; Mamba-2's 64 × 4 {} "
+         "of its six)", RUN33,
+         lambda d: ({6: "six"}.get(fastest_is_rule("gdn")[1], fastest_is_rule("gdn")[1]),
+                    100 * (1 - median(shape_us("gdn", 15, wide)) / median(shape_us("gdn", 15, {}))),
+                    span(shape_us("gdn", 15, wide), "{:.2f}"), span(shape_us("gdn", 15, {}), "{:.2f}"),
+                    "stays the fastest" if fastest_is_rule("mamba2")[0] else "is not the fastest")),
+        ("the k window before the d-record tile as well**: {:.1f}-{:.1f} % slower at batch 1 (medians of four rounds)",
+         RUN33, lambda d: (min(changes(k_window, 1)), max(changes(k_window, 1)))),
+        ("GPU tests at `f6eac0a` on an H100: the eight kernel, state, generation and bytes files, {} passed", RUN33,
+         lambda d: (gpu_test_count("f6eac0a"),)),
+    ]
+
+
 def quarter_scores_rows():
     """GDN's batch-1 window scored in column quarters against one [window, K] tile, one process
     (diagnostics after the thirty-third run)."""
@@ -740,8 +867,12 @@ CLAIMS: list[tuple[str, str, object]] = [
     *run31_rows(),
     # --- since the thirty-first run: Mamba-2's NVFP4 flush caps (diagnostics) ---
     *caps_rows(),
+    # --- since the thirty-first run: four more kernel forms (diagnostics) ---
+    *four_forms_rows(),
     # --- thirty-second and thirty-third runs (H100) ---
     *run32_33_rows(),
+    # --- since the thirty-second run: the batch-1 waits found with a profiler (diagnostics) ---
+    *batch1_waits_rows(),
     # --- since the thirty-third run: GDN's batch-1 window scored in column quarters (diagnostics) ---
     *quarter_scores_rows(),
     # --- thirty-fourth and thirty-fifth runs (H100) ---
