@@ -29,6 +29,7 @@ from tests.test_readme_numbers import (
     h100_moves,
     load,
     one,
+    rendered,
     summ,
     target,
 )
@@ -80,8 +81,13 @@ RATIO_LABEL = {  # how a section names a ratio row of README's tables, after its
 def invocation(d, op) -> tuple:
     """One operator's invocation in a joined run: its seconds and its correctness checks (passed, all)."""
     (run,) = [m for m in d["provenance"]["merged_from"] if m["settings"]["ops"] == [op]]
+    return run["seconds"], *invocation_alone(d, op)
+
+
+def invocation_alone(d, op) -> tuple[int, int]:
+    """An operator's correctness checks in a run (passed, all)."""
     checks = [c["ok"] for key, c in d["correctness"].items() if key.split(":")[0] == op]
-    return run["seconds"], sum(checks), len(checks)
+    return sum(checks), len(checks)
 
 
 def run_header(d) -> tuple:
@@ -104,8 +110,8 @@ def batch1_row(d, op, kernel, W) -> tuple:
                 and r["W"] == W and r["update"] == "fp32" and r["read"] is None and re.fullmatch(tag, r["tag"])]
     rounds = rows(r"batch1-round\d")
     assert len(rounds) == 5, (op, kernel, rounds)
-    (median,) = rows("batch")
-    return min(rounds), max(rounds), median
+    (summary_row,) = rows("batch")
+    return min(rounds), max(rounds), summary_row
 
 
 def fp32_conventional(d, op) -> dict:
@@ -118,17 +124,24 @@ def split_per_token_us(d, op) -> float:
     return fp32_conventional(d, op)["us"] / target(d, op, "split_fp16-sr_nvfp4_vs_conventional")["value"]
 
 
-def largest_move(d, before: dict, names) -> tuple[float, str, float, float]:
-    """The largest change of the named targets from the runs ``before`` (one per operator): the change,
-    which row (as a section names it) and its value now and before."""
+def largest_move(d, before: dict, names, places: int | None = None) -> tuple[float, str, float, float]:
+    """The largest change of the named targets from the runs ``before`` (one per operator): the change
+    (with ``places``, rounded up to them, a bound as "at most" says), which row (as a section names it)
+    and its value now and before."""
     moves = [(abs(target(d, op, n)["value"] - target(before[op], op, n)["value"]), op, n) for op in OPS for n in names]
     change, op, name = max(moves)
     label = f"{NAME[op]}'s" + (f" {RATIO_LABEL[name]}" if name in RATIO_LABEL else "")
+    change = change if places is None else at_most(change, places)
     return change, label, target(d, op, name)["value"], target(before[op], op, name)["value"]
 
 
 def states_unchanged(d, before: dict) -> bool:
-    return all(target(d, op, n)["met"] == target(before[op], op, n)["met"] for op in OPS for n in summ(d, op)["targets"])
+    """Whether every target of both operators has the verdict it had in the runs ``before`` (one per operator)."""
+    return all(states_unchanged_op(d, before[op], op) for op in OPS)
+
+
+def states_unchanged_op(d, before, op) -> bool:
+    return all(target(d, op, n)["met"] == target(before, op, n)["met"] for n in summ(d, op)["targets"])
 
 
 def met_targets(d) -> set[tuple[str, str]]:
@@ -839,14 +852,6 @@ def quarter_scores_rows():
 SPLIT_TARGETS = ("split_fp16-sr_nvfp4_vs_conventional", "split_fp8e4m3-sr_nvfp4_vs_conventional")
 
 
-def invocation_alone(d, op) -> tuple[int, int]:
-    """The correctness checks (passed, all) of a run of one operator."""
-    checks = [c["ok"] for key, c in d["correctness"].items() if key.split(":")[0] == op]
-    return sum(checks), len(checks)
-
-
-def states_unchanged_op(d, before, op) -> bool:
-    return all(target(d, op, n)["met"] == target(before, op, n)["met"] for n in summ(d, op)["targets"])
 
 
 RUN37_38 = {"gdn": RUN38_GDN, "mamba2": RUN37_MAMBA2}
@@ -895,9 +900,9 @@ CLAIMS: list[tuple[str, str, object]] = [
      "{:.2f}×), the NVFP4 rows by at most {:.2f} points ({}, {:.1f} % against {:.1f} %) and the conventional "
      "steps' % of the reference ceiling by at most {:.1f} points; {}.", RUN39,
      lambda d: (*largest_move(d, {op: load(f) for op, f in RUN37_38.items()},
-                              [n for n in RATIO_NAMES if "pct" not in n]),
-                *largest_move(d, {op: load(f) for op, f in RUN37_38.items()}, ["nvfp4_nonflush_pct_byte_bound"]),
-                largest_move(d, {op: load(f) for op, f in RUN37_38.items()}, ["conventional_pct_ceiling"])[0],
+                              [n for n in RATIO_NAMES if "pct" not in n], 3),
+                *largest_move(d, {op: load(f) for op, f in RUN37_38.items()}, ["nvfp4_nonflush_pct_byte_bound"], 2),
+                largest_move(d, {op: load(f) for op, f in RUN37_38.items()}, ["conventional_pct_ceiling"], 1)[0],
                 "none changes state" if states_unchanged(d, {op: load(f) for op, f in RUN37_38.items()})
                 else "some change state")),
     ("Against the thirtieth run, the batch-1 targets moved from {:.2f}× to {:.2f}× (Mamba-2) and from {:.2f}× "
@@ -937,10 +942,10 @@ CLAIMS: list[tuple[str, str, object]] = [
      "the fp32 conventional steps by at most {:.1f} % (GDN {:.1f} µs against {:.1f}, Mamba-2 {:.1f} against "
      "{:.1f}).", RUN40,
      lambda d: ("No target changes state" if states_unchanged(d, both(load(RUN39))) else "Some targets change state",
-                *largest_move(d, both(load(RUN39)), [n for n in RATIO_NAMES if "pct" not in n]),
-                *largest_move(d, both(load(RUN39)), ["nvfp4_nonflush_pct_byte_bound"]),
-                max(100 * abs(fp32_conventional(d, op)["us"] / fp32_conventional(load(RUN39), op)["us"] - 1)
-                    for op in OPS),
+                *largest_move(d, both(load(RUN39)), [n for n in RATIO_NAMES if "pct" not in n], 3),
+                *largest_move(d, both(load(RUN39)), ["nvfp4_nonflush_pct_byte_bound"], 2),
+                at_most(max(100 * abs(fp32_conventional(d, op)["us"] / fp32_conventional(load(RUN39), op)["us"] - 1)
+                            for op in OPS), 1),
                 *(fp32_conventional(r, op)["us"] for op in ("gdn", "mamba2") for r in (d, load(RUN39))))),
     (BATCH1_TEXT + " The ratios moved by {:.3f} and {:.3f} from the thirty-ninth run, but this run's rounds "
      "spread wider (Mamba-2's conventional step {:.2f}-{:.2f} µs against {:.2f}-{:.2f} there).", RUN40,
@@ -962,13 +967,6 @@ MET = {
                                              "split_fp8e4m3-sr_nvfp4_vs_conventional")}
             | {("mamba2", "verify_T8_vs_conventional"), ("mamba2", "batch1_replay_vs_conventional")}),
 }
-
-
-def rendered(claim) -> str:
-    text, rel, values = claim
-    vals = values(load(rel))
-    assert isinstance(vals, tuple) and len(vals) == text.count("{"), f"{text!r}: values {vals!r}"
-    return text.format(*vals)
 
 
 @pytest.mark.parametrize("claim", CLAIMS, ids=[f"{i:02d}-{c[1].split('/')[-1]}" for i, c in enumerate(CLAIMS)])
