@@ -29,7 +29,6 @@ from tests.test_readme_numbers import (
     h100_moves,
     load,
     one,
-    rendered,
     summ,
     target,
 )
@@ -148,9 +147,13 @@ def met_targets(d) -> set[tuple[str, str]]:
     return {(op, name) for op in OPS for _, name, _ in STANDING_ROWS if target(d, op, name)["met"]}
 
 
+def gpu_log(commit: str, card: str = "h100") -> str:
+    return f"reports/diagnostics/gpu-tests-{commit}-{card}.txt"
+
+
 def gpu_test_count(commit: str, card: str = "h100") -> int:
     """How many tests a committed GPU test log says passed."""
-    text = (ROOT / f"reports/diagnostics/gpu-tests-{commit}-{card}.txt").read_text()
+    text = (ROOT / gpu_log(commit, card)).read_text()
     (count,) = re.findall(r"(\d+) passed", text)
     return int(count)
 
@@ -310,12 +313,12 @@ def caps_rows():
 
     def row(label, update, others, unit=""):
         cells = "; ".join(f"{c}: {span(us(update, c))}" for c in others)
-        return (f"| {label} | {{}}: {{}}{unit} | {{}} |", RUN31_H200,
+        return (f"| {label} | {{}}: {{}}{unit} | {{}} |", MAMBA2_NVFP4_CAPS,
                 lambda d: (rule[update], span(us(update, None)), cells))
     return [
         ("(`FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE`: {} with an fp16-SR checkpoint, {} with FP8-SR, {} with fp32)",
-         RUN31_H200, lambda d: (rule["fp16-sr"], rule["fp8e4m3-sr"], rule["fp32"])),
-        ("Re-timed at batch 256, W = 15, each cap {} in one process on one H100", RUN31_H200,
+         MAMBA2_NVFP4_CAPS, lambda d: (rule["fp16-sr"], rule["fp8e4m3-sr"], rule["fp32"])),
+        ("Re-timed at batch 256, W = 15, each cap {} in one process on one H100", MAMBA2_NVFP4_CAPS,
          lambda d: ({2: "twice"}.get(one(len(us(r["update"], r["cap"])) for r in rows), "unevenly"),)),
         row("fp16-SR", "fp16-sr", (152, 168, 128, 136), unit=" µs"),
         row("FP8-SR", "fp8e4m3-sr", (144, 168, 112)),
@@ -437,7 +440,7 @@ def run34_35_rows():
                 and r["fused_scores"] is fused]
 
     def fold_row(label, W, fused=True):
-        return (f"| {label} | {{}} | {{}} |", RUN35,
+        return (f"| {label} | {{}} | {{}} |", FOLD_PRODUCT_AB,
                 lambda d: (span(us("product", W, fused), "{:.2f}"), span(us("loop", W, fused), "{:.2f}")))
 
     runs = [load(RUN33), load(RUN34), load(RUN35)]
@@ -460,25 +463,26 @@ def run34_35_rows():
                     float(one(f"{r['ceiling']['GBps']:.0f}" for r in (d, load(RUN35)))),
                     *one((*invocation(r, "mamba2")[1:], *invocation(r, "gdn")[1:]) for r in (d, load(RUN35))))),
         ("The thirty-fourth run, at `{}`,", RUN34, lambda d: (one(m["git"] for m in d["provenance"]["merged_from"]),)),
-        ("kernel tests ({} passed, `reports/diagnostics/gpu-tests-af710de-h100.txt`)", RUN34,
+        ("kernel tests ({} passed, `reports/diagnostics/gpu-tests-af710de-h100.txt`)", gpu_log("af710de"),
          lambda d: (gpu_test_count("af710de"),)),
         ("The thirty-fifth run, at `{}`, adds the fold below", RUN35,
          lambda d: (one(m["git"] for m in d["provenance"]["merged_from"]),)),
-        ("({} passed, `reports/diagnostics/gpu-tests-e9897c8-h100.txt`)", RUN35, lambda d: (gpu_test_count("e9897c8"),)),
+        ("({} passed, `reports/diagnostics/gpu-tests-e9897c8-h100.txt`)", gpu_log("e9897c8"), lambda d: (gpu_test_count("e9897c8"),)),
         batch1_summary_row("GDN, thirty-third run", RUN33, "gdn"),
         batch1_summary_row("GDN, thirty-fourth run", RUN34, "gdn"),
         batch1_summary_row("GDN, thirty-fifth run", RUN35, "gdn"),
         batch1_summary_row("Mamba-2, thirty-fifth run", RUN35, "mamba2"),
-        ("at batch 1 each record cost about {:.1f} µs of waiting for its loads", RUN35,
+        ("at batch 1 each record cost about {:.1f} µs of waiting for its loads", FOLD_PRODUCT_AB,
          lambda d: ((sum(us("loop", 15)) / len(us("loop", 15)) - sum(us("loop", 0)) / len(us("loop", 0))) / 15,)),
-        ("the conventional step {} µs beside them (`reports/diagnostics/gdn-fold-product-af710de.jsonl`)", RUN35,
+        ("the conventional step {} µs beside them (`reports/diagnostics/gdn-fold-product-af710de.jsonl`)",
+         FOLD_PRODUCT_AB,
          lambda d: (span([r["us"] for r in timed if r["kernel"] == "conventional"], "{:.2f}"),)),
         fold_row("one launch, W = 0", 0),
         fold_row("one launch, W = 7", 7),
         fold_row("one launch, W = 15", 15),
         fold_row("two launches, W = 15", 15, fused=False),
         ("in the same file's check rows the products' states agree with the loop's to {} relative and the outputs to "
-         "{}, {}.", RUN35,
+         "{}, {}.", FOLD_PRODUCT_AB,
          lambda d: (sci(max(r["state_rel"] for r in checks)), sci(max(r["out_rel"] for r in checks)),
                     "bit for bit" if all(r["state_bits_equal"] for r in checks) else "not bit for bit")),
         ("The benchmark's flush at batch 1 drops from {:.2f} µs to {:.2f}, and GDN's batch-1 ratio rises from {:.2f}× "
@@ -509,8 +513,12 @@ def other_moves(d, before, op) -> tuple[float, float]:
     return max(v for n, v in moves.items() if "pct" not in n), max(v for n, v in moves.items() if "pct" in n)
 
 
+def ab_file(commit: str) -> str:
+    return f"reports/diagnostics/gdn-batch1-rules-ab-{commit}-h100.jsonl"
+
+
 def ab_rows(commit: str) -> list[dict]:
-    return diagnostics_rows(f"reports/diagnostics/gdn-batch1-rules-ab-{commit}-h100.jsonl")
+    return diagnostics_rows(ab_file(commit))
 
 
 def ab_us(commit, case, value, first_round=0) -> list[float]:
@@ -588,7 +596,7 @@ def run36_38_rows():
 
     return [
         # thirty-sixth run
-        ("GDN's conventional step at batch 1 read {} µs within one process of an A/B", RUN35,
+        ("GDN's conventional step at batch 1 read {} µs within one process of an A/B", FOLD_PRODUCT_AB,
          lambda d: (span([r["us"] for r in diagnostics_rows(FOLD_PRODUCT_AB) if r.get("kernel") == "conventional"],
                          "{:.2f}").replace("-", " to "),)),
         ("GDN only, on one H100 80GB HBM3 at `{}`, whose kernels compile to the machine code of the thirty-fifth run "
@@ -608,7 +616,7 @@ def run36_38_rows():
          lambda d: (at_most(other_moves(d, run35, "gdn")[0], 3), at_most(other_moves(d, run35, "gdn")[1], 2),
                     "none changes state" if states_unchanged_op(d, run35, "gdn") else "some change state")),
         ("GPU tests at `a02d0e4` in the same call: the eight kernel, state, generation and bytes files, {} passed",
-         RUN36_GDN, lambda d: (gpu_test_count("a02d0e4"),)),
+         gpu_log("a02d0e4"), lambda d: (gpu_test_count("a02d0e4"),)),
         # thirty-seventh run
         ("`python scripts/bench_kernels.py --quick --ops mamba2`, {} of {} correctness checks passed first, copy "
          "ceiling {:.0f} GB/s.", RUN37_MAMBA2, lambda d: (*invocation_alone(d, "mamba2"), d["ceiling"]["GBps"])),
@@ -623,43 +631,43 @@ def run36_38_rows():
          lambda d: (at_most(other_moves(d, run35, "mamba2")[0], 2), at_most(other_moves(d, run35, "mamba2")[1], 1),
                     "none changes state" if states_unchanged_op(d, run35, "mamba2") else "some change state")),
         ("GPU tests at `bbb6ed6` in the same call: the eight kernel, state, generation and bytes files, {} passed",
-         RUN37_MAMBA2, lambda d: (gpu_test_count("bbb6ed6"),)),
+         gpu_log("bbb6ed6"), lambda d: (gpu_test_count("bbb6ed6"),)),
         ("the window scored in column quarters {} µs against {}, q and k requested first {} against {}, the flush's "
          "fold as products {} against {}, and 32-row programs the same as 16-row ones within the spread ({} against "
-         "{}). {} on the H100", RUN37_MAMBA2,
+         "{}). {} on the H100", ab_file("8e87457"),
          lambda d: (*ab_three_rules("8e87457"), span(ab_us("8e87457", "output_rows", 32), "{:.2f}"),
                     span(ab_us("8e87457", "output_rows", 16), "{:.2f}"),
                     "No alternative is faster than its rule" if no_alternative_faster("8e87457")
                     else "An alternative is faster than its rule")),
-        ("The kernel test files passed there too, {} (`reports/diagnostics/gpu-tests-8e87457-h100.txt`)", RUN37_MAMBA2,
+        ("The kernel test files passed there too, {} (`reports/diagnostics/gpu-tests-8e87457-h100.txt`)", gpu_log("8e87457"),
          lambda d: (gpu_test_count("8e87457"),)),
         ("Every range end is within {:.1f} % of the first run's, and the ranking is {}. So is the batch-1 gap: after the "
          "first round, the output-only step with every rule on (the 32-row rows) read {} µs against a conventional "
-         "step of {}.", RUN37_MAMBA2,
+         "step of {}.", ab_file("965cbfa"),
          lambda d: (range_ends_pct(), "the same" if same_ranking() else "not the same",
                     span(ab_us("965cbfa", "output_rows", 32, 1), "{:.2f}"), span(ab_conventional_us("965cbfa", 1), "{:.2f}"))),
-        ("The kernel test files passed at `965cbfa` in the same call, {}", RUN37_MAMBA2,
+        ("The kernel test files passed at `965cbfa` in the same call, {}", gpu_log("965cbfa"),
          lambda d: (gpu_test_count("965cbfa"),)),
         ("the window scored in column quarters {} µs against {}, q and k first {} against {}, the fold as products {} "
          "against {}. The 32-row programs did not: after the first round ({:.2f}) they read {} µs against {} for 16-row "
          "ones, about {:.0f} % slower. The batch-1 gap remains: after the first round the conventional step read {} µs, "
-         "below both.", RUN37_MAMBA2,
+         "below both.", ab_file("8cfe43c"),
          lambda d: (*ab_three_rules("8cfe43c"), ab_us("8cfe43c", "output_rows", 32)[0],
                     span(ab_us("8cfe43c", "output_rows", 32, 1), "{:.2f}"), span(ab_us("8cfe43c", "output_rows", 16, 1), "{:.2f}"),
                     rows_32_over_16_pct("8cfe43c"), span(ab_conventional_us("8cfe43c", 1), "{:.2f}"))),
-        ("The kernel test files and the script's check test passed in the same call, {}", RUN37_MAMBA2,
+        ("The kernel test files and the script's check test passed in the same call, {}", gpu_log("8cfe43c"),
          lambda d: (gpu_test_count("8cfe43c"),)),
         ("the window scored in column quarters {} µs against {}, q and k first {} against {}, the fold as products {} "
          "against {}, and 32-row programs {} after the first round against {} at 16 rows. Read across the four A/B "
          "runs, the first round of each process timed the conventional step and then the 32-row form about {:.0f} % "
-         "fast, and in all {} later rounds 32 rows were {} than 16, by {:.3f}-{:.3f} µs.", RUN37_MAMBA2,
+         "fast, and in all {} later rounds 32 rows were {} than 16, by {:.3f}-{:.3f} µs.", ab_file("1723f7c"),
          lambda d: (*ab_three_rules("1723f7c"), span(ab_us("1723f7c", "output_rows", 32, 1), "{:.2f}"),
                     span(ab_us("1723f7c", "output_rows", 16, 1), "{:.2f}"), first_round_fast_pct(),
                     len(later_32_minus_16()), "slower" if min(later_32_minus_16()) > 0 else "not always slower",
                     min(later_32_minus_16()), max(later_32_minus_16()))),
         ("This moves GDN's batch-1 output-only step by up to about {:.0f} %, which does not close its gap to the "
          "conventional step ({} µs after the first round in the same runs). The kernel test files passed at `1723f7c`, "
-         "{}", RUN37_MAMBA2,
+         "{}", ab_file("1723f7c"),
          lambda d: (max(rows_32_over_16_pct(c) for c in AB_RUNS),
                     span([u for c in AB_RUNS for u in ab_conventional_us(c, 1)], "{:.2f}"), gpu_test_count("1723f7c"))),
         # thirty-eighth run
@@ -682,13 +690,13 @@ def run36_38_rows():
                     *(target(d, "gdn", n)["value"] for n in SPLIT_TARGETS))),
         ("a warm-up round, then four rounds): 16-row programs {} µs against {} at 32 rows, {}. The warm-up round's first "
          "two rows read fast again, though the second was another kernel this time (the conventional step {:.2f} µs, "
-         "then the loop-fold flush {:.2f})", RUN38_GDN,
+         "then the loop-fold flush {:.2f})", ab_file("38216a3"),
          lambda d: (span(ab_us("38216a3", "output_rows", 16), "{:.2f}"), span(ab_us("38216a3", "output_rows", 32), "{:.2f}"),
                     "faster in every round" if all(a < b for a, b in zip(ab_us("38216a3", "output_rows", 16),
                                                                          ab_us("38216a3", "output_rows", 32)))
                     else "not faster in every round",
                     *[r["us"] for r in ab_rows("38216a3") if r.get("warmup")][:2])),
-        ("The kernel test files passed at `38216a3` in that call, {}", RUN38_GDN, lambda d: (gpu_test_count("38216a3"),)),
+        ("The kernel test files passed at `38216a3` in that call, {}", gpu_log("38216a3"), lambda d: (gpu_test_count("38216a3"),)),
     ]
 
 
@@ -734,15 +742,15 @@ def four_forms_rows():
         return min(sign * v for v in values), max(sign * v for v in values)
     return [
         ("speculative flush ran {:.1f}-{:.1f} % slower (medians of three); the two flushes without an SR checkpoint "
-         "{:.1f}-{:.1f} % faster.", RUN31_H200,
+         "{:.1f}-{:.1f} % faster.", scaled,
          lambda d: (*lo_hi(changes(scaled, "plain", "scaled", [*sr_flushes, verify, speculative])),
                     *lo_hi(changes(scaled, "plain", "scaled", plain_flushes), sign=-1))),
-        ("(FP8-SR's spilled inside it) and every flush ran {:.0f}-{:.0f} % slower; verify {:.1f} % faster.", RUN31_H200,
+        ("(FP8-SR's spilled inside it) and every flush ran {:.0f}-{:.0f} % slower; verify {:.1f} % faster.", ahead,
          lambda d: (*lo_hi(changes(ahead, "plain", "ahead", [*sr_flushes, *plain_flushes, speculative])),
                     -form_change_pct(ahead, "plain", "ahead", **verify))),
         ("At batch 1 the flushes ran {:.1f}-{:.1f} % faster (medians of five rounds; {}) and the "
          "output-only steps {:.1f}-{:.1f} % faster (in {} rounds of {}); at batches 4 and 16 the medians moved by "
-         "{:.1f} % or less either way", RUN31_H200,
+         "{:.1f} % or less either way", gates,
          lambda d: (*lo_hi(changes(gates, "plain", "early", [dict(batch=1, **m) for m in gate_flushes]), sign=-1),
                     "faster in every round" if all(n == of for n, of in (rounds_faster(gates, "plain", "early", batch=1, **m)
                                                                          for m in gate_flushes))
@@ -754,7 +762,7 @@ def four_forms_rows():
                                                 [dict(batch=b, **m) for b in (4, 16)
                                                  for m in (*gate_flushes, *gate_outputs)])))),
         ("batch 1 ran {:.1f}-{:.1f} % faster at W = 0, 7 and 15 (medians of five rounds), batch 4 {:.1f}-{:.1f} %, and "
-         "batch 8 moved by {:.1f} % or less either way", RUN31_H200,
+         "batch 8 moved by {:.1f} % or less either way", token,
          lambda d: (*lo_hi(changes(token, "plain", "early", [dict(batch=1, W=W, kernel="nonflush") for W in (0, 7, 15)]),
                            sign=-1),
                     *lo_hi(changes(token, "plain", "early", [dict(batch=4, W=W, kernel="nonflush") for W in (0, 7, 15)]),
@@ -762,7 +770,7 @@ def four_forms_rows():
                     max(abs(v) for v in changes(token, "plain", "early",
                                                 [dict(batch=8, W=W, kernel="nonflush") for W in (0, 7, 15)])))),
         ("GPU tests at the last kernel commit, `3c6bf55`, on an H100: the eight kernel, state, generation and bytes "
-         "files, {} passed", RUN31_H200, lambda d: (gpu_test_count("3c6bf55"),)),
+         "files, {} passed", gpu_log("3c6bf55"), lambda d: (gpu_test_count("3c6bf55"),)),
     ]
 
 
@@ -796,28 +804,28 @@ def batch1_waits_rows():
     return [
         ("(3 rounds to 2, W = 15 {} µs against {}), GDN's d records held rows-first (4 to 2, W = 7 {} against {}) and "
          "GDN's q and k as one [K, 2] load after the records (4 to 3, W = 7 {:.2f} µs against {:.2f}, medians of four "
-         "rounds)", RUN33,
+         "rounds)", fewer,
          lambda d: (*ranges(fewer, "mamba2", 15), *ranges(fewer, "gdn", 7),
                     *(median(us(joint, form, kernel="nonflush", batch=1, W=7)) for form in ("new", "old")))),
         ("batch 1 W = 7 / 15 / 0 {} / {} / {} µs against {} / {} / {}; batch 4 {:.1f}-{:.1f} % faster, medians of four "
-         "rounds", RUN33,
+         "rounds", early_dt,
          lambda d: (*(ranges(early_dt, "mamba2", W)[0] for W in (7, 15, 0)),
                     *(ranges(early_dt, "mamba2", W)[1] for W in (7, 15, 0)),
                     min(-c for c in changes(early_dt, 4)), max(-c for c in changes(early_dt, 4)))),
         ("batch 4 {:.1f}-{:.1f} % faster at every W; batch 1 {:.1f} % faster at W = 0 and within {:.1f} % either way at "
-         "7 and 15, medians of four rounds", RUN33,
+         "7 and 15, medians of four rounds", early_qk,
          lambda d: (min(-c for c in changes(early_qk, 4)), max(-c for c in changes(early_qk, 4)),
                     -changes(early_qk, 1, (0,))[0], max(abs(c) for c in changes(early_qk, 1, (7, 15))))),
         ("re-timed over {} shapes (`batch1-output-shapes-2dc9fd3.jsonl`), 32 rows × 2 warps ran {:.0f} % faster "
          "(W = 15 {} µs against {}) and became the rule for that step (`SMALL_GRID_OUTPUT_ROWS`; Mamba-2's 64 × 4 {} "
-         "of its six)", RUN33,
+         "of its six)", shapes,
          lambda d: ({6: "six"}.get(fastest_is_rule("gdn")[1], fastest_is_rule("gdn")[1]),
                     100 * (1 - median(shape_us("gdn", 15, wide)) / median(shape_us("gdn", 15, {}))),
                     span(shape_us("gdn", 15, wide), "{:.2f}"), span(shape_us("gdn", 15, {}), "{:.2f}"),
                     "stays the fastest" if fastest_is_rule("mamba2")[0] else "is not the fastest")),
         ("the k window before the d-record tile as well**: {:.1f}-{:.1f} % slower at batch 1 (medians of four rounds)",
-         RUN33, lambda d: (min(changes(k_window, 1)), max(changes(k_window, 1)))),
-        ("GPU tests at `f6eac0a` on an H100: the eight kernel, state, generation and bytes files, {} passed", RUN33,
+         k_window, lambda d: (min(changes(k_window, 1)), max(changes(k_window, 1)))),
+        ("GPU tests at `f6eac0a` on an H100: the eight kernel, state, generation and bytes files, {} passed", gpu_log("f6eac0a"),
          lambda d: (gpu_test_count("f6eac0a"),)),
     ]
 
@@ -832,19 +840,19 @@ def quarter_scores_rows():
                 and r["W"] == W]
 
     def row(label, batch, W):
-        return (f"| {label} | {{}} | {{}} |", RUN33, lambda d: tuple(span(us("nonflush", form, batch, W), "{:.2f}")
+        return (f"| {label} | {{}} | {{}} |", QUARTER_SCORES_AB, lambda d: tuple(span(us("nonflush", form, batch, W), "{:.2f}")
                                                                     for form in ("quarters", "plain")))
     return [
         row("batch 1, W = 0", 1, 0), row("batch 1, W = 7", 1, 7), row("batch 1, W = 15", 1, 15),
         row("batch 4, W = 7 (64-row programs)", 4, 7),
-        ("The conventional step read {} µs at batch 1 in the same process. Batch 4 is {} with the quarters", RUN33,
+        ("The conventional step read {} µs at batch 1 in the same process. Batch 4 is {} with the quarters", QUARTER_SCORES_AB,
          lambda d: (span(us("conventional", "baseline", 1, 0), "{:.2f}"),
                     "slower" if min(us("nonflush", "quarters", 4, 7)) > max(us("nonflush", "plain", 4, 7))
                     else "not slower")),
         ("`tests/test_kernels_gdn_decode.py` passed on the H100 in the same call ({}, with the quarters taken at every "
-         "batch; `reports/diagnostics/gpu-tests-quarter-scores-h100.txt`)", RUN33,
+         "batch; `reports/diagnostics/gpu-tests-quarter-scores-h100.txt`)", gpu_log("quarter-scores"),
          lambda d: (gpu_test_count("quarter-scores", "h100"),)),
-        ("the kernels of every other launch compile to the machine code of `f6eac0a`, whose GPU run passed ({}).", RUN33,
+        ("the kernels of every other launch compile to the machine code of `f6eac0a`, whose GPU run passed ({}).", gpu_log("f6eac0a"),
          lambda d: (gpu_test_count("f6eac0a"),)),
     ]
 
@@ -956,7 +964,7 @@ CLAIMS: list[tuple[str, str, object]] = [
     ("The `split:fp16-sr/nvfp4` time per token, from the ratio and its conventional step: GDN {:.1f} µs ({:.1f} "
      "in the thirty-ninth run), Mamba-2 {:.1f} ({:.1f}).", RUN40,
      lambda d: tuple(split_per_token_us(r, op) for op in ("gdn", "mamba2") for r in (d, load(RUN39)))),
-    ("The GPU kernel tests passed on an H100 at `da3a97e` just before this run ({},", RUN40,
+    ("The GPU kernel tests passed on an H100 at `da3a97e` just before this run ({},", gpu_log("da3a97e"),
      lambda d: (gpu_test_count("da3a97e"),)),
 ]
 
@@ -981,6 +989,22 @@ def test_bench_readme_states_which_targets_are_met(rel):
     phrase, met = MET[rel]
     assert phrase in tied_text()
     assert met_targets(load(rel)) == met, sorted(met_targets(load(rel)) ^ met)
+
+
+def source(rel: str):
+    """A claim's source file: a JSON result, the rows of a JSON-lines diagnostics file, or a log's text."""
+    if rel.endswith(".jsonl"):
+        return diagnostics_rows(rel)
+    if rel.endswith(".json"):
+        return load(rel)
+    return (ROOT / rel).read_text()
+
+
+def rendered(claim) -> str:
+    text, rel, values = claim
+    vals = values(source(rel))
+    assert isinstance(vals, tuple) and len(vals) == text.count("{"), f"{text!r}: values {vals!r}"
+    return text.format(*vals)
 
 
 # Table headers whose number is a setting, and versions: numbers that are not measurements.
