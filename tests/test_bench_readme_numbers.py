@@ -339,6 +339,12 @@ def batch1_summary_row(label, rel, op):
     return (BATCH1_SUMMARY_ROW, rel, values)
 
 
+def batch1_before_after(before, after) -> list:
+    """A batch-1 table of two runs, each given as (ordinal, result file): per operator, the earlier
+    run's row, then the later one's."""
+    return [batch1_summary_row(f"{NAME[op]}, {ordinal} run", rel, op) for op in OPS for ordinal, rel in (before, after)]
+
+
 def run32_33_rows():
     """The thirty-second run (the small-batch load orders) against the thirtieth, and the thirty-third
     (the token's inputs first) against the thirty-second."""
@@ -363,10 +369,7 @@ def run32_33_rows():
                     *invocation(d, "mamba2")[1:], *invocation(d, "gdn")[1:])),
         ("(`bench_kernels_round2zg_quick_h100_recounted.json`, at `{}`)", RUN30_RECOUNTED,
          lambda d: (d["provenance"]["git"],)),
-        batch1_summary_row("Mamba-2, thirtieth run", RUN30_RECOUNTED, "mamba2"),
-        batch1_summary_row("Mamba-2, thirty-second run", RUN32, "mamba2"),
-        batch1_summary_row("GDN, thirtieth run", RUN30_RECOUNTED, "gdn"),
-        batch1_summary_row("GDN, thirty-second run", RUN32, "gdn"),
+        *batch1_before_after(("thirtieth", RUN30_RECOUNTED), ("thirty-second", RUN32)),
         ("the fp32 conventional steps {:.1f} µs against {:.1f} (Mamba-2) and {:.1f} against {:.1f} (GDN), the "
          "fp16-SR/NVFP4 flushes {:.1f} against {:.1f} and {:.1f} against {:.1f}. No target other than batch 1 moves by "
          "more than {:.3f} (ratios) or {:.1f} points (the NVFP4 rows), and {}.", RUN32,
@@ -378,10 +381,7 @@ def run32_33_rows():
          "correctness checks passed first.", RUN33,
          lambda d: (*joined(d), one(m["git"] for m in d["provenance"]["merged_from"]),
                     *invocation(d, "mamba2")[1:], *invocation(d, "gdn")[1:])),
-        batch1_summary_row("Mamba-2, thirty-second run", RUN32, "mamba2"),
-        batch1_summary_row("Mamba-2, thirty-third run", RUN33, "mamba2"),
-        batch1_summary_row("GDN, thirty-second run", RUN32, "gdn"),
-        batch1_summary_row("GDN, thirty-third run", RUN33, "gdn"),
+        *batch1_before_after(("thirty-second", RUN32), ("thirty-third", RUN33)),
         ("Both output-only steps are about {:.0f} % faster at batch 1 ({:.0f} % Mamba-2, {:.0f} % GDN). GDN's batch-1 "
          "target stays {}: its output-only step ({:.2f} µs) is still slower than its conventional step ({:.2f}), and the "
          "flush adds {:.2f} µs a token; at 1.0× the output-only step would have to run at about {:.1f} µs.", RUN33,
