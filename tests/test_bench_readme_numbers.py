@@ -449,8 +449,8 @@ def run34_35_rows():
     def moves(d):
         change, label, before, after, i, j = largest_move_among(runs, ratios)
         pct = largest_move_among(runs, ["nvfp4_nonflush_pct_byte_bound"])[0]
-        return (math.ceil(change * 100) / 100, label, before, ORDINAL[[RUN33, RUN34, RUN35][i]], after,
-                ORDINAL[[RUN33, RUN34, RUN35][j]], math.ceil(pct * 10) / 10)
+        return (at_most(change, 2), label, before, ORDINAL[[RUN33, RUN34, RUN35][i]], after,
+                ORDINAL[[RUN33, RUN34, RUN35][j]], at_most(pct, 1))
 
     def gdn_b1(rel):
         return summ(load(rel), "gdn")["batch"]["1"]
