@@ -143,6 +143,11 @@ def states_unchanged_op(d, before, op) -> bool:
     return all(target(d, op, n)["met"] == target(before, op, n)["met"] for n in summ(d, op)["targets"])
 
 
+def none_changes(unchanged: bool) -> str:
+    """How a section says whether any target changed its verdict."""
+    return "none changes state" if unchanged else "some change state"
+
+
 def met_targets(d) -> set[tuple[str, str]]:
     return {(op, name) for op in OPS for _, name, _ in STANDING_ROWS if target(d, op, name)["met"]}
 
@@ -375,7 +380,7 @@ def run32_33_rows():
          "more than {:.3f} (ratios) or {:.1f} points (the NVFP4 rows), and {}.", RUN32,
          lambda d: (*(b256(r, op)["conventional_us"] for op in OPS for r in (d, run30)),
                     *(summ(r, op)["update"]["fp16-sr"]["flush_us"] for op in OPS for r in (d, run30)),
-                    *h100_moves(d), "none changes state" if states_unchanged(d, both(run30)) else "some change state")),
+                    *h100_moves(d), none_changes(states_unchanged(d, both(run30))))),
         ("Produced on one {} (`python scripts/bench_kernels.py --quick --ops mamba2`, then `--ops gdn`, joined by "
          "`--resummarise`; fla {} as the peer; copy ceiling {:.0f} GB/s in the run) at `{}`; {} of {} and {} of {} "
          "correctness checks passed first.", RUN33,
@@ -398,7 +403,7 @@ def run32_33_rows():
          lambda d: (h100_moves(d)[0],
                     *largest_move(d, both(run30), [n for n in RATIO_NAMES if "pct" not in n])[1:],
                     *(summ(r, "mamba2")["update"]["fp16-sr"]["flush_us"] for r in (d, run30, run32)),
-                    h100_moves(d)[1], "none changes state" if states_unchanged(d, both(run30)) else "some change state")),
+                    h100_moves(d)[1], none_changes(states_unchanged(d, both(run30))))),
     ]
 
 
@@ -614,7 +619,7 @@ def run36_38_rows():
          "over the fp32 read) or {:.2f} points (the NVFP4 row and the conventional step's % of ceiling), with the "
          "same machine code; {}.", RUN36_GDN,
          lambda d: (at_most(other_moves(d, run35, "gdn")[0], 3), at_most(other_moves(d, run35, "gdn")[1], 2),
-                    "none changes state" if states_unchanged_op(d, run35, "gdn") else "some change state")),
+                    none_changes(states_unchanged_op(d, run35, "gdn")))),
         ("GPU tests at `a02d0e4` in the same call: the eight kernel, state, generation and bytes files, {} passed",
          gpu_log("a02d0e4"), lambda d: (gpu_test_count("a02d0e4"),)),
         # thirty-seventh run
@@ -629,7 +634,7 @@ def run36_38_rows():
         ("Every other Mamba-2 target moves from the thirty-fifth run by at most {:.2f} (ratios) or {:.1f} points (the "
          "NVFP4 row and the conventional step's % of ceiling), with the same machine code; {}.", RUN37_MAMBA2,
          lambda d: (at_most(other_moves(d, run35, "mamba2")[0], 2), at_most(other_moves(d, run35, "mamba2")[1], 1),
-                    "none changes state" if states_unchanged_op(d, run35, "mamba2") else "some change state")),
+                    none_changes(states_unchanged_op(d, run35, "mamba2")))),
         ("GPU tests at `bbb6ed6` in the same call: the eight kernel, state, generation and bytes files, {} passed",
          gpu_log("bbb6ed6"), lambda d: (gpu_test_count("bbb6ed6"),)),
         ("the window scored in column quarters {} µs against {}, q and k requested first {} against {}, the flush's "
@@ -685,7 +690,7 @@ def run36_38_rows():
          "row and the conventional step's % of ceiling); {}. The split targets stay {} on the H100 ({:.2f}× and {:.2f}×).",
          RUN38_GDN,
          lambda d: (at_most(other_moves(d, run36, "gdn")[0], 3), at_most(other_moves(d, run36, "gdn")[1], 2),
-                    "none changes state" if states_unchanged_op(d, run36, "gdn") else "some change state",
+                    none_changes(states_unchanged_op(d, run36, "gdn")),
                     "met" if all(target(d, "gdn", n)["met"] for n in SPLIT_TARGETS) else "not all met",
                     *(target(d, "gdn", n)["value"] for n in SPLIT_TARGETS))),
         ("a warm-up round, then four rounds): 16-row programs {} µs against {} at 32 rows, {}. The warm-up round's first "
@@ -911,8 +916,7 @@ CLAIMS: list[tuple[str, str, object]] = [
                               [n for n in RATIO_NAMES if "pct" not in n], 3),
                 *largest_move(d, {op: load(f) for op, f in RUN37_38.items()}, ["nvfp4_nonflush_pct_byte_bound"], 2),
                 largest_move(d, {op: load(f) for op, f in RUN37_38.items()}, ["conventional_pct_ceiling"], 1)[0],
-                "none changes state" if states_unchanged(d, {op: load(f) for op, f in RUN37_38.items()})
-                else "some change state")),
+                none_changes(states_unchanged(d, {op: load(f) for op, f in RUN37_38.items()})))),
     ("Against the thirtieth run, the batch-1 targets moved from {:.2f}× to {:.2f}× (Mamba-2) and from {:.2f}× "
      "to {:.2f}× (GDN), every other ratio of README's table by at most {:.3f} and the NVFP4 row by at most "
      "{:.1f} points.", RUN39,
