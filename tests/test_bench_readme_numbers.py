@@ -28,7 +28,9 @@ from tests.test_readme_numbers import (
     diagnostics_rows,
     h100_moves,
     load,
+    loose_numbers,
     one,
+    rendered,
     summ,
     target,
 )
@@ -518,6 +520,18 @@ def other_moves(d, before, op) -> tuple[float, float]:
     return max(v for n, v in moves.items() if "pct" not in n), max(v for n, v in moves.items() if "pct" in n)
 
 
+def other_targets_claim(op, rel, before, before_name, places, ratios_are):
+    """A single-operator run's line on its targets other than batch 1 against the run ``before`` (named
+    ``before_name``): the bounds of their moves (ratios, then % rows, rounded up to ``places``) and whether
+    any verdict changed."""
+    ratio_fmt, pct_fmt = (f"{{:.{p}f}}" for p in places)
+    return (f"Every other {NAME[op]} target moves from the {before_name} run by at most {ratio_fmt} ({ratios_are}) or "
+            f"{pct_fmt} points (the NVFP4 row and the conventional step's % of ceiling), with the same machine code; {{}}.",
+            rel, lambda d: (at_most(other_moves(d, before, op)[0], places[0]),
+                            at_most(other_moves(d, before, op)[1], places[1]),
+                            none_changes(states_unchanged_op(d, before, op))))
+
+
 def ab_file(commit: str) -> str:
     return f"reports/diagnostics/gdn-batch1-rules-ab-{commit}-h100.jsonl"
 
@@ -615,11 +629,7 @@ def run36_38_rows():
          "steps by under {:.0f} %).", RUN36_GDN,
          lambda d: (spread_pct(d, "gdn", "flush", 15),
                     math.ceil(max(spread_pct(d, "gdn", "conventional", 0), spread_pct(d, "gdn", "nonflush", 7))))),
-        ("Every other GDN target moves from the thirty-fifth run by at most {:.3f} (ratios; the NVFP4 read's speedup "
-         "over the fp32 read) or {:.2f} points (the NVFP4 row and the conventional step's % of ceiling), with the "
-         "same machine code; {}.", RUN36_GDN,
-         lambda d: (at_most(other_moves(d, run35, "gdn")[0], 3), at_most(other_moves(d, run35, "gdn")[1], 2),
-                    none_changes(states_unchanged_op(d, run35, "gdn")))),
+        other_targets_claim("gdn", RUN36_GDN, run35, "thirty-fifth", (3, 2), "ratios; the NVFP4 read's speedup over the fp32 read"),
         ("GPU tests at `a02d0e4` in the same call: the eight kernel, state, generation and bytes files, {} passed",
          gpu_log("a02d0e4"), lambda d: (gpu_test_count("a02d0e4"),)),
         # thirty-seventh run
@@ -631,10 +641,7 @@ def run36_38_rows():
         ("Mamba-2's batch-1 target reads {:.3f}× ({:.3f}× to {:.3f}× over the rounds): {}. The thirty-fifth run had "
          "read {:.3f}× from one measurement of each row.", RUN37_MAMBA2,
          lambda d: (*batch1_rounds(d, "mamba2")[:4], target(run35, "mamba2", "batch1_replay_vs_conventional")["value"])),
-        ("Every other Mamba-2 target moves from the thirty-fifth run by at most {:.2f} (ratios) or {:.1f} points (the "
-         "NVFP4 row and the conventional step's % of ceiling), with the same machine code; {}.", RUN37_MAMBA2,
-         lambda d: (at_most(other_moves(d, run35, "mamba2")[0], 2), at_most(other_moves(d, run35, "mamba2")[1], 1),
-                    none_changes(states_unchanged_op(d, run35, "mamba2")))),
+        other_targets_claim("mamba2", RUN37_MAMBA2, run35, "thirty-fifth", (2, 1), "ratios"),
         ("GPU tests at `bbb6ed6` in the same call: the eight kernel, state, generation and bytes files, {} passed",
          gpu_log("bbb6ed6"), lambda d: (gpu_test_count("bbb6ed6"),)),
         ("the window scored in column quarters {} µs against {}, q and k requested first {} against {}, the flush's "
@@ -981,22 +988,6 @@ MET = {
 }
 
 
-def source(rel: str):
-    """A claim's source file: a JSON result, the rows of a JSON-lines diagnostics file, or a log's text."""
-    if rel.endswith(".jsonl"):
-        return diagnostics_rows(rel)
-    if rel.endswith(".json"):
-        return load(rel)
-    return (ROOT / rel).read_text()
-
-
-def rendered(claim) -> str:
-    text, rel, values = claim
-    vals = values(source(rel))
-    assert isinstance(vals, tuple) and len(vals) == text.count("{"), f"{text!r}: values {vals!r}"
-    return text.format(*vals)
-
-
 @pytest.mark.parametrize("claim", CLAIMS, ids=[f"{i:02d}-{c[1].split('/')[-1]}" for i, c in enumerate(CLAIMS)])
 def test_bench_readme_number_matches_its_result_file(claim):
     phrase = rendered(claim)
@@ -1019,20 +1010,9 @@ NOT_MEASUREMENTS = ("| batch 1, µs |", "| GDN fp32 flush at batch 1, µs |", "T
 NUMBER = re.compile(UNIT_NUMBER.pattern + r"|(?<![\w.`§])\d+\.\d+")
 
 
-def loose_numbers(text: str, phrases) -> list[str]:
-    covered = []
-    for phrase in phrases:
-        start = text.find(phrase)
-        while start >= 0:
-            covered.append((start, start + len(phrase)))
-            start = text.find(phrase, start + 1)
-    return [text[max(0, m.start() - 30):m.end() + 10] for m in NUMBER.finditer(text)
-            if not any(a <= m.start() and m.end() <= b for a, b in covered)]
-
-
 def test_every_number_of_the_tied_sections_is_tied():
     loose = loose_numbers(tied_text(), [rendered(c) for c in CLAIMS] + [p for p, _ in MET.values()]
-                          + list(NOT_MEASUREMENTS))
+                          + list(NOT_MEASUREMENTS), NUMBER)
     assert not loose, ("numbers in reports/bench/README.md's tied sections with no result file behind them (add "
                        "a claim to CLAIMS here, or remove the number):\n" + "\n".join(loose))
 
@@ -1043,4 +1023,4 @@ def test_the_checks_can_fail():
     lo = batch1_row(load(RUN39), "gdn", "conventional", 0)[0]
     tampered = phrase.replace(f"{lo:.2f}", f"{lo + 0.01:.2f}", 1)
     assert tampered != phrase and tampered not in tied_text()
-    assert loose_numbers("the step took 4.07 and then 5 µs", ["took 4.07"]) == ["the step took 4.07 and then 5 µs"]
+    assert loose_numbers("the step took 4.07 and then 5 µs", ["took 4.07"], NUMBER) == ["the step took 4.07 and then 5 µs"]

@@ -779,9 +779,18 @@ CLAIMS += [(f"| {model} | {kind} | {what} | {k} | {{}} | {{:.1f}} % | {{:.1f}} %
 NOT_MEASUREMENTS = ("(target ≤ 1.15×)", "short of the 3× target", "95 % CI", "95 % interval", "states over 128×128", "≤ ~2^-21")
 
 
+def source(rel: str):
+    """A claim's source file: a JSON result, the rows of a JSON-lines diagnostics file, or a log's text."""
+    if rel.endswith(".jsonl"):
+        return diagnostics_rows(rel)
+    if rel.endswith(".json"):
+        return load(rel)
+    return (ROOT / rel).read_text()
+
+
 def rendered(claim) -> str:
     text, rel, values = claim
-    vals = values(load(rel))
+    vals = values(source(rel))
     assert isinstance(vals, tuple) and len(vals) == text.count("{"), f"{text!r}: values {vals!r}"
     return text.format(*vals)
 
@@ -822,22 +831,21 @@ UNIT_NUMBER = re.compile(r"(?<![\w.^])\d[\d,]*(?:\.\d+)?(?:e-?\d+)?(?:\s?[–-]\
                          r"|(?<![\w.])\d\.\d+e-\d+")
 
 
+def loose_numbers(text: str, phrases, number=UNIT_NUMBER) -> list[str]:
+    """Each number ``number`` finds in ``text`` outside every occurrence of the checked ``phrases``, with
+    some text around it."""
+    covered = []
+    for phrase in phrases:
+        start = text.find(phrase)
+        while start >= 0:
+            covered.append((start, start + len(phrase)))
+            start = text.find(phrase, start + 1)
+    return [text[max(0, m.start() - 30):m.end() + 10] for m in number.finditer(text)
+            if not any(a <= m.start() and m.end() <= b for a, b in covered)]
+
+
 def test_every_measured_number_is_tied():
-    text = readme()
-    covered: list[tuple[int, int]] = []
-    for claim in CLAIMS:
-        phrase = rendered(claim)
-        start = text.find(phrase)
-        while start >= 0:
-            covered.append((start, start + len(phrase)))
-            start = text.find(phrase, start + 1)
-    for phrase in NOT_MEASUREMENTS:
-        start = text.find(phrase)
-        while start >= 0:
-            covered.append((start, start + len(phrase)))
-            start = text.find(phrase, start + 1)
-    loose = [text[max(0, m.start() - 30):m.end() + 10] for m in UNIT_NUMBER.finditer(text)
-             if not any(a <= m.start() and m.end() <= b for a, b in covered)]
+    loose = loose_numbers(readme(), [rendered(claim) for claim in CLAIMS] + list(NOT_MEASUREMENTS))
     assert not loose, ("README numbers with no result file behind them (add a claim to CLAIMS, or remove the "
                        "number):\n" + "\n".join(loose))
 
