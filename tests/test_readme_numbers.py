@@ -163,9 +163,10 @@ def one(values):
     return v
 
 
-def diagnostics_rows(rel: str) -> list[dict]:
-    """The rows of a JSON-lines result file (reports/diagnostics/*.jsonl)."""
-    return [json.loads(line) for line in (ROOT / rel).read_text().splitlines()]
+@functools.cache
+def diagnostics_rows(rel: str) -> tuple[dict, ...]:
+    """The rows of a JSON-lines result file (reports/diagnostics/*.jsonl), read once per file."""
+    return tuple(json.loads(line) for line in (ROOT / rel).read_text().splitlines())
 
 
 def run6_mamba2_nvfp4_us() -> list[float]:
