@@ -1,5 +1,5 @@
-"""The numbers of reports/bench/README.md's sections, from the thirty-first run on, come from their
-result files.
+"""The numbers of reports/bench/README.md's sections, from the thirtieth run on, come from their result
+files.
 
 README.md's numbers go through ``tests/test_readme_numbers.py``; this file does the same for the
 benchmark README's newest sections, which README.md's two tables are read from. ``CLAIMS`` maps each
@@ -45,6 +45,15 @@ RUN30_RECOUNTED = BENCH + "bench_kernels_round2zg_quick_h100_recounted.json"
 RUN31_H200 = BENCH + "bench_kernels_round2zh_quick.json"  # README's H200 table
 RUN29_RECOUNTED = BENCH + "bench_kernels_round2zf_quick_recounted.json"
 RUN27_H200 = BENCH + "bench_kernels_round2zd_quick.json"
+RUN22 = BENCH + "bench_kernels_round2y_quick.json"
+RUN29 = BENCH + "bench_kernels_round2zf_quick.json"  # as measured
+RUN28 = BENCH + "bench_kernels_round2ze_quick_h100.json"
+RUN30 = BENCH + "bench_kernels_round2zg_quick_h100.json"  # as measured (the recount came later)
+HEAD_PAIRS = "reports/diagnostics/mamba2-nvfp4-head-pairs-a4b3268.jsonl"
+VECTOR_FIRST = "reports/diagnostics/nvfp4-vector-first-ce4f78c.jsonl"
+KERNEL_TIMES = "reports/diagnostics/replay-kernel-times-03c6535.jsonl"
+OWN_QK = "reports/diagnostics/gdn-own-qk-03c6535.jsonl"
+FLUSH_STORES = "reports/diagnostics/{}-nvfp4-flush-stores-57a5c04.jsonl"
 HW_SCALES_AB = "reports/diagnostics/hw-block-scales-6100878.jsonl"
 MAMBA2_NVFP4_CAPS = "reports/diagnostics/mamba2-nvfp4-flush-caps-65c30b0.jsonl"
 RUN32 = BENCH + "bench_kernels_round2zi_quick_h100.json"
@@ -57,7 +66,7 @@ OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
 # The heading of the first section tied to its result files; every section after it is tied too.
-FIRST_TIED = "## Round two, thirty-first run"
+FIRST_TIED = "## Round two, thirtieth run"
 
 
 @functools.cache
@@ -217,25 +226,57 @@ HW_SCALES_FLUSHES = (("mamba2", "fp16-sr"), ("mamba2", "fp8e4m3-sr"), ("mamba2",
                      ("gdn", "fp32"))
 
 
+def target_before_after_row(rel, before_rel, label, names, fmt, target_fmt):
+    """A row of a before → now table of README's targets: the label with its target (one value, or one
+    per operator where they differ), then each operator's cells (``verdict_cells``)."""
+    def values(d):
+        targets = " / ".join(target_fmt.format(target(d, op, names[0])["target"]) for op in OPS)
+        if len({target(d, op, n)["target"] for op in OPS for n in names}) == 1:
+            targets = target_fmt.format(target(d, "gdn", names[0])["target"])
+        return (("≤ " if names[0] in AT_MOST else "≥ ") + targets, *verdict_cells(load(before_rel), d, names, fmt))
+    return (f"| {label} ({{}}) | {{}} | {{}} |", rel, values)
+
+
+def target_before_after_rows(rel, before_rel) -> list:
+    """README's target table as a before → now table of two runs (each operator's ratios, the NVFP4 row,
+    the flush, verify and batch-1 rows)."""
+    def row(*args):
+        return target_before_after_row(rel, before_rel, *args)
+    return [
+        row("`shared:fp32` ÷ conventional", ["replay_vs_conventional"], "{:.2f}×", "{:.2f}×"),
+        row("`shared:fp32` ÷ fla", ["replay_vs_fla"], "{:.2f}×", "{:.1f}×"),
+        row("`split:fp16-sr/nvfp4` / `split:fp8e4m3-sr/nvfp4`",
+            ["split_fp16-sr_nvfp4_vs_conventional", "split_fp8e4m3-sr_nvfp4_vs_conventional"], "{:.2f}×", "{:.0f}×"),
+        row("NVFP4 output-only step, % of byte bound", ["nvfp4_nonflush_pct_byte_bound"], "{:.1f} %", "{:.0f} %"),
+        row("fp16-SR/NVFP4 flush ÷ fp16-SR conventional", ["fp16sr_flush_vs_fp16sr_conventional"], "{:.2f}×",
+            "{:.1f}×"),
+        row("verify round T = 8", ["verify_T8_vs_conventional"], "{:.2f}×", "{:.1f}×"),
+        row("batch 1", ["batch1_replay_vs_conventional"], "{:.2f}×", "{:.1f}×"),
+    ]
+
+
+def flush_before_after_rows(rel, before_rel) -> list:
+    """The before → now table of the flushes that write an NVFP4 read copy (batch 256, W = 15), per
+    checkpoint format, and the fp32 conventional step as control."""
+    def row(label, update, gdn_note=None):
+        def cell(d, op):
+            b, n = (summ(r, op)["update"][update]["flush_us"] for r in (load(before_rel), d))
+            note = gdn_note if (op == "gdn" and gdn_note) else f"{minus(flush_change_pct(load(before_rel), d, op, update))} %"
+            return f"{b:.1f} → {n:.1f} ({note})"
+        return (f"| {label} | {{}} | {{}} |", rel, lambda d: (cell(d, "mamba2"), cell(d, "gdn")))
+    return [
+        row("fp16-SR checkpoint, NVFP4 read copy", "fp16-sr"),
+        row("FP8-SR checkpoint, NVFP4 read copy", "fp8e4m3-sr", gdn_note="integer rounding kept"),
+        row("fp32 checkpoint, NVFP4 read copy", "fp32"),
+        ("| control: fp32 conventional step | {:.1f} → {:.1f} | {:.1f} → {:.1f} |", rel,
+         lambda d: tuple(b256(r, op)["conventional_us"] for op in OPS for r in (load(before_rel), d))),
+    ]
+
+
 def run31_rows():
     """The thirty-first run's claims: its header, its before → now tables against the twenty-ninth run
     (recounted), its flush table and its bullets."""
     before = load(RUN29_RECOUNTED)
-
-    def target_row(label, names, fmt, target_fmt):
-        targets = " / ".join(target_fmt.format(target(load(RUN31_H200), op, names[0])["target"]) for op in OPS)
-        if len({target(load(RUN31_H200), op, n)["target"] for op in OPS for n in names}) == 1:
-            targets = target_fmt.format(target(load(RUN31_H200), "gdn", names[0])["target"])
-        targets = ("≤ " if names[0] in AT_MOST else "≥ ") + targets
-        return (f"| {label} ({{}}) | {{}} | {{}} |", RUN31_H200,
-                lambda d: (targets, *verdict_cells(before, d, names, fmt)))
-
-    def flush_row(label, update, gdn_note=None):
-        def cell(d, op):
-            b, n = (summ(r, op)["update"][update]["flush_us"] for r in (before, d))
-            note = gdn_note if (op == "gdn" and gdn_note) else f"{minus(flush_change_pct(before, d, op, update))} %"
-            return f"{b:.1f} → {n:.1f} ({note})"
-        return (f"| {label} | {{}} | {{}} |", RUN31_H200, lambda d: (cell(d, "mamba2"), cell(d, "gdn")))
 
     return [
         ("`python scripts/bench_kernels.py --quick` at `{}` on one {}, in two invocations (`--ops mamba2`, {:.0f} s, "
@@ -249,22 +290,8 @@ def run31_rows():
          lambda d: (d["provenance"]["git"],)),
         ("GPU tests at the same commit on the same H200: {} passed (`reports/diagnostics/gpu-tests-{}-h200.txt`)",
          RUN31_H200, lambda d: (gpu_test_count(d["provenance"]["git"], "h200"), d["provenance"]["git"])),
-        target_row("`shared:fp32` ÷ conventional", ["replay_vs_conventional"], "{:.2f}×", "{:.2f}×"),
-        target_row("`shared:fp32` ÷ fla", ["replay_vs_fla"], "{:.2f}×", "{:.1f}×"),
-        target_row("`split:fp16-sr/nvfp4` / `split:fp8e4m3-sr/nvfp4`",
-                   ["split_fp16-sr_nvfp4_vs_conventional", "split_fp8e4m3-sr_nvfp4_vs_conventional"], "{:.2f}×",
-                   "{:.0f}×"),
-        target_row("NVFP4 output-only step, % of byte bound", ["nvfp4_nonflush_pct_byte_bound"], "{:.1f} %",
-                   "{:.0f} %"),
-        target_row("fp16-SR/NVFP4 flush ÷ fp16-SR conventional", ["fp16sr_flush_vs_fp16sr_conventional"], "{:.2f}×",
-                   "{:.1f}×"),
-        target_row("verify round T = 8", ["verify_T8_vs_conventional"], "{:.2f}×", "{:.1f}×"),
-        target_row("batch 1", ["batch1_replay_vs_conventional"], "{:.2f}×", "{:.1f}×"),
-        flush_row("fp16-SR checkpoint, NVFP4 read copy", "fp16-sr"),
-        flush_row("FP8-SR checkpoint, NVFP4 read copy", "fp8e4m3-sr", gdn_note="integer rounding kept"),
-        flush_row("fp32 checkpoint, NVFP4 read copy", "fp32"),
-        ("| control: fp32 conventional step | {:.1f} → {:.1f} | {:.1f} → {:.1f} |", RUN31_H200,
-         lambda d: tuple(b256(r, op)["conventional_us"] for op in OPS for r in (before, d))),
+        *target_before_after_rows(RUN31_H200, RUN29_RECOUNTED),
+        *flush_before_after_rows(RUN31_H200, RUN29_RECOUNTED),
         ("(`reports/diagnostics/hw-block-scales-6100878.jsonl`: {} %, {} % and {} % for Mamba-2's three, {} % and {} % "
          "for GDN's) within {:.1f} points.", RUN31_H200,
          lambda d: (*(minus(hw_scales_ab_pct(op, u)) for op, u in HW_SCALES_FLUSHES),
@@ -299,11 +326,278 @@ def run31_rows():
     ]
 
 
+def flush_stores_rows():
+    """Each NVFP4-storing flush with its stores removed in turn (diagnostics after the thirtieth run):
+    the table, the controls and what the bullets read from it. "About" a store's cost is the difference
+    of the two variants' medians, to the nearest 10 µs."""
+    files = {"mamba2": FLUSH_STORES.format("mamba2"), "gdn": FLUSH_STORES.format("gdn")}
+
+    def us(op, update, variant):
+        return [r["us"] for r in diagnostics_rows(files[op]) if r["variant"] == variant and r["update"] == update]
+
+    def cost(op, update, variant, without="full"):  # what removing the store(s) saves, to the nearest 10 µs
+        return round(median(us(op, update, without)) - median(us(op, update, variant)), -1)
+
+    def baseline(op):  # the fp16-SR conventional step of the thirtieth run: the flush target's baseline
+        return summ(load(RUN30), op)["conventional_formats"]["fp16-sr"]["us"]
+    flush_target = target(load(RUN30), "mamba2", "fp16sr_flush_vs_fp16sr_conventional")["target"]
+    variants = ("full", "no_read", "no_update", "none")
+    labels = {"fp16-sr": "fp16-SR", "fp8e4m3-sr": "FP8-SR", "fp32": "fp32"}
+    return [
+        ("Setup: batch 256, W = 15, the wrappers' launch rules, each row twice, one {} at `{}` (the kernels of `{}`).",
+         files["mamba2"], lambda d: (one(r["device"] for rows in map(diagnostics_rows, files.values()) for r in rows)
+                                     .removeprefix("NVIDIA ").removesuffix(" 80GB HBM3"),
+                                     one(r["git"] for rows in map(diagnostics_rows, files.values()) for r in rows),
+                                     load(RUN30)["provenance"]["git"])),
+        *[(f"| {NAME[op]} {labels[update]} | {{}} | {{}} | {{}} | {{}} |", files[op],
+           lambda d, op=op, update=update: tuple(span(us(op, update, v)) for v in variants))
+          for op in OPS for update in ("fp16-sr", "fp8e4m3-sr", "fp32")],
+        ("The fp32 conventional steps ran {:.1f} (Mamba-2) and {:.1f} (GDN) in the same calls. The fp16-SR conventional "
+         "steps of the thirtieth run, the flush target's baselines, took {:.1f} and {:.1f}.", files["mamba2"],
+         lambda d: (*(one(us(op, "fp32", "control")) for op in OPS), *(baseline(op) for op in OPS))),
+        ("the NVFP4 read copy costs about {:.0f} µs, and the SR checkpoint store about {:.0f};", files["mamba2"],
+         lambda d: (cost("mamba2", "fp16-sr", "no_read"), cost("mamba2", "fp16-sr", "no_update"))),
+        ("without either store, the loads and the fold take {} µs, {:.2f}-{:.2f}× the fp16-SR conventional step;",
+         files["mamba2"], lambda d: (span(us("mamba2", "fp16-sr", "none")),
+                                     *(f(us("mamba2", "fp16-sr", "none")) / baseline("mamba2") for f in (min, max)))),
+        ("so the ≤ {:.1f}× target ({:.0f} µs) leaves the two stores about {:.0f} µs together, against about {:.0f} now.",
+         files["mamba2"],
+         lambda d: (flush_target, flush_target * baseline("mamba2"),
+                    round(flush_target * baseline("mamba2") - median(us("mamba2", "fp16-sr", "none")), -1),
+                    cost("mamba2", "fp16-sr", "none"))),
+        ("Each alone adds about {:.0f}-{:.0f} µs, but both add about {:.0f}.", files["mamba2"],
+         lambda d: (*sorted(cost("mamba2", "fp8e4m3-sr", "none", without=v) for v in ("no_read", "no_update")),
+                    cost("mamba2", "fp8e4m3-sr", "none"))),
+        ("**GDN: the flush without any store already takes {:.2f}× the fp16-SR conventional step** ({} against {:.1f} "
+         "µs). Its stores add about {:.0f} µs (NVFP4) and {:.0f} (fp16-SR).", files["gdn"],
+         lambda d: (median(us("gdn", "fp16-sr", "none")) / baseline("gdn"), span(us("gdn", "fp16-sr", "none")),
+                    baseline("gdn"), cost("gdn", "fp16-sr", "no_read"), cost("gdn", "fp16-sr", "no_update"))),
+    ]
+
+
+@functools.cache
+def recounted_summary(rel: str) -> dict:
+    """A result file's summary recomputed with its rows' bytes recounted under the current bytes model
+    (what ``--resummarise FILE --recount-bytes`` writes), per operator."""
+    from precision_lab.bench import decode_kernels
+    res = decode_kernels.load(load(rel))
+    decode_kernels.recount_bytes(res)
+    return decode_kernels.summarise(res.rows, res.correctness, res.ceiling.GBps)
+
+
+def recount_rows():
+    """GDN's record bytes recounted (no device time): the twenty-ninth run's byte bounds as first counted
+    and recounted, and what the recount corrects."""
+    first, recounted = load(RUN29), load(RUN29_RECOUNTED)
+    labels = (("`shared:fp32` ÷ conventional", "replay_vs_conventional", "{:.2f}"),
+              ("`shared:fp32` ÷ fla peer", "replay_vs_fla", "{:.1f}"),
+              ("`split:fp16-sr/nvfp4`", "split_fp16-sr_nvfp4_vs_conventional", "{:.0f}"),
+              ("`split:fp8e4m3-sr/nvfp4`", "split_fp8e4m3-sr_nvfp4_vs_conventional", "{:.0f}"),
+              ("fp16-SR flush ÷ fp16-SR conventional", "fp16sr_flush_vs_fp16sr_conventional", "{:.1f}"),
+              ("verify T = 8 + amortised speculative flush", "verify_T8_vs_conventional", "{:.1f}"))
+
+    def bound_row(label, name, target_fmt):
+        def values(d):
+            t = target(d, "gdn", name)
+            sign = "≤" if name in AT_MOST else "≥"
+            return (f"{sign} {target_fmt.format(t['target'])}", t["value"], target(first, "gdn", name)["byte_bound"],
+                    t["byte_bound"])
+        return ("| {} ({}×) | {:.2f}× | {:.2f}× → {:.2f}× |".replace("{} (", f"{label} (", 1), RUN29_RECOUNTED, values)
+
+    def gdn_row(d, kernel, W, read=None):
+        (r,) = [r for r in d["rows"] if r["op"] == "gdn" and r["kernel"] == kernel and r["tag"] == "batch"
+                and r["batch"] == 256 and r["W"] == W and r["update"] == "fp32" and r["read"] == read]
+        return r
+
+    def nvfp4_pct(d):
+        return target(d, "gdn", "nvfp4_nonflush_pct_byte_bound")["value"]
+    from precision_lab.bench.byte_models import record_fields, step_bytes
+    old_records = 256 * (7 + 1) * sum(record_fields("gdn").values())  # all five fields, the token's record too
+    ceiling = summ(recounted, "gdn")["ceiling_for_targets_GBps"]
+    return [
+        *[bound_row(*row) for row in labels],
+        ("| NVFP4 output-only step, % of byte bound (≥ {:.0f} %) | {:.1f} % → {:.1f} % | — |", RUN29_RECOUNTED,
+         lambda d: (target(d, "gdn", "nvfp4_nonflush_pct_byte_bound")["target"], nvfp4_pct(first), nvfp4_pct(d))),
+        ("Mamba-2's bound for the verify round moves from {:.2f}× to {:.2f}× (the drafts' records).", RUN29_RECOUNTED,
+         lambda d: tuple(target(r, "mamba2", "verify_T8_vs_conventional")["byte_bound"] for r in (first, d))),
+        ("held GDN's `shared:fp32` target ({:.2f}×) out of reach of kernel work, with a bound of {:.2f}×.", RUN22,
+         lambda d: (target(d, "gdn", "replay_vs_conventional")["target"],
+                    target(d, "gdn", "replay_vs_conventional")["byte_bound"])),
+        ("(k, v, d, a, β: {:.3f} of its {:.3f} GB at W = 7, the token's own record included; first printed as 0.090 "
+         "of 0.627).", RUN22, lambda d: (old_records / 1e9, gdn_row(d, "nonflush", 7)["bytes"] / 1e9)),
+        ("Counted that way, the twenty-second run's own rows give {:.4f}×, a hair {} the target. The twenty-ninth "
+         "run's give {:.2f}×: the target is within the bytes, but only with both ReplaySSM steps at {:.1f} % of the "
+         "copy ceiling. In that run its output-only step ran at {:.1f} % of the {:.0f} GB/s reference ceiling and its "
+         "shared-mode flush at {:.1f} % (batch-256 rows of the recounted file).", RUN29_RECOUNTED,
+         lambda d: (recounted_summary(RUN22)["gdn"].targets["replay_vs_conventional"].byte_bound,
+                    "under" if recounted_summary(RUN22)["gdn"].targets["replay_vs_conventional"].byte_bound < 1.75
+                    else "over", target(d, "gdn", "replay_vs_conventional")["byte_bound"],
+                    100 * target(d, "gdn", "replay_vs_conventional")["target"]
+                    / target(d, "gdn", "replay_vs_conventional")["byte_bound"],
+                    100 * gdn_row(d, "nonflush", 7)["GBps"] / ceiling, ceiling,
+                    100 * gdn_row(d, "flush", 15)["GBps"] / ceiling)),
+        ("{:.1f} % of its byte bound on the H200 ({:.1f} % as first counted) and {:.1f} % on the H100 ({:.1f} %). The "
+         "same step from an fp32 read copy runs at {:.0f} GB/s ({:.0f} as first counted). Per sequence at W = 7 the "
+         "NVFP4 step moves {:.2f} MB against the fp32 step's {:.2f} MB ({:.0f} %) and takes {:.1f} µs against {:.1f} "
+         "({:.0f} %)", RUN29_RECOUNTED,
+         lambda d: (nvfp4_pct(d), nvfp4_pct(first), nvfp4_pct(load(RUN30_RECOUNTED)), nvfp4_pct(load(RUN30)),
+                    summ(d, "gdn")["read"]["fp32"]["nonflush_GBps"], summ(first, "gdn")["read"]["fp32"]["nonflush_GBps"],
+                    *(step_bytes("gdn", "nonflush", 1, "fp32", fmt, 7) / 1e6 for fmt in ("nvfp4", "fp32")),
+                    100 * step_bytes("gdn", "nonflush", 1, "fp32", "nvfp4", 7) / step_bytes("gdn", "nonflush", 1, "fp32", "fp32", 7),
+                    *(summ(d, "gdn")["read"][fmt]["nonflush_us"] for fmt in ("nvfp4", "fp32")),
+                    100 * summ(d, "gdn")["read"]["nvfp4"]["nonflush_us"] / summ(d, "gdn")["read"]["fp32"]["nonflush_us"])),
+    ]
+
+
+def vector_first_rows():
+    """The NVFP4 read's vector entries loaded first, one A/B on an H100 (diagnostics after the thirtieth
+    run): batch 256 per operator, and the smaller batches' largest difference either way."""
+    rows = diagnostics_rows(VECTOR_FIRST)
+
+    def us(op, batch, variant):
+        return [r["us"] for r in rows if r["op"] == op and r["batch"] == batch and r["variant"] == variant]
+    small = max(abs(n - o) for op in OPS for batch in (16, 1) for n in us(op, batch, "new") for o in us(op, batch, "old"))
+    return [
+        ("It ran slower on one {} at batch 256, W = 7", VECTOR_FIRST,
+         lambda d: (one(r["device"] for r in d).removeprefix("NVIDIA ").removesuffix(" 80GB HBM3"),)),
+        ("- Mamba-2 {} µs against {};", VECTOR_FIRST,
+         lambda d: (span(us("mamba2", 256, "new"), "{:.1f}"), span(us("mamba2", 256, "old"), "{:.1f}"))),
+        ("- GDN {} against {};", VECTOR_FIRST,
+         lambda d: (span(us("gdn", 256, "new"), "{:.1f}"), span(us("gdn", 256, "old"), "{:.1f}"))),
+        ("- batches 16 and 1 within {:.1f} µs either way.", VECTOR_FIRST, lambda d: (at_most(small, 1),)),
+    ]
+
+
+def own_qk_rows():
+    """GDN's overlapped output-only step with its own q̃, k (diagnostics after the thirtieth run): the
+    profiler's per-kernel times and the A/B of the form, both on an H200."""
+    times = diagnostics_rows(KERNEL_TIMES)
+    ab = diagnostics_rows(OWN_QK)
+
+    def kernel_us(op, read, kernel):  # plain, then overlapped
+        return tuple(one(r["kernels_us"][f"{op}_replay_{kernel}_kernel"] for r in times
+                         if r["op"] == op and r["read"] == read and r["overlap_scores"] is overlap)
+                     for overlap in (False, True))
+
+    def row(label, op, read, unit=""):
+        return (f"| {label} | {{:.1f}} / {{:.1f}}{unit} | {{:.1f}} / {{:.1f}}{unit} |", KERNEL_TIMES,
+                lambda d: (*kernel_us(op, read, "scores"), *kernel_us(op, read, "step")))
+
+    def us(read, own):
+        return [r["us"] for r in ab if r["read"] == read and r["cfg"]["overlap_scores"] is own]
+
+    def same_bits(read):
+        return all(r["check"]["y_equal"] and r["check"]["d_equal"] for r in ab if r["read"] == read)
+    hidden = median(us(None, False)) - median(us(None, True))
+    return [
+        ("(torch.profiler, mean of 20 calls, batch 256, W = 7, one {};", KERNEL_TIMES,
+         lambda d: (one(r["device"] for r in d).removeprefix("NVIDIA "),)),
+        row("GDN, fp32 read copy", "gdn", "fp32", unit=" µs"), row("GDN, NVFP4 read copy", "gdn", "nvfp4"),
+        row("Mamba-2, fp32 read copy", "mamba2", "fp32"), row("Mamba-2, NVFP4 read copy", "mamba2", "nvfp4"),
+        ("One {}, {} timings each in one process, {} from fp32", OWN_QK,
+         lambda d: (one(r["device"] for r in d).removeprefix("NVIDIA "),
+                    {3: "three"}[one(len(us(read, own)) for read in (None, "fp32", "bf16") for own in (True, False))],
+                    "the same bits" if same_bits(None) and same_bits("fp32") else "not the same bits")),
+        ("- shared fp32: {} µs against {} plain;", OWN_QK, lambda d: (span(us(None, True), "{:.1f}"),
+                                                                     span(us(None, False), "{:.1f}"))),
+        ("- split, fp32 read copy: {} against {};", OWN_QK, lambda d: (span(us("fp32", True), "{:.1f}"),
+                                                                       span(us("fp32", False), "{:.1f}"))),
+        ("- BF16 read copy: {} against {}, {}.", OWN_QK,
+         lambda d: (span(us("bf16", True), "{:.1f}"), span(us("bf16", False), "{:.1f}"),
+                    "slower" if min(us("bf16", True)) > max(us("bf16", False)) else "not slower")),
+        ("The overlap hid about {:.0f} µs of the scores kernel's {:.1f}: under {:.0f} %, so the form was reverted",
+         OWN_QK, lambda d: (hidden, kernel_us("gdn", "fp32", "scores")[0], at_most(100 * hidden / median(us(None, False)), 0))),
+        ("GDN's `shared:fp32` ÷ fla target ({:.1f}×) needs the amortised step about {:.0f} % faster.", RUN29_RECOUNTED,
+         lambda d: (target(d, "gdn", "replay_vs_fla")["target"],
+                    100 * (target(d, "gdn", "replay_vs_fla")["target"] / target(d, "gdn", "replay_vs_fla")["value"] - 1))),
+    ]
+
+
 def span(values, fmt="{:.0f}") -> str:
     """The lowest and highest of some timings as a section prints them: "lo-hi", or one value where
     both round alike."""
     lo, hi = fmt.format(min(values)), fmt.format(max(values))
     return lo if lo == hi else f"{lo}-{hi}"
+
+
+SPLIT_TARGETS = ("split_fp16-sr_nvfp4_vs_conventional", "split_fp8e4m3-sr_nvfp4_vs_conventional")
+
+
+def sci2(x: float) -> str:
+    """A relative error to two significant digits, as the sections print it (1.6e-4)."""
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def run30_rows():
+    """The thirtieth run (H100, the hardware block-scale rounding) against the twenty-eighth: its header,
+    the two before → now tables, its bullets, and the 32-row NVFP4 flush form timed after it."""
+    before = load(RUN28)
+    pairs = diagnostics_rows(HEAD_PAIRS)
+    checks = [r for r in pairs if r.get("mode") == "check" and r["form"] != "rule"]
+
+    def pairs_us(update, eight_warps=False):
+        return [r["us"] for r in pairs if r.get("mode") == "time" and r["kernel"] == "flush" and r["update"] == update
+                and r["form"].startswith("pairs") and r["form"].endswith("-w8") == eight_warps]
+
+    def rule_us(update):
+        return [r["us"] for r in pairs if r.get("form") == "rule" and r.get("mode") == "time" and r["update"] == update]
+
+    def differing(buffer):  # the largest fraction of a buffer's bytes that differ from the rule's (check rows)
+        return max(r["byte_diff_frac"][buffer] for r in checks)
+    read_flush = {fmt: summ(load(RUN30), "mamba2")["read"][fmt]["flush_us"] for fmt in ("nvfp4", "bf16", "fp8e4m3")}
+    gdn_read_flush = {fmt: summ(load(RUN30), "gdn")["read"][fmt]["flush_us"] for fmt in ("nvfp4", "bf16", "fp8e4m3")}
+    others = [n for n in RATIO_NAMES if n not in SPLIT_TARGETS and "pct" not in n
+              and n != "fp16sr_flush_vs_fp16sr_conventional"] + ["batch1_replay_vs_conventional"]
+    ab_gap = max((abs(hw_scales_ab_pct(op, u) - flush_change_pct(before, load(RUN30), op, u)), op, u)
+                 for op, u in HW_SCALES_FLUSHES)
+    return [
+        ("`python scripts/bench_kernels.py --quick` at `{}` on an {}, in two invocations (`--ops mamba2`, {:.0f} s, "
+         "{} of {} correctness checks; `--ops gdn`, {:.0f} s, {} of {}) joined by `--resummarise`; in-run copy "
+         "ceiling {:.0f} GB/s (the higher of the two invocations', which `--resummarise` keeps), fla {} as the peer.",
+         RUN30,
+         lambda d: (d["provenance"]["git"], d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "),
+                    *invocation(d, "mamba2"), *invocation(d, "gdn"), d["ceiling"]["GBps"],
+                    d["peers"]["flash-linear-attention"])),
+        ("differ from the twenty-eighth run's (`round2ze`, also H100, at `{}`)", RUN28, lambda d: (d["provenance"]["git"],)),
+        ("GPU tests at the same commit on the same H100: {} passed (`reports/diagnostics/gpu-tests-{}-h100.txt`)",
+         RUN30, lambda d: (gpu_test_count(d["provenance"]["git"]), d["provenance"]["git"])),
+        *target_before_after_rows(RUN30, RUN28),
+        *flush_before_after_rows(RUN30, RUN28),
+        ("(`reports/diagnostics/hw-block-scales-6100878.jsonl`: {} %, {} % and {} % for Mamba-2's three, {} % and {} % "
+         "for GDN's), and the sizes agree within {:.1f} points ({}'s {} flush, {} % here)", RUN30,
+         lambda d: (*(minus(hw_scales_ab_pct(op, u)) for op, u in HW_SCALES_FLUSHES), at_most(ab_gap[0], 1),
+                    NAME[ab_gap[1]], {"fp16-sr": "fp16-SR", "fp8e4m3-sr": "FP8-SR", "fp32": "fp32"}[ab_gap[2]],
+                    minus(flush_change_pct(before, d, ab_gap[1], ab_gap[2])))),
+        ("The fp16-SR/NVFP4 flush is still {:.1f}× (Mamba-2) and {:.1f}× (GDN) a conventional step of its format; "
+         "section \"Instruction bounds of the missed targets\" explains why tuning alone cannot reach {:.1f}×.", RUN30,
+         lambda d: (*(target(d, op, "fp16sr_flush_vs_fp16sr_conventional")["value"] for op in OPS),
+                    one(target(d, op, "fp16sr_flush_vs_fp16sr_conventional")["target"] for op in OPS))),
+        ("The split ratios move by at most {:.2f} ({}, {:.2f}× against {:.2f}×), as the amortised flush is 1/16 of a "
+         "token's cost; the flush ratios by at most {:.2f} ({}), the other ratios by at most {:.2f} and the NVFP4 "
+         "rows by at most {:.1f} points.", RUN30,
+         lambda d: (*largest_move(d, both(before), SPLIT_TARGETS, 2),
+                    *largest_move(d, both(before), ["fp16sr_flush_vs_fp16sr_conventional"], 2)[:2],
+                    largest_move(d, both(before), others, 2)[0],
+                    largest_move(d, both(before), ["nvfp4_nonflush_pct_byte_bound"], 1)[0])),
+        ("the flush that writes an NVFP4 read copy took {:.1f} µs, against {:.1f} with a BF16 copy, {:.1f} with an FP8 "
+         "copy and {:.1f} for the shared fp32 flush", RUN30,
+         lambda d: (*read_flush.values(), b256(d, "mamba2")["flush_us"])),
+        ("GDN shows no such step: {:.1f} µs with an NVFP4 copy against {:.1f} (BF16) and {:.1f} (FP8)", RUN30,
+         lambda d: tuple(gdn_read_flush.values())),
+        ("- fp16-SR/NVFP4: {} µs against {} for the whole-head tile;", HEAD_PAIRS,
+         lambda d: (span(pairs_us("fp16-sr")), span(rule_us("fp16-sr")))),
+        ("- FP8-SR/NVFP4: {} against {};", HEAD_PAIRS, lambda d: (span(pairs_us("fp8e4m3-sr")), span(rule_us("fp8e4m3-sr")))),
+        ("- fp32/NVFP4: {} against {};", HEAD_PAIRS, lambda d: (span(pairs_us("fp32")), span(rule_us("fp32")))),
+        ("- at 8 warps, {}.", HEAD_PAIRS,
+         lambda d: (span([u for upd in ("fp16-sr", "fp8e4m3-sr", "fp32") for u in pairs_us(upd, eight_warps=True)]),)),
+        ("The fp32 conventional step ran {:.1f} µs in the same call. Its states matched the whole-head tile's to fp32 "
+         "rounding: the NVFP4 codes and block scales were the same bytes but for at most {} and {} of them, {} % of "
+         "the global scales differed in their last bits, and the bf16 outputs differed by at most {} of their largest "
+         "value.", HEAD_PAIRS,
+         lambda d: (one(r["us"] for r in pairs if r.get("form") == "control"), sci2(differing(1)), sci2(differing(2)),
+                    span([100 * r["byte_diff_frac"][3] for r in checks]), sci2(max(r["y_rel"] for r in checks)))),
+    ]
 
 
 def caps_rows():
@@ -869,7 +1163,6 @@ def quarter_scores_rows():
     ]
 
 
-SPLIT_TARGETS = ("split_fp16-sr_nvfp4_vs_conventional", "split_fp8e4m3-sr_nvfp4_vs_conventional")
 
 
 
@@ -888,6 +1181,16 @@ def header(between: str):
 
 
 CLAIMS: list[tuple[str, str, object]] = [
+    # --- thirtieth run (H100) and the 32-row NVFP4 flush form timed after it ---
+    *run30_rows(),
+    # --- since the thirtieth run: where the NVFP4 flushes' time goes (diagnostics) ---
+    *flush_stores_rows(),
+    # --- since the thirtieth run: GDN's record bytes recounted (no device time) ---
+    *recount_rows(),
+    # --- since the thirtieth run: the NVFP4 read's vector entries loaded first (diagnostics) ---
+    *vector_first_rows(),
+    # --- since the thirtieth run: GDN's overlapped output-only step with its own q̃, k (diagnostics) ---
+    *own_qk_rows(),
     # --- thirty-first run (H200): README's H200 table ---
     *run31_rows(),
     # --- since the thirty-first run: Mamba-2's NVFP4 flush caps (diagnostics) ---
@@ -1002,8 +1305,8 @@ def test_bench_readme_states_which_targets_are_met(rel):
     assert met_targets(load(rel)) == met, sorted(met_targets(load(rel)) ^ met)
 
 
-# Table headers whose number is a setting, and versions: numbers that are not measurements.
-NOT_MEASUREMENTS = ("| batch 1, µs |", "| GDN fp32 flush at batch 1, µs |", "Triton 3.6")
+# Table headers whose number is a setting, versions and formats' sizes: numbers that are not measurements.
+NOT_MEASUREMENTS = ("(0.5625 bytes per element against 2 and 1)", "| batch 1, µs |", "| GDN fp32 flush at batch 1, µs |", "Triton 3.6")
 
 # Any decimal (not a § section number), or any number with a unit: what a section must not print
 # without a claim behind it.

@@ -1126,7 +1126,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     # the same elsewhere; the comment above overlap_scores_launch). From a decoded read copy the
     # overlapped step waits for the scores kernel's q̃, k before its state product; a form that
     # normalised them itself and waited only for the scores was built at 03c6535 and reverted: H200,
-    # batch 256, W = 7, three timings each in one process, the same bits from fp32 (shared 153.6-154.7
+    # batch 256, W = 7, three timings each in one process, the same bits from fp32 (shared 153.6-154.6
     # µs against 155.0-155.9 plain, split 154.3-154.7 against 155.4-155.7), slower from BF16 (105.9-106.4
     # against 101.7-101.8). The scores kernel takes 9.3 µs of the fp32 step's 155 there, and the
     # overlap hid about 1 of them (reports/diagnostics/gdn-own-qk-03c6535.jsonl, replay-kernel-times-03c6535.jsonl).
