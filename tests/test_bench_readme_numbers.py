@@ -1,5 +1,5 @@
-"""The numbers of reports/bench/README.md's sections, from the twenty-eighth run on, come from their
-result files.
+"""The numbers of reports/bench/README.md's sections, from the diagnostics after the twenty-seventh run
+on, come from their result files.
 
 README.md's numbers go through ``tests/test_readme_numbers.py``; this file does the same for the
 benchmark README's newest sections, which README.md's two tables are read from. ``CLAIMS`` maps each
@@ -56,6 +56,7 @@ KERNEL_TIMES = "reports/diagnostics/replay-kernel-times-03c6535.jsonl"
 OWN_QK = "reports/diagnostics/gdn-own-qk-03c6535.jsonl"
 CHUNKED_FOLD = "reports/diagnostics/gdn-chunked-fold.jsonl"
 FLUSH_WARPS = "reports/diagnostics/gdn-flush-warps.jsonl"
+CONV_RULE = "reports/diagnostics/conv-rule.jsonl"
 FLUSH_STORES = "reports/diagnostics/{}-nvfp4-flush-stores-57a5c04.jsonl"
 HW_SCALES_AB = "reports/diagnostics/hw-block-scales-6100878.jsonl"
 MAMBA2_NVFP4_CAPS = "reports/diagnostics/mamba2-nvfp4-flush-caps-65c30b0.jsonl"
@@ -69,7 +70,7 @@ OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
 # The heading of the first section tied to its result files; every section after it is tied too.
-FIRST_TIED = "## Round two, twenty-eighth run"
+FIRST_TIED = "## Since the twenty-seventh run: each stored format's conventional step"
 
 
 @functools.cache
@@ -550,6 +551,49 @@ def launch_forms_us(d, op, read, kernel, batch) -> tuple[float, float]:
                 and r["batch"] == batch and r["fused_scores"] is fused]
         return r["us"]
     return us(True), us(False)
+
+
+def conv_shapes_rows():
+    """Each stored format's conventional step at its own shape (diagnostics after the twenty-seventh run):
+    the A/B of the wrappers' rule against fp32's shape, with the rule's shapes read from the kernel
+    modules (so the table goes stale when the rule changes), and what it changed in the flush target."""
+    from precision_lab.kernels.gdn import decode as gdn_decode
+    from precision_lab.kernels.mamba2 import decode as mamba2_decode
+    rule = {"mamba2": mamba2_decode.CONVENTIONAL_FORMAT_SHAPES, "gdn": gdn_decode.CONVENTIONAL_FORMAT_SHAPES}
+    rows = diagnostics_rows(CONV_RULE)
+
+    def us(op, update, shape):
+        return [r["us"] for r in rows if r["op"] == op and r["update"] == update and r["shape"] == shape]
+
+    def fp32_shape(op):
+        cfg = one(json.dumps(r["cfg"]) for r in rows if r["op"] == op and r["shape"] == "fp32-shape")
+        return "{block_r} × {num_warps}".format(**json.loads(cfg))
+
+    def row(label, update):
+        def cell(op):
+            return f"{span(us(op, update, 'rule'), '{:.1f}')} ({' × '.join(map(str, rule[op][update]))}) / " \
+                   f"{span(us(op, update, 'fp32-shape'), '{:.1f}')}"
+        return (f"| {label} | {{}} | {{}} |", CONV_RULE, lambda d: (cell("mamba2"), cell("gdn")))
+    gdn_fp16 = {shape: median(us("gdn", "fp16-sr", shape)) for shape in ("rule", "fp32-shape")}
+    old_flush_ratio = target(load(RUN27_H200), "gdn", "fp16sr_flush_vs_fp16sr_conventional")["value"]
+    return [
+        row("BF16", "bf16"), row("fp16-SR", "fp16-sr"), row("BF16-SR", "bf16-sr"), row("FP8-SR", "fp8e4m3-sr"),
+        ("| fp32 | {} ({}, unchanged) | {} ({}, unchanged) |", CONV_RULE,
+         lambda d: tuple(x for op in OPS for x in (span(us(op, "fp32", "rule"), "{:.1f}"), fp32_shape(op)))),
+        ("the H200 runs had timed Mamba-2's fp16-SR step at {} (fp32's winner there, which is fp16-SR's own shape), but "
+         "GDN's at {}, about {:.0f} % slower than its own shape on the H100. GDN's flush ratio ({:.2f}× in the "
+         "twenty-seventh run) therefore reads low; with the tuned baseline it would be about {:.2f} × {:.0f} / {:.0f} ≈ "
+         "{:.1f}×", CONV_RULE,
+         lambda d: (" × ".join(map(str, rule["mamba2"]["fp16-sr"])), fp32_shape("gdn"),
+                    100 * (gdn_fp16["fp32-shape"] / gdn_fp16["rule"] - 1), old_flush_ratio, old_flush_ratio,
+                    gdn_fp16["fp32-shape"], gdn_fp16["rule"], old_flush_ratio * gdn_fp16["fp32-shape"] / gdn_fp16["rule"])),
+        ("the GPU kernel tests passed at that commit ({}, {}, `reports/diagnostics/gpu-tests-{}.txt`)", CONV_RULE,
+         lambda d: (one(r["device"] for r in d).removeprefix("NVIDIA ").removesuffix(" 80GB HBM3"),
+                    int(one(re.findall(r"(\d+) passed", (ROOT / f"reports/diagnostics/gpu-tests-{one(r['commit'] for r in d)}.txt")
+                                       .read_text()))), one(r["commit"] for r in d))),
+        ("at Mamba-2's new {}, 768 for 16 at GDN's {})", CONV_RULE,
+         lambda d: (" × ".join(map(str, rule["mamba2"]["fp16-sr"])), fp32_shape("gdn"))),
+    ]
 
 
 def run28_rows():
@@ -1375,6 +1419,8 @@ def header(between: str):
 
 
 CLAIMS: list[tuple[str, str, object]] = [
+    # --- since the twenty-seventh run: each stored format's conventional step at its own shape (diagnostics) ---
+    *conv_shapes_rows(),
     # --- twenty-eighth run (H100) ---
     *run28_rows(),
     # --- since the twenty-eighth run: two more forms of GDN's flush (diagnostics) ---
