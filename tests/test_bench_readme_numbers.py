@@ -1,5 +1,5 @@
-"""The numbers of reports/bench/README.md's sections, from the diagnostics after the twenty-seventh run
-on, come from their result files.
+"""The numbers of reports/bench/README.md's sections, from the twenty-seventh run on, come from their
+result files.
 
 README.md's numbers go through ``tests/test_readme_numbers.py``; this file does the same for the
 benchmark README's newest sections, which README.md's two tables are read from. ``CLAIMS`` maps each
@@ -47,6 +47,7 @@ RUN29_RECOUNTED = BENCH + "bench_kernels_round2zf_quick_recounted.json"
 RUN27_H200 = BENCH + "bench_kernels_round2zd_quick.json"
 RUN22 = BENCH + "bench_kernels_round2y_quick.json"
 RUN29 = BENCH + "bench_kernels_round2zf_quick.json"  # as measured
+RUN24_H200 = BENCH + "bench_kernels_round2za_quick.json"
 RUN26 = BENCH + "bench_kernels_round2zc_quick_h100.json"
 RUN28 = BENCH + "bench_kernels_round2ze_quick_h100.json"
 RUN30 = BENCH + "bench_kernels_round2zg_quick_h100.json"  # as measured (the recount came later)
@@ -57,6 +58,9 @@ OWN_QK = "reports/diagnostics/gdn-own-qk-03c6535.jsonl"
 CHUNKED_FOLD = "reports/diagnostics/gdn-chunked-fold.jsonl"
 FLUSH_WARPS = "reports/diagnostics/gdn-flush-warps.jsonl"
 CONV_RULE = "reports/diagnostics/conv-rule.jsonl"
+GDN_BATCH1_FORMS = "reports/diagnostics/gdn-batch1-forms.jsonl"
+BATCH1_OVERLAP = "reports/diagnostics/batch1-overlap.jsonl"
+SPEC_TILES_16 = "reports/diagnostics/spec-flush-tiles-16.jsonl"
 FLUSH_STORES = "reports/diagnostics/{}-nvfp4-flush-stores-57a5c04.jsonl"
 HW_SCALES_AB = "reports/diagnostics/hw-block-scales-6100878.jsonl"
 MAMBA2_NVFP4_CAPS = "reports/diagnostics/mamba2-nvfp4-flush-caps-65c30b0.jsonl"
@@ -70,7 +74,7 @@ OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
 # The heading of the first section tied to its result files; every section after it is tied too.
-FIRST_TIED = "## Since the twenty-seventh run: each stored format's conventional step"
+FIRST_TIED = "## Round two, twenty-seventh run"
 
 
 @functools.cache
@@ -241,13 +245,13 @@ def target_before_after_row(rel, before_rel, label, names, fmt, target_fmt):
     return (f"| {label} ({{}}) | {{}} | {{}} |", rel, values)
 
 
-def target_before_after_rows(rel, before_rel) -> list:
+def target_before_after_rows(rel, before_rel, replay_fmt="{:.2f}×") -> list:
     """README's target table as a before → now table of two runs (each operator's ratios, the NVFP4 row,
-    the flush, verify and batch-1 rows)."""
+    the flush, verify and batch-1 rows); ``replay_fmt``: how the first row prints its ratios."""
     def row(*args):
         return target_before_after_row(rel, before_rel, *args)
     return [
-        row("`shared:fp32` ÷ conventional", ["replay_vs_conventional"], "{:.2f}×", "{:.2f}×"),
+        row("`shared:fp32` ÷ conventional", ["replay_vs_conventional"], replay_fmt, "{:.2f}×"),
         row("`shared:fp32` ÷ fla", ["replay_vs_fla"], "{:.2f}×", "{:.1f}×"),
         row("`split:fp16-sr/nvfp4` / `split:fp8e4m3-sr/nvfp4`",
             ["split_fp16-sr_nvfp4_vs_conventional", "split_fp8e4m3-sr_nvfp4_vs_conventional"], "{:.2f}×", "{:.0f}×"),
@@ -551,6 +555,121 @@ def launch_forms_us(d, op, read, kernel, batch) -> tuple[float, float]:
                 and r["batch"] == batch and r["fused_scores"] is fused]
         return r["us"]
     return us(True), us(False)
+
+
+def spec_tiles_16_us(read=None, form="tiles16-255", batch=256) -> list[float]:
+    """Mamba-2's speculative flush (T = 8, W = 16, fp32 update copy) in one form of the 16-tile A/B on an
+    H100; ``read`` None is the shared flush."""
+    return [r["us"] for r in diagnostics_rows(SPEC_TILES_16) if r["form"] == form and r["read"] == read
+            and r["batch"] == batch]
+
+
+def spec_round_parts_h100() -> tuple[float, float, float]:
+    """The twenty-sixth run's Mamba-2 verify (µs), the 16-tile rule's shared speculative flush (the mean
+    of its A/B rows) and the twenty-sixth run's conventional step: an H100 verify-round estimate across
+    two files."""
+    return (summ(load(RUN26), "mamba2")["drafts"]["8"]["verify_us"], mean(spec_tiles_16_us()),
+            b256(load(RUN26), "mamba2")["conventional_us"])
+
+
+def spec_round_estimate_h100() -> float:
+    verify, flush, conventional = spec_round_parts_h100()
+    return (verify + flush) / 2 / conventional
+
+
+def run27_rows():
+    """The twenty-seventh run (H200, the changes since the twenty-fourth) against the twenty-fourth: its
+    header, its before → now table, its bullets and the batch-1 A/Bs on an H100 they cite."""
+    before = load(RUN24_H200)
+    forms = diagnostics_rows(GDN_BATCH1_FORMS)
+    overlap = diagnostics_rows(BATCH1_OVERLAP)
+
+    def drafts(d, op):
+        return summ(d, op)["drafts"]["8"]
+
+    def b1(d, op):
+        return summ(d, op)["batch"]["1"]
+
+    def spec_tune_us(**cfg):  # a tuning row of Mamba-2's speculative flush (T = 8, batch 256)
+        want = {"fold_precision": "tf32x3", **cfg}
+        (r,) = [r for r in load(RUN27_H200)["rows"] if r["op"] == "mamba2" and r["kernel"] == "flush" and r["T"] == 8
+                and r["tag"] == "tune" and r["batch"] == 256 and r["cfg"] == want]
+        return r["us"]
+    ring_forms = [r["us"] for r in load(RUN27_H200)["rows"] if r["op"] == "mamba2" and r["kernel"] == "flush"
+                  and r["T"] == 8 and r["tag"] == "tune" and r["batch"] == 256 and "window_bound" not in r["cfg"]]
+
+    def forms_us(form, W=7):
+        return [r["us"] for r in forms if r.get("form") == form and r["batch"] == 1 and r["W"] == W and not r["cfg"]]
+
+    def overlap_us(op, form, cfg=None, kernel="nonflush"):
+        return [r["us"] for r in overlap if r["op"] == op and r["form"] == form and r["batch"] == 1
+                and r["kernel"] == kernel and r["read"] is None and (cfg is None or r["cfg"] == cfg)]
+
+    def best_overlap(op):  # the fastest launch shape of the overlapped form (medians), its timings and shape
+        shapes = {json.dumps(r["cfg"], sort_keys=True) for r in overlap if r["op"] == op and r["batch"] == 1
+                  and r["form"] == "two-launch-overlap" and r["kernel"] == "nonflush" and r["read"] is None}
+        cfg = min(shapes, key=lambda c: median(overlap_us(op, "two-launch-overlap", json.loads(c))))
+        return overlap_us(op, "two-launch-overlap", json.loads(cfg)), json.loads(cfg)
+    round_budget = 2 * target(load(RUN27_H200), "mamba2", "verify_T8_vs_conventional")["target"]
+    return [
+        ("A full `python scripts/bench_kernels.py --quick` at `{}` on an {} ({:.0f} s), {} of {} correctness checks "
+         "passed", RUN27_H200,
+         lambda d: (d["provenance"]["git"], d["provenance"]["device"]["gpu"], d["provenance"]["seconds"],
+                    sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
+        ("in-run copy ceiling {:.0f} GB/s (targets judged against the {:.0f} GB/s reference)", RUN27_H200,
+         lambda d: (d["ceiling"]["GBps"], one(summ(d, op)["ceiling_for_targets_GBps"] for op in OPS))),
+        ("It is the first H200 run since the twenty-fourth (`round2za`", RUN24_H200, lambda d: ()),
+        *target_before_after_rows(RUN27_H200, RUN24_H200, replay_fmt="{:.3f}×"),
+        ("**Mamba-2's verify round, {:.2f}× → {:.2f}×** (still {}). Verify of 8 drafts {:.1f} → {:.1f} µs (the window's "
+         "history tiles, `window_bound` 8), speculative flush {:.1f} → {:.1f} µs", RUN27_H200,
+         lambda d: (*(target(r, "mamba2", "verify_T8_vs_conventional")["value"] for r in (before, d)),
+                    "met" if target(d, "mamba2", "verify_T8_vs_conventional")["met"] else "missed",
+                    *(drafts(r, "mamba2")["verify_us"] for r in (before, d)),
+                    *(drafts(r, "mamba2")["spec_flush_us"] for r in (before, d)))),
+        ("Its tuning rows put the rule first (16 tiles at 255 registers over the window's tiles: {:.1f} µs, and {:.1f} "
+         "with those keywords named; 8 tiles at 255 {:.1f}, at 224 {:.1f}; one tile over the window's tiles {:.1f} and "
+         "{:.1f} at 224 and 255 registers; over the ring's tiles, one tile at the default cap {:.1f} and every other "
+         "form {})", RUN27_H200,
+         lambda d: (spec_tune_us(window_bound=16), spec_tune_us(max_registers=255, tiles_per_program=16, window_bound=16),
+                    spec_tune_us(max_registers=255, tiles_per_program=8, window_bound=16),
+                    spec_tune_us(max_registers=224, tiles_per_program=8, window_bound=16),
+                    spec_tune_us(max_registers=224, window_bound=16), spec_tune_us(max_registers=255, window_bound=16),
+                    spec_tune_us(), span([u for u in ring_forms if u != spec_tune_us()]))),
+        ("The H100 reads this round at about {:.2f}×", SPEC_TILES_16, lambda d: (spec_round_estimate_h100(),)),
+        ("The round needs verify + flush ≤ {:.0f} µs at this run's conventional step ({:.1f} µs); it took {:.1f}.",
+         RUN27_H200,
+         lambda d: (round_budget * b256(d, "mamba2")["conventional_us"], b256(d, "mamba2")["conventional_us"],
+                    drafts(d, "mamba2")["verify_us"] + drafts(d, "mamba2")["spec_flush_us"])),
+        ("**GDN's verify round, {:.2f}× → {:.2f}×**: 8 fold stages at large grids (verify {:.1f} → {:.1f} µs, speculative "
+         "flush {:.1f} → {:.1f}).", RUN27_H200,
+         lambda d: (*(target(r, "gdn", "verify_T8_vs_conventional")["value"] for r in (before, d)),
+                    *(drafts(r, "gdn")["verify_us"] for r in (before, d)),
+                    *(drafts(r, "gdn")["spec_flush_us"] for r in (before, d)))),
+        ("**GDN batch 1, {:.2f}× → {:.2f}×**: the output-only step went from {:.2f} to {:.2f} µs (W = 7) while the "
+         "conventional step stayed at {}.", RUN27_H200,
+         lambda d: (*(target(r, "gdn", "batch1_replay_vs_conventional")["value"] for r in (before, d)),
+                    *(b1(r, "gdn")["nonflush_us"] for r in (before, d)),
+                    span([b1(r, "gdn")["conventional_us"] for r in (before, d)], "{:.2f}"))),
+        ("(`reports/diagnostics/gdn-batch1-forms.jsonl`: batch 1, W = 7, {} µs against {} for the order before it)",
+         GDN_BATCH1_FORMS, lambda d: (span(forms_us("cur"), "{:.2f}"), span(forms_us("old"), "{:.2f}"))),
+        ("the twenty-fourth run's {:.2f} µs and {:.2f}× were taken with the kernel's earlier order.", RUN24_H200,
+         lambda d: (b1(d, "gdn")["nonflush_us"], target(d, "gdn", "batch1_replay_vs_conventional")["value"])),
+        ("Batch 1, Mamba-2: {:.2f}× (conventional {:.2f} µs, output-only {:.2f}, flush {:.2f}), within the spread of the "
+         "twenty-fourth run's {:.2f}×.", RUN27_H200,
+         lambda d: (target(d, "mamba2", "batch1_replay_vs_conventional")["value"], b1(d, "mamba2")["conventional_us"],
+                    b1(d, "mamba2")["nonflush_us"], b1(d, "mamba2")["flush_us"],
+                    target(before, "mamba2", "batch1_replay_vs_conventional")["value"])),
+        ("Mamba-2 at batch 16 {:.2f} µs in two launches against {:.2f} in one, GDN at batch 1 {:.2f} against {:.2f}.",
+         RUN27_H200,
+         lambda d: (*reversed(launch_forms_us(d, "mamba2", "nvfp4", "nonflush", 16)),
+                    *reversed(launch_forms_us(d, "gdn", "nvfp4", "nonflush", 1)))),
+        ("the output-only step {} µs at best ({} rows × {} warps) against {} in one launch and {} for the conventional "
+         "step; Mamba-2's {} against {}.", BATCH1_OVERLAP,
+         lambda d: (span(best_overlap("gdn")[0], "{:.2f}"), best_overlap("gdn")[1]["block_r"],
+                    best_overlap("gdn")[1]["num_warps"], span(overlap_us("gdn", "one-launch"), "{:.2f}"),
+                    span(overlap_us("gdn", "conventional", kernel="conventional"), "{:.2f}"),
+                    span(best_overlap("mamba2")[0], "{:.2f}"), span(overlap_us("mamba2", "one-launch"), "{:.2f}"))),
+    ]
 
 
 def conv_shapes_rows():
@@ -1419,6 +1538,8 @@ def header(between: str):
 
 
 CLAIMS: list[tuple[str, str, object]] = [
+    # --- twenty-seventh run (H200) ---
+    *run27_rows(),
     # --- since the twenty-seventh run: each stored format's conventional step at its own shape (diagnostics) ---
     *conv_shapes_rows(),
     # --- twenty-eighth run (H100) ---
