@@ -61,6 +61,12 @@ CONV_RULE = "reports/diagnostics/conv-rule.jsonl"
 GDN_BATCH1_FORMS = "reports/diagnostics/gdn-batch1-forms.jsonl"
 BATCH1_OVERLAP = "reports/diagnostics/batch1-overlap.jsonl"
 SPEC_TILES_16 = "reports/diagnostics/spec-flush-tiles-16.jsonl"
+SPEC_TILES_FILES = tuple(f"reports/diagnostics/spec-flush-tiles-{n}.jsonl" for n in ("rule", "caps", "16"))
+SPEC_TILES_CHECK = "reports/diagnostics/spec-flush-tiles-check.jsonl"
+GDN_BATCH1_SHAPES = "reports/diagnostics/gdn-batch1-shapes.jsonl"
+SPEC_FLUSH_SHAPES = "reports/diagnostics/spec-flush-shapes.jsonl"
+GDN_FOLD_STAGES = "reports/diagnostics/gdn-fold-stages.jsonl"
+EARLY_INPUTS = "reports/diagnostics/early-inputs.jsonl"
 FLUSH_STORES = "reports/diagnostics/{}-nvfp4-flush-stores-57a5c04.jsonl"
 HW_SCALES_AB = "reports/diagnostics/hw-block-scales-6100878.jsonl"
 MAMBA2_NVFP4_CAPS = "reports/diagnostics/mamba2-nvfp4-flush-caps-65c30b0.jsonl"
@@ -74,7 +80,7 @@ OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
 # The heading of the first section tied to its result files; every section after it is tied too.
-FIRST_TIED = "## Round two, twenty-seventh run"
+FIRST_TIED = "## Built, not yet timed: the speculative flush in the multi-tile kernel"
 
 
 @functools.cache
@@ -575,6 +581,103 @@ def spec_round_parts_h100() -> tuple[float, float, float]:
 def spec_round_estimate_h100() -> float:
     verify, flush, conventional = spec_round_parts_h100()
     return (verify + flush) / 2 / conventional
+
+
+def built_not_timed_rows():
+    """The four "built, not yet timed" sections between the twenty-fourth and twenty-sixth runs: what they
+    quote from earlier files, and what was timed since."""
+    shapes = diagnostics_rows(SPEC_FLUSH_SHAPES)
+    stages = diagnostics_rows(GDN_FOLD_STAGES)
+    early = diagnostics_rows(EARLY_INPUTS)
+
+    def ring_us(ring):  # Mamba-2's speculative flush of 8 drafts over 8 history records
+        return [r["us"] for r in shapes if r["op"] == "mamba2" and r["kernel"] == "flush" and r["T"] == 8
+                and r["W"] == 8 and r["ring"] == ring]
+
+    def stage_us(update, W, n):
+        return median([r["us"] for r in stages if r["update"] == update and r["W"] == W and r["tree"] == f"stages{n}"])
+    fp32_gains = [100 * (1 - stage_us("fp32", W, 4) / stage_us("fp32", W, n)) for W in (15, 16) for n in (3, 2)]
+    fp16_vs_3 = 100 * abs(stage_us("fp16-sr", 15, 4) / stage_us("fp16-sr", 15, 3) - 1)
+
+    def early_change_pct(op, kernel, batch, W):  # the inputs requested early against the base tree (run 1)
+        def us(tree):
+            return median([r["us"] for r in early if r.get("run") == 1 and r.get("tag") != "sweep" and r["op"] == op
+                           and r["kernel"] == kernel and r["batch"] == batch and r["W"] == W and r["tree"] == tree
+                           and r["read"] is None])
+        return 100 * (us("new") / us("base") - 1)
+
+    def spec_tune_us(d, **cfg):
+        want = {"fold_precision": "tf32x3", **cfg}
+        (r,) = [r for r in d["rows"] if r["op"] == "mamba2" and r["kernel"] == "flush" and r["T"] == 8
+                and r["tag"] == "tune" and r["batch"] == 256 and r["cfg"] == want]
+        return r["us"]
+    return [
+        ("8 tiles at 224 registers with the window's history tiles won its tuning ({:.1f} µs against {:.1f})", RUN26,
+         lambda d: (spec_tune_us(d, max_registers=224, tiles_per_program=8, window_bound=16),
+                    spec_tune_us(d, window_bound=16))),
+        ("ran {} µs over a ring of 16 against {} over a ring of 32 (`reports/diagnostics/spec-flush-shapes.jsonl`)",
+         SPEC_FLUSH_SHAPES, lambda d: (span(ring_us(16)), span(ring_us(32)))),
+        ("The round needs verify + speculative flush ≤ {:.0f} µs ({:.1f} in the twenty-fourth run).", RUN24_H200,
+         lambda d: (2 * target(d, "mamba2", "verify_T8_vs_conventional")["target"] * b256(d, "mamba2")["conventional_us"],
+                    summ(d, "mamba2")["drafts"]["8"]["verify_us"] + summ(d, "mamba2")["drafts"]["8"]["spec_flush_us"])),
+        ("At batch 256 on an {} that depth beat 3 and 2 by {:.0f}-{:.0f} % in the fp32 flushes and {} 3 in the "
+         "fp16-SR/NVFP4 flush", GDN_FOLD_STAGES,
+         lambda d: (one(r["device"] for r in d).removeprefix("NVIDIA "), min(fp32_gains), max(fp32_gains),
+                    "tied" if fp16_vs_3 < 0.5 else "did not tie")),
+        ("which fits its measured excess over the conventional step ({:.2f} against {:.2f} µs in the twenty-fourth run)",
+         RUN24_H200, lambda d: (summ(d, "gdn")["batch"]["1"]["flush_us"], summ(d, "gdn")["batch"]["1"]["conventional_us"])),
+        ("The same move at batch 4 had timed {:.0f} % slower", EARLY_INPUTS,
+         lambda d: (early_change_pct("gdn", "flush", 4, 15),)),
+    ]
+
+
+def spec_tiles_rule_rows():
+    """The speculative flush's tile rule per format (diagnostics after the twenty-sixth run, H100): each
+    form's timings pooled over the three A/B files that timed it, the checks and the verify block's caps."""
+    rows = [r for f in SPEC_TILES_FILES for r in diagnostics_rows(f) if "us" in r]
+
+    def us(form, update="fp32", read=None, batch=256, kernel="flush"):
+        return [r["us"] for r in rows if r["form"] == form and r["update"] == update and r["read"] == read
+                and r["batch"] == batch and r["kernel"] == kernel]
+
+    def row(label, update, read, batch=256, sixteen=True, fmt="{:.0f}"):
+        def values(d):
+            cells = [span(us("one-tile-168", update, read, batch), fmt), span(us("tiles8-224", update, read, batch), fmt)]
+            cells.append(span(us("tiles16-255", update, read, batch), fmt) if sixteen else "—")
+            return tuple(cells)
+        return (f"| {label} | {{}}{' µs' if label == 'shared fp32' else ''} | {{}} | {{}} |", SPEC_TILES_FILES[0], values)
+    verify_rule = us("rule", batch=256, kernel="nonflush")
+    verify_others = [r["us"] for r in rows if r["kernel"] == "nonflush" and r["form"] != "rule"]
+    shapes = diagnostics_rows(GDN_BATCH1_SHAPES)
+
+    def shape_us(form, W=0):
+        return [r["us"] for r in shapes if r["form"] == form and r["W"] == W]
+    fused_forms = {r["form"] for r in shapes if r["fused_scores"] is True and r["form"] != "rule"}
+    verify, flush, conventional = spec_round_parts_h100()
+    return [
+        ("they come from A/B rows through `measure` on an {}, each row twice in one process", SPEC_TILES_FILES[0],
+         lambda d: (one(r["device"] for f in SPEC_TILES_FILES for r in diagnostics_rows(f)).removeprefix("NVIDIA "),)),
+        row("shared fp32", "fp32", None), row("split fp32/fp32", "fp32", "fp32"), row("split fp32/BF16", "fp32", "bf16"),
+        row("split fp32/E4M3", "fp32", "fp8e4m3"),
+        ("| shared fp32, batch 32 | {} | {} | {} |", SPEC_TILES_FILES[0],
+         lambda d: (span(us("one-tile-168", batch=32)), span(us("tiles8-224", batch=32), "{:.1f}"),
+                    span(us("tiles16-255", batch=32), "{:.1f}"))),
+        row("split fp16-SR/BF16", "fp16-sr", "bf16", sixteen=False),
+        row("split fp16-SR/NVFP4", "fp16-sr", "nvfp4", sixteen=False),
+        ("the GPU kernel tests passed at that commit (`gpu-tests-{}.txt`, {})", SPEC_TILES_CHECK,
+         lambda d: (one(r["commit"] for r in d), int(one(re.findall(r"(\d+) passed", (
+             ROOT / f"reports/diagnostics/gpu-tests-{one(r['commit'] for r in d)}.txt").read_text()))))),
+        ("would come to about ({:.1f} + {:.0f}) / 2 / {:.1f} = {:.2f}× a conventional step, against {:.2f}× there.",
+         SPEC_TILES_16, lambda d: (verify, flush, conventional, spec_round_estimate_h100(),
+                                   target(load(RUN26), "mamba2", "verify_T8_vs_conventional")["value"])),
+        ("held against caps of 152-200 and 32-row shapes ({} µs against {}; `spec-flush-tiles-caps.jsonl`).",
+         SPEC_TILES_FILES[1], lambda d: (span(verify_rule), span(verify_others))),
+        ("(`reports/diagnostics/gdn-batch1-shapes.jsonl`): {} µs at W = 0 against {}, the other shapes {}.",
+         GDN_BATCH1_SHAPES,
+         lambda d: (span(shape_us("rule"), "{:.2f}"), span(shape_us("conventional"), "{:.2f}"),
+                    "tied or slower" if all(min(shape_us(f, W)) >= min(shape_us("rule", W)) - 0.05
+                                            for f in fused_forms for W in (0, 7)) else "faster somewhere")),
+    ]
 
 
 def run27_rows():
@@ -1538,6 +1641,10 @@ def header(between: str):
 
 
 CLAIMS: list[tuple[str, str, object]] = [
+    # --- built, not yet timed (after the twenty-fourth run): what they quote and what was timed since ---
+    *built_not_timed_rows(),
+    # --- since the twenty-sixth run: the speculative flush's tile rule per format (diagnostics) ---
+    *spec_tiles_rule_rows(),
     # --- twenty-seventh run (H200) ---
     *run27_rows(),
     # --- since the twenty-seventh run: each stored format's conventional step at its own shape (diagnostics) ---
