@@ -1,4 +1,4 @@
-"""The numbers of reports/bench/README.md's sections, from the twenty-seventh run on, come from their
+"""The numbers of reports/bench/README.md's sections, from the twenty-fifth run on, come from their
 result files.
 
 README.md's numbers go through ``tests/test_readme_numbers.py``; this file does the same for the
@@ -48,6 +48,10 @@ RUN27_H200 = BENCH + "bench_kernels_round2zd_quick.json"
 RUN22 = BENCH + "bench_kernels_round2y_quick.json"
 RUN29 = BENCH + "bench_kernels_round2zf_quick.json"  # as measured
 RUN24_H200 = BENCH + "bench_kernels_round2za_quick.json"
+RUN25_PARTIAL = BENCH + "bench_kernels_round2zb_quick_h100_partial.json"
+# The eight H200 runs before the twenty-sixth with a Mamba-2 T1 flush row.
+H200_BEFORE_RUN26 = tuple(BENCH + f"bench_kernels_round2{x}_quick.json" for x in
+                          ("s_mamba2", "t", "u_mamba2", "v", "w", "x", "y", "za"))
 RUN26 = BENCH + "bench_kernels_round2zc_quick_h100.json"
 RUN28 = BENCH + "bench_kernels_round2ze_quick_h100.json"
 RUN30 = BENCH + "bench_kernels_round2zg_quick_h100.json"  # as measured (the recount came later)
@@ -67,6 +71,12 @@ GDN_BATCH1_SHAPES = "reports/diagnostics/gdn-batch1-shapes.jsonl"
 SPEC_FLUSH_SHAPES = "reports/diagnostics/spec-flush-shapes.jsonl"
 GDN_FOLD_STAGES = "reports/diagnostics/gdn-fold-stages.jsonl"
 EARLY_INPUTS = "reports/diagnostics/early-inputs.jsonl"
+MAMBA2_FLUSH_RING32 = "reports/diagnostics/mamba2-flush-ring32.jsonl"
+GDN_TOKEN_FIRST = "reports/diagnostics/gdn-batch1-token-first.jsonl"
+GDN_FOLD_STAGES_256 = "reports/diagnostics/gdn-fold-stages-256.jsonl"
+GDN_FOLD_STAGES_BATCH = "reports/diagnostics/gdn-fold-stages-batch.jsonl"
+TILES_BITS = "reports/diagnostics/tiles-bits.jsonl"
+BATCH1_FOLD_AB = "reports/diagnostics/batch1-fold-ab-88539a5.jsonl"
 FLUSH_STORES = "reports/diagnostics/{}-nvfp4-flush-stores-57a5c04.jsonl"
 HW_SCALES_AB = "reports/diagnostics/hw-block-scales-6100878.jsonl"
 MAMBA2_NVFP4_CAPS = "reports/diagnostics/mamba2-nvfp4-flush-caps-65c30b0.jsonl"
@@ -80,7 +90,7 @@ OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
 # The heading of the first section tied to its result files; every section after it is tied too.
-FIRST_TIED = "## Built, not yet timed: the speculative flush in the multi-tile kernel"
+FIRST_TIED = "## Round two, twenty-fifth run"
 
 
 @functools.cache
@@ -581,6 +591,168 @@ def spec_round_parts_h100() -> tuple[float, float, float]:
 def spec_round_estimate_h100() -> float:
     verify, flush, conventional = spec_round_parts_h100()
     return (verify + flush) / 2 / conventional
+
+
+def run25_rows():
+    """The twenty-fifth run (partial, H100: Mamba-2's rows and both operators' checks), the batch-1 fold
+    A/B beside it and its GPU test log."""
+    ab = diagnostics_rows(BATCH1_FOLD_AB)
+
+    def us(d, kernel, batch=256, tag="batch", **match):
+        (r,) = [r for r in d["rows"] if r["op"] == "mamba2" and r["tag"] == tag and r["kernel"] == kernel
+                and r["batch"] == batch and all(r[k] == v for k, v in match.items())]
+        return r["us"]
+
+    def ab_us(batch, cfg):
+        return [r["us"] for r in ab if r["op"] == "gdn" and r["kernel"] == "flush" and r["batch"] == batch
+                and r["cfg"] == cfg]
+    return [
+        ("the file is marked `{}`, holds no summary and {} GDN timing row", RUN25_PARTIAL,
+         lambda d: ("partial" if d["partial"] and not d["summary"] else "complete",
+                    "no" if not any(r["op"] == "gdn" for r in d["rows"]) else "a")),
+        ("Every correctness check in it passed ({} of {}, both operators'", RUN25_PARTIAL,
+         lambda d: (sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
+        ("| conventional fp32 | {:.1f} |", RUN25_PARTIAL, lambda d: (us(d, "conventional"),)),
+        ("| output-only fp32, W = 7 | {:.1f} |", RUN25_PARTIAL, lambda d: (us(d, "nonflush"),)),
+        ("| flush fp32, W = 15 | {:.1f} |", RUN25_PARTIAL, lambda d: (us(d, "flush"),)),
+        ("| fla step | {:.1f} |", RUN25_PARTIAL, lambda d: (us(d, "fla"),)),
+        ("| verify T = 8 (W = 8) + speculative flush T = 8 (W = 16) | {:.1f} + {:.1f} |", RUN25_PARTIAL,
+         lambda d: (us(d, "nonflush", tag="T8"), us(d, "flush", tag="T8"))),
+        ("| batch 1: conventional / output-only / flush | {:.2f} / {:.2f} / {:.2f} |", RUN25_PARTIAL,
+         lambda d: tuple(us(d, k, batch=1) for k in ("conventional", "nonflush", "flush"))),
+        ("Mamba-2's flush row `T1` (W = 16, ring 32) read {:.1f} µs against {:.1f} for W = 15 in a ring of 16",
+         RUN25_PARTIAL, lambda d: (us(d, "flush", tag="T1"), us(d, "flush", tag="L16"))),
+        ("slower** than 4 stages at batch 1: {} µs against {} (batch 4 even: {} against {})", BATCH1_FOLD_AB,
+         lambda d: (" / ".join(f"{u:.2f}" for u in ab_us(1, {})), " / ".join(f"{u:.2f}" for u in ab_us(1, {"fold_stages": 4})),
+                    span(ab_us(4, {}), "{:.2f}"), span(ab_us(4, {"fold_stages": 4}), "{:.2f}"))),
+        ("(`reports/diagnostics/gpu-tests-88539a5.txt`): {} passed, {} failed: `{}`", "reports/diagnostics/gpu-tests-88539a5.txt",
+         lambda d: (*reversed([int(n) for n in one(re.findall(r"(\d+) failed, (\d+) passed", d))]),
+                    one(re.findall(r"FAILED (\S+)", d)))),
+    ]
+
+
+def run26_rows():
+    """The twenty-sixth run (H100, every target on one machine): its header, its table, its bullets and
+    the diagnostics taken with it."""
+    before_h200 = load(RUN24_H200)
+    ring32 = diagnostics_rows(MAMBA2_FLUSH_RING32)
+    token_first = diagnostics_rows(GDN_TOKEN_FIRST)
+    stages256 = diagnostics_rows(GDN_FOLD_STAGES_256)
+    stages_batch = diagnostics_rows(GDN_FOLD_STAGES_BATCH)
+    bits = diagnostics_rows(TILES_BITS)
+    names = [name for _, name, _ in STANDING_ROWS]
+
+    def rows(d, **match):
+        return [r for r in d["rows"] if all(r.get(k) == v for k, v in match.items()) and r["us"]]
+
+    def spec_tune_us(d, **cfg):
+        want = {"fold_precision": "tf32x3", **cfg}
+        (r,) = rows(d, op="mamba2", kernel="flush", T=8, tag="tune", batch=256, cfg=want)
+        return r["us"]
+
+    def ring_us(W, ring, fold_new):
+        return [r["us"] for r in ring32 if r["W"] == W and r["ring"] == ring and r["fold_new"] is fold_new]
+
+    def t1_h200(files):  # Mamba-2's T1 flush row in each of some H200 runs
+        return [one(r["us"] for r in rows(load(f), op="mamba2", tag="T1", kernel="flush")) for f in files]
+
+    def stage_rows(src, stages, **match):
+        return [r["us"] for r in src if r["cfg"].get("fold_stages") == stages
+                and all(r.get(k) == v for k, v in match.items())]
+
+    def token_us(first):
+        return [r["us"] for r in token_first if r["kernel"] == "flush" and r["cfg"] == {"fold_stages": 4}
+                and r["token_first"] is first]
+
+    def won_or_tied() -> bool:  # 8 stages against 4 at every batch from 2 up, per kernel
+        keys = {(r["kernel"], r["batch"]) for r in stages_batch if r["batch"] >= 2 and r["kernel"] != "conventional"}
+        return all(min(stage_rows(stages_batch, 8, kernel=k, batch=b)) <= max(stage_rows(stages_batch, 4, kernel=k, batch=b))
+                   for k, b in keys)
+    newly_met = [(op, n) for op in OPS for n in names if target(load(RUN26), op, n)["met"]
+                 and not target(before_h200, op, n)["met"]]
+    nvfp4 = {op: summ(load(RUN26), op)["read"]["nvfp4"]["nonflush_GBps"] for op in OPS}
+    differing = [r for r in bits if r["tiles2_vs_1"]]
+    return [
+        ("A full `python scripts/bench_kernels.py --quick` at `{}` on an {} ({:.0f} s; the twenty-fifth run had stopped "
+         "at its device call's time limit), {} of {} correctness checks passed, in-run copy ceiling {:.0f} GB/s.", RUN26,
+         lambda d: (d["provenance"]["git"], d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "),
+                    d["provenance"]["seconds"], sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]),
+                    d["ceiling"]["GBps"])),
+        *[(f"| {label} | {{}} | {{}} |", RUN26, lambda d, n=n, fmt=fmt: tuple(fmt.format(target(d, op, n)["value"])
+                                                                            for op in OPS))
+          for label, n, fmt in (
+              ("`shared:fp32` ÷ conventional (≥ 1.80× / 1.75×)", "replay_vs_conventional", "{:.2f}×"),
+              ("`shared:fp32` ÷ fla (≥ 2.0× / 2.3×)", "replay_vs_fla", "{:.2f}×"),
+              ("`split:fp16-sr/nvfp4` (≥ 3×)", "split_fp16-sr_nvfp4_vs_conventional", "{:.2f}×"),
+              ("`split:fp8e4m3-sr/nvfp4` (≥ 3×)", "split_fp8e4m3-sr_nvfp4_vs_conventional", "{:.2f}×"),
+              ("NVFP4 output-only step, % of byte bound at the H200 reference ceiling (≥ 80 %)",
+               "nvfp4_nonflush_pct_byte_bound", "{:.1f} %"),
+              ("fp16-SR/NVFP4 flush ÷ fp16-SR conventional (≤ 1.3×)", "fp16sr_flush_vs_fp16sr_conventional", "{:.2f}×"),
+              ("verify round T = 8 (≤ 1.3×)", "verify_T8_vs_conventional", "{:.2f}×"),
+              ("batch 1 (≥ 1.0×)", "batch1_replay_vs_conventional", "{:.2f}×"))],
+        ("**Read on the H100, {} cells meet their lines that the H200 run missed** ({})", RUN26,
+         lambda d: ({4: "four", 5: "five"}.get(len(newly_met), str(len(newly_met))),
+                    "GDN's two split policies, Mamba-2's verify round and batch 1"
+                    if set(newly_met) == {("gdn", SPLIT_TARGETS[0]), ("gdn", SPLIT_TARGETS[1]),
+                                          ("mamba2", "verify_T8_vs_conventional"),
+                                          ("mamba2", "batch1_replay_vs_conventional")} else str(newly_met))),
+        ("and Mamba-2's two `shared:fp32` ratios, met on the H200 by less than the run-to-run spread, {} here.", RUN26,
+         lambda d: ("miss" if not any(target(d, "mamba2", n)["met"] for n in ("replay_vs_conventional", "replay_vs_fla"))
+                    else "do not all miss",)),
+        ("The NVFP4 output-only steps move {:.0f} GB/s (Mamba-2) and {:.0f} GB/s (GDN): {:.1f} % and {:.1f} % of this "
+         "run's own copy ceiling. On the H200 the same kernels reached {:.1f} % and {:.1f} % of its {:.0f} GB/s.", RUN26,
+         lambda d: (nvfp4["mamba2"], nvfp4["gdn"], *(100 * nvfp4[op] / d["ceiling"]["GBps"] for op in OPS),
+                    *(target(before_h200, op, "nvfp4_nonflush_pct_byte_bound")["value"] for op in OPS),
+                    one(summ(before_h200, op)["ceiling_for_targets_GBps"] for op in OPS))),
+        ("the window's history tiles first ({:.1f} µs, against {:.1f} for one tile at 168 with the same tiles and {:.1f} "
+         "over the ring's; at 168 registers every tile count ran {})", RUN26,
+         lambda d: (spec_tune_us(d, max_registers=224, tiles_per_program=8, window_bound=16),
+                    spec_tune_us(d, window_bound=16), spec_tune_us(d),
+                    span([spec_tune_us(d, tiles_per_program=t, window_bound=16) for t in (2, 4, 8)]))),
+        ("the verify round above is computed from the same form: verify {:.1f} µs + flush {:.1f}.", RUN26,
+         lambda d: (summ(d, "mamba2")["drafts"]["8"]["verify_us"], summ(d, "mamba2")["drafts"]["8"]["spec_flush_us"])),
+        ("the shared fp32 flush {:.1f} µs in its tuning row (12 stages {:.1f}, 6 stages {:.1f}), verify T = 8 {:.1f}. The "
+         "batch sweep's flush row {:.1f} (the twenty-fifth run's GDN rows are {}", RUN26,
+         lambda d: (*(one(r["us"] for r in rows(d, op="gdn", kernel="flush", tag="tune", batch=256, W=15, cfg=c))
+                      for c in ({}, {"fold_stages": 12}, {"fold_stages": 6})),
+                    summ(d, "gdn")["drafts"]["8"]["verify_us"],
+                    one(r["us"] for r in rows(d, op="gdn", kernel="flush", tag="batch", batch=256, W=15)),
+                    "in its file" if any(r["op"] == "gdn" for r in load(RUN25_PARTIAL)["rows"]) else "not in its file")),
+        ("Mamba-2's `T1` flush row ({:.1f} µs) is explained", RUN26,
+         lambda d: (one(r["us"] for r in rows(d, op="mamba2", tag="T1", kernel="flush")),)),
+        ("(`reports/diagnostics/mamba2-flush-ring32.jsonl`: {} µs at W = 15 or 16 over a ring of 32, {} over 16; the "
+         "autoregressive flush the engine runs: {} over 32, {} over 16). The last eight H200 runs before it read {} "
+         "there.", MAMBA2_FLUSH_RING32,
+         lambda d: (span(ring_us(15, 32, False) + ring_us(16, 32, False)), span(ring_us(15, 16, False)),
+                    span(ring_us(15, 32, True) + ring_us(16, 32, True)), span(ring_us(15, 16, True)),
+                    span(t1_h200(H200_BEFORE_RUN26)))),
+        ("Batch 1, GDN: the one-launch flush with 4 fold stages and early token inputs {:.2f} µs; the output-only step "
+         "{} µs is itself slower than the conventional step ({}), which is what holds the batch-1 ratio at {:.2f}×.",
+         RUN26,
+         lambda d: (float(one(f"{r['us']:.2f}" for r in rows(d, op="gdn", kernel="flush", batch=1, fused_scores=True,
+                                                              W=15))),
+                    span([r["us"] for r in rows(d, op="gdn", kernel="nonflush", batch=1, W=7, fused_scores=True,
+                                                read=None)], "{:.2f}"),
+                    span([r["us"] for r in rows(d, op="gdn", kernel="conventional", batch=1)], "{:.2f}"),
+                    target(d, "gdn", "batch1_replay_vs_conventional")["value"])),
+        ("at batch 1 16 stages ran {} µs against {} at 4; at batch 256 8 stages ran the shared fp32 flush in {} µs "
+         "against {} at 4, and {} from batch 2 up. The early token inputs measured on their own for the first time: at "
+         "batch 1 {} µs with them, {} without;", GDN_TOKEN_FIRST,
+         lambda d: (span([r["us"] for r in token_first if r["cfg"] == {"fold_stages": 16}], "{:.2f}"),
+                    span(token_us(True), "{:.2f}"),
+                    span(stage_rows(stages256, 8, kernel="flush", update="fp32", read=None), "{:.1f}"),
+                    span(stage_rows(stages256, 4, kernel="flush", update="fp32", read=None), "{:.1f}"),
+                    "won or tied" if won_or_tied() else "lost somewhere",
+                    " / ".join(f"{u:.2f}" for u in token_us(True)), " / ".join(f"{u:.2f}" for u in token_us(False)))),
+        ("only its draft outputs differ, by at most {}, and only with a 16-bit update copy. With either tensor-core "
+         "product as fp32 FMAs they agree bit for bit", TILES_BITS,
+         lambda d: (sci2(max(r["tiles2_vs_1"]["y"]["max_abs"] for r in differing)) if all(
+             set(r["tiles2_vs_1"]) == {"y"} and r["upd"] in ("fp16-sr", "bf16-sr") for r in differing) else "-",)
+         if all(not r["tiles2_vs_1"] for r in bits if "fold_precision" in r["kw"] or "verify_precision" in r["kw"])
+         else ("-",)),
+        ("bit; {} GPU tests passed (`reports/diagnostics/gpu-tests-89dc0b3.txt`).", "reports/diagnostics/gpu-tests-89dc0b3.txt",
+         lambda d: (int(one(re.findall(r"(\d+) passed", d))),)),
+    ]
 
 
 def built_not_timed_rows():
@@ -1641,6 +1813,10 @@ def header(between: str):
 
 
 CLAIMS: list[tuple[str, str, object]] = [
+    # --- twenty-fifth run (partial, H100) ---
+    *run25_rows(),
+    # --- twenty-sixth run (H100) and the diagnostics taken with it ---
+    *run26_rows(),
     # --- built, not yet timed (after the twenty-fourth run): what they quote and what was timed since ---
     *built_not_timed_rows(),
     # --- since the twenty-sixth run: the speculative flush's tile rule per format (diagnostics) ---
