@@ -1,4 +1,4 @@
-"""The numbers of reports/bench/README.md's sections, from the twenty-fifth run on, come from their
+"""The numbers of reports/bench/README.md's sections, from the twenty-fourth run on, come from their
 result files.
 
 README.md's numbers go through ``tests/test_readme_numbers.py``; this file does the same for the
@@ -90,7 +90,7 @@ OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
 # The heading of the first section tied to its result files; every section after it is tied too.
-FIRST_TIED = "## Round two, twenty-fifth run"
+FIRST_TIED = "## Round two, twenty-fourth run"
 
 
 @functools.cache
@@ -591,6 +591,118 @@ def spec_round_parts_h100() -> tuple[float, float, float]:
 def spec_round_estimate_h100() -> float:
     verify, flush, conventional = spec_round_parts_h100()
     return (verify + flush) / 2 / conventional
+
+
+def run24_rows():
+    """The twenty-fourth run (H200, register caps for Mamba-2's verify round) against the twenty-second:
+    its header, the three launch rules from three A/B files, its table, the forms not kept and what is
+    left of the miss."""
+    files = {name: diagnostics_rows(f"reports/diagnostics/{name}.jsonl")
+             for name in ("spec-flush-shapes", "verify-caps", "spec-flush-forms")}
+    base3 = {"spec_drafts_first": 0, "verify_stores_last": 0, "spec_flush_rule_cap": 0}  # run 3's committed form
+
+    def m2(name, kernel, T, **match):
+        return [r for r in files[name] if r["op"] == "mamba2" and r["kernel"] == kernel and r["T"] == T
+                and all(r.get(k) == v for k, v in match.items())]
+
+    def verify_us(cap):  # the verify block (64 rows × 4 warps) at a register cap, pooled over the three files
+        shape = {"block_r": 64, "num_warps": 4}
+        rows = m2("spec-flush-shapes", "nonflush", 8, cfg={**shape, **({} if cap == 168 else {"max_registers": cap})})
+        rows += m2("verify-caps", "nonflush", 8, cfg={**shape, **({} if cap == 0 else {"max_registers": cap})})
+        rows += m2("spec-flush-forms", "nonflush", 8, variant=base3, cfg={} if cap == 168 else {"max_registers": cap})
+        return [r["us"] for r in rows]
+
+    def run3_us(cap, kernel="flush", T=8, variant=base3, **match):
+        return [r["us"] for r in m2("spec-flush-forms", kernel, T, variant=variant, **match)
+                if r["cfg"].get("max_registers", 168 if kernel == "nonflush" else None) == cap or cap is None]
+
+    def flush_cap_us(update, read, cap):
+        return [r["us"] for r in m2("spec-flush-forms", "flush", 8, variant=base3, update=update, read=read)
+                if r["cfg"] == {"max_registers": cap}]
+
+    def one_tile_us(W, ring, cfg):
+        return [r["us"] for r in m2("spec-flush-forms", "flush", 1, variant=base3, W=W, ring=ring, cfg=cfg)]
+    run2 = [r for r in files["spec-flush-forms"] if r.get("run") == 2]
+
+    def form_us(kernel="flush", T=8, W=16, fold_new=False, **flags):  # run 2's forms, by their flags
+        want = {"fold_chunk": 0, "spec_state_sums": 0, "spec_rows_first": 0, "verify_state_sums": 0, **flags}
+        return [r["us"] for r in run2 if r["variant"] == want and r["kernel"] == kernel and r["T"] == T and r["W"] == W
+                and (kernel == "nonflush" or r["fold_new"] is fold_new)]
+    committed = ([r["us"] for r in run2 if r["variant"] == {"fold_chunk": 0, "spec_state_sums": 0, "spec_rows_first": 0,
+                                                             "verify_state_sums": 0} and r["cfg"] == {"max_registers": 168}]
+                 + flush_cap_us("fp32", None, 168))
+    combined = [r["us"] for r in run2 if r["kernel"] == "flush" and r["T"] == 8
+                and sum(r["variant"][k] for k in ("fold_chunk", "spec_state_sums", "spec_rows_first")) > 1
+                and not (r["variant"]["fold_chunk"] and sum(r["variant"].values()) == 16)]
+    verify_64x4 = {"block_r": 64, "num_warps": 4}
+
+    def row(d, tag):
+        (r,) = [r for r in d["rows"] if r["op"] == "mamba2" and r["batch"] == 256 and r["kernel"] == "flush"
+                and r["tag"] == tag]
+        return r
+    return [
+        ("Produced on one {} (`python scripts/bench_kernels.py --quick`, fla {} as the peer; copy ceiling {:.0f} GB/s in "
+         "the run) at commit `{}`; {}/{} correctness checks passed first", RUN24_H200,
+         lambda d: (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["peers"]["flash-linear-attention"],
+                    d["ceiling"]["GBps"], d["provenance"]["git"], sum(c["ok"] for c in d["correctness"].values()),
+                    len(d["correctness"]))),
+        ("(`VERIFY_MAX_REGISTERS`: {} µs against {} uncapped; 144 / 160 / 176 / 192 registers {} / {} / {} / {});",
+         "reports/diagnostics/verify-caps.jsonl",
+         lambda d: (span(verify_us(168)), span(verify_us(0)), *(span(verify_us(c)) for c in (144, 160, 176, 192)))),
+        ("(`SPEC_FLUSH_MAX_REGISTERS`: shared fp32 {} µs against {}, split fp32/fp32 {} against {}; with an NVFP4 read "
+         "copy the cap lost behind an fp32 checkpoint, {} against {}, and won behind an fp16-SR one, {} against {},",
+         "reports/diagnostics/spec-flush-forms.jsonl",
+         lambda d: tuple(span(flush_cap_us(u, r, c)) for u, r in (("fp32", None), ("fp32", "fp32"), ("fp32", "nvfp4"),
+                                                                   ("fp16-sr", "nvfp4")) for c in (168, 0))),
+        ("(`FLUSH_ONE_TILE_REGISTERS_BY_RING`: ring 32 {} µs at 128 registers against {} in the multi-tile kernel; ring "
+         "64 {} at 168 against {}).", "reports/diagnostics/spec-flush-forms.jsonl",
+         lambda d: (span(one_tile_us(31, 32, {"tiles_per_program": 1, "max_registers": 128})), span(one_tile_us(31, 32, {})),
+                    span(one_tile_us(63, 64, {"tiles_per_program": 1, "max_registers": 168})), span(one_tile_us(63, 64, {})))),
+        ("| verify T = 8 (W = 8), µs | {:.1f} → {:.1f} | |", RUN24_H200,
+         lambda d: tuple(summ(r, "mamba2")["drafts"]["8"]["verify_us"] for r in (load(RUN22), d))),
+        ("| speculative flush T = 8 (W = 16, ring 32), µs | {:.1f} → {:.1f} | |", RUN24_H200,
+         lambda d: tuple(summ(r, "mamba2")["drafts"]["8"]["spec_flush_us"] for r in (load(RUN22), d))),
+        ("| verify round ÷ conventional step | {:.2f}× → {:.2f}× | ≤ {:.1f}×: {} |", RUN24_H200,
+         lambda d: (*(target(r, "mamba2", "verify_T8_vs_conventional")["value"] for r in (load(RUN22), d)),
+                    target(d, "mamba2", "verify_T8_vs_conventional")["target"],
+                    "met" if target(d, "mamba2", "verify_T8_vs_conventional")["met"] else "missed")),
+        ("(`shared:fp32` {:.2f}×, `split:fp16-sr/nvfp4` {:.2f}×)", RUN24_H200,
+         lambda d: (target(d, "mamba2", "replay_vs_conventional")["value"],
+                    target(d, "mamba2", "split_fp16-sr_nvfp4_vs_conventional")["value"])),
+        ("against the committed form capped at 168, {} µs): the fold reading its window 16 records at a time instead of "
+         "the whole ring at once ({}; it sped up only the one-token flush that keeps its token over a ring of 32, {} "
+         "against {}, which no target times), the drafts' state product as T row reductions instead of a tensor-core "
+         "product ({}; in the verify block {} against {}), the drafts in the verify block's rows-by-drafts orientation "
+         "({}), and the drafts' inputs and records issued before the fold ({}). The verify's records stored after its "
+         "outputs timed the same ({} against {}). Combined forms in the same file ran {}, none faster.",
+         "reports/diagnostics/spec-flush-forms.jsonl",
+         lambda d: (span(committed), span(form_us(fold_chunk=16)),
+                    span([r["us"] for r in run2 if r["T"] == 1 and r["W"] == 15 and r["fold_new"] is False
+                          and r["cfg"] == {} and r["variant"]["fold_chunk"] == 16]),
+                    span([r["us"] for r in run2 if r["T"] == 1 and r["W"] == 15 and r["fold_new"] is False
+                          and r["cfg"] == {} and r["variant"]["fold_chunk"] == 0]),
+                    span(form_us(spec_state_sums=1)),
+                    span([r["us"] for r in run2 if r["kernel"] == "nonflush" and r["variant"]["verify_state_sums"] == 1
+                          and r["cfg"] == verify_64x4]),
+                    span([r["us"] for r in run2 if r["kernel"] == "nonflush" and r["variant"]["verify_state_sums"] == 0
+                          and r["cfg"] == verify_64x4]),
+                    span(form_us(spec_rows_first=1)),
+                    span([r["us"] for r in m2("spec-flush-forms", "flush", 8, read=None, update="fp32")
+                          if r.get("run") == 3 and r["variant"]["spec_drafts_first"] == 1]),
+                    span([r["us"] for r in m2("spec-flush-forms", "nonflush", 8, cfg={}) if r.get("run") == 3
+                          and r["variant"]["verify_stores_last"] == 1]),
+                    span([r["us"] for r in m2("spec-flush-forms", "nonflush", 8, cfg={}) if r.get("run") == 3
+                          and r["variant"]["verify_stores_last"] == 0]),
+                    span(combined))),
+        ("the round needs verify + speculative flush ≤ {:.0f} µs ({:.0f} × {:.1f} × the {:.1f} µs conventional step); they "
+         "take {:.0f}. The speculative flush moves {:.2f} GB in {:.0f} µs ({:.1f} TB/s, {:.0f} % of the copy ceiling) "
+         "where the autoregressive flush over a ring of 16 moves {:.2f} GB in {:.0f} µs", RUN24_H200,
+         lambda d: (2 * target(d, "mamba2", "verify_T8_vs_conventional")["target"] * b256(d, "mamba2")["conventional_us"],
+                    2, target(d, "mamba2", "verify_T8_vs_conventional")["target"], b256(d, "mamba2")["conventional_us"],
+                    summ(d, "mamba2")["drafts"]["8"]["verify_us"] + summ(d, "mamba2")["drafts"]["8"]["spec_flush_us"],
+                    row(d, "T8")["bytes"] / 1e9, row(d, "T8")["us"], row(d, "T8")["GBps"] / 1e3, row(d, "T8")["pct_ceiling"],
+                    row(d, "batch")["bytes"] / 1e9, row(d, "batch")["us"])),
+    ]
 
 
 def run25_rows():
@@ -1813,6 +1925,8 @@ def header(between: str):
 
 
 CLAIMS: list[tuple[str, str, object]] = [
+    # --- twenty-fourth run (H200) ---
+    *run24_rows(),
     # --- twenty-fifth run (partial, H100) ---
     *run25_rows(),
     # --- twenty-sixth run (H100) and the diagnostics taken with it ---
