@@ -1,4 +1,4 @@
-"""The numbers of reports/bench/README.md's sections, from the twenty-fourth run on, come from their
+"""The numbers of reports/bench/README.md's sections, from the twenty-third run on, come from their
 result files.
 
 README.md's numbers go through ``tests/test_readme_numbers.py``; this file does the same for the
@@ -47,6 +47,7 @@ RUN29_RECOUNTED = BENCH + "bench_kernels_round2zf_quick_recounted.json"
 RUN27_H200 = BENCH + "bench_kernels_round2zd_quick.json"
 RUN22 = BENCH + "bench_kernels_round2y_quick.json"
 RUN29 = BENCH + "bench_kernels_round2zf_quick.json"  # as measured
+RUN23_GDN = BENCH + "bench_kernels_round2z_gdn_quick.json"
 RUN24_H200 = BENCH + "bench_kernels_round2za_quick.json"
 RUN25_PARTIAL = BENCH + "bench_kernels_round2zb_quick_h100_partial.json"
 # The eight H200 runs before the twenty-sixth with a Mamba-2 T1 flush row.
@@ -77,6 +78,7 @@ GDN_FOLD_STAGES_256 = "reports/diagnostics/gdn-fold-stages-256.jsonl"
 GDN_FOLD_STAGES_BATCH = "reports/diagnostics/gdn-fold-stages-batch.jsonl"
 TILES_BITS = "reports/diagnostics/tiles-bits.jsonl"
 BATCH1_FOLD_AB = "reports/diagnostics/batch1-fold-ab-88539a5.jsonl"
+SCORES_WARPS = "reports/diagnostics/scores-warps.jsonl"
 FLUSH_STORES = "reports/diagnostics/{}-nvfp4-flush-stores-57a5c04.jsonl"
 HW_SCALES_AB = "reports/diagnostics/hw-block-scales-6100878.jsonl"
 MAMBA2_NVFP4_CAPS = "reports/diagnostics/mamba2-nvfp4-flush-caps-65c30b0.jsonl"
@@ -90,7 +92,7 @@ OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
 # The heading of the first section tied to its result files; every section after it is tied too.
-FIRST_TIED = "## Round two, twenty-fourth run"
+FIRST_TIED = "## Round two, twenty-third run"
 
 
 @functools.cache
@@ -591,6 +593,62 @@ def spec_round_parts_h100() -> tuple[float, float, float]:
 def spec_round_estimate_h100() -> float:
     verify, flush, conventional = spec_round_parts_h100()
     return (verify + flush) / 2 / conventional
+
+
+def run23_rows():
+    """The twenty-third run (H200, GDN only: its scores kernel at 2 warps) against the twenty-second, and
+    the scores kernel's warp A/B."""
+    before = load(RUN22)
+    warps = [r for r in diagnostics_rows(SCORES_WARPS) if r["op"] == "gdn"]
+
+    def warps_us(n, **match):
+        return [r["us"] for r in warps if r["scores_num_warps"] == n and all(r[k] == v for k, v in match.items())]
+    cases = {(r["kernel"], r["read"], r["W"], r["T"], r["batch"], json.dumps(r["cfg"])) for r in warps}
+
+    def gain(case):  # how much faster 2 warps ran than 4 (%, medians)
+        kernel, read, W, T, batch, cfg = case
+        m = {n: median(warps_us(n, kernel=kernel, read=read, W=W, T=T, batch=batch, cfg=json.loads(cfg))) for n in (2, 4)}
+        return 100 * (1 - m[2] / m[4])
+    gains_256 = [gain(c) for c in cases if c[4] == 256]
+    (tie_16,) = [abs(gain(c)) for c in cases if c[4] == 16]
+
+    def row(label, name, fmt, target_text):
+        return (f"| {label} | {fmt} → {fmt} | {target_text} |", RUN23_GDN,
+                lambda d: tuple(target(r, "gdn", name)["value"] for r in (before, d)))
+    return [
+        ("Produced on one {} (`python scripts/bench_kernels.py --quick --ops gdn`, fla {} as the peer; copy ceiling {:.0f} "
+         "GB/s in the run) from the tree of `{}` with `SCORES_NUM_WARPS = 2` in `kernels/gdn/decode.py`; {}/{} correctness "
+         "checks passed first", RUN23_GDN,
+         lambda d: (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["peers"]["flash-linear-attention"],
+                    d["ceiling"]["GBps"], d["provenance"]["git"].split("+")[0],
+                    sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
+        ("2 warps ran {:.1f}-{:.1f} % faster than 4 in every batch-256 row and within {:.1f} % of it at batch 16",
+         SCORES_WARPS, lambda d: (min(gains_256), max(gains_256), at_most(tie_16, 1))),
+        ("| output-only step from an NVFP4 read copy, µs (% of its byte bound) | {:.1f} ({:.1f} %) → {:.1f} ({:.1f} %) | "
+         "≥ {:.0f} %: {} |", RUN23_GDN,
+         lambda d: (*(x for r in (before, d) for x in (summ(r, "gdn")["read"]["nvfp4"]["nonflush_us"],
+                                                       target(r, "gdn", "nvfp4_nonflush_pct_byte_bound")["value"])),
+                    target(d, "gdn", "nvfp4_nonflush_pct_byte_bound")["target"],
+                    "met" if target(d, "gdn", "nvfp4_nonflush_pct_byte_bound")["met"] else "missed")),
+        ("| output-only step from fp32, µs; ReplaySSM `shared:fp32` ÷ conventional | {:.1f}; {:.2f}× → {:.1f}; {:.2f}× | "
+         "{:.2f}×: {} (byte bound {:.2f}×) |", RUN23_GDN,
+         lambda d: (*(x for r in (before, d) for x in (b256(r, "gdn")["nonflush_us"],
+                                                       target(r, "gdn", "replay_vs_conventional")["value"])),
+                    target(d, "gdn", "replay_vs_conventional")["target"],
+                    "met" if target(d, "gdn", "replay_vs_conventional")["met"] else "missed",
+                    target(d, "gdn", "replay_vs_conventional")["byte_bound"])),
+        row("ReplaySSM `shared:fp32` ÷ fla peer", "replay_vs_fla", "{:.2f}×", "2.3×: missed"),
+        ("| `split:fp16-sr/nvfp4` / `split:fp8e4m3-sr/nvfp4` per token | {:.2f}× / {:.2f}× → {:.2f}× / {:.2f}× | ≥ 3×: "
+         "missed |", RUN23_GDN, lambda d: tuple(target(r, "gdn", n)["value"] for r in (before, d) for n in SPLIT_TARGETS)),
+        ("| verify T = 8 + amortised speculative flush ÷ conventional | {:.2f}× → {:.2f}× (verify {:.1f} → {:.1f} µs) | ≤ "
+         "1.3×: missed |", RUN23_GDN,
+         lambda d: (*(target(r, "gdn", "verify_T8_vs_conventional")["value"] for r in (before, d)),
+                    *(summ(r, "gdn")["drafts"]["8"]["verify_us"] for r in (before, d)))),
+        row("batch 1 (the one-launch steps: no scores kernel)", "batch1_replay_vs_conventional", "{:.2f}×", "≥ 1.0×: missed"),
+        ("The flushes did not change beyond the spread (fp16-SR/NVFP4 {:.1f} → {:.1f} µs, fp32 {:.1f} → {:.1f}).", RUN23_GDN,
+         lambda d: (*(summ(r, "gdn")["update"]["fp16-sr"]["flush_us"] for r in (before, d)),
+                    *(b256(r, "gdn")["flush_us"] for r in (before, d)))),
+    ]
 
 
 def run24_rows():
@@ -1925,6 +1983,8 @@ def header(between: str):
 
 
 CLAIMS: list[tuple[str, str, object]] = [
+    # --- twenty-third run (H200, GDN only) ---
+    *run23_rows(),
     # --- twenty-fourth run (H200) ---
     *run24_rows(),
     # --- twenty-fifth run (partial, H100) ---
