@@ -1,5 +1,5 @@
-"""The numbers of reports/bench/README.md's sections, from the twenty-third run on, come from their
-result files.
+"""The numbers of reports/bench/README.md's sections, from "Instruction bounds of the missed targets" on,
+come from their result files.
 
 README.md's numbers go through ``tests/test_readme_numbers.py``; this file does the same for the
 benchmark README's newest sections, which README.md's two tables are read from. ``CLAIMS`` maps each
@@ -79,6 +79,7 @@ GDN_FOLD_STAGES_BATCH = "reports/diagnostics/gdn-fold-stages-batch.jsonl"
 TILES_BITS = "reports/diagnostics/tiles-bits.jsonl"
 BATCH1_FOLD_AB = "reports/diagnostics/batch1-fold-ab-88539a5.jsonl"
 SCORES_WARPS = "reports/diagnostics/scores-warps.jsonl"
+NCU_TARGETS = "reports/diagnostics/ncu-targets-8cb208f.json"
 FLUSH_STORES = "reports/diagnostics/{}-nvfp4-flush-stores-57a5c04.jsonl"
 HW_SCALES_AB = "reports/diagnostics/hw-block-scales-6100878.jsonl"
 MAMBA2_NVFP4_CAPS = "reports/diagnostics/mamba2-nvfp4-flush-caps-65c30b0.jsonl"
@@ -92,7 +93,7 @@ OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
 # The heading of the first section tied to its result files; every section after it is tied too.
-FIRST_TIED = "## Round two, twenty-third run"
+FIRST_TIED = "## Instruction bounds of the missed targets"
 
 
 @functools.cache
@@ -593,6 +594,100 @@ def spec_round_parts_h100() -> tuple[float, float, float]:
 def spec_round_estimate_h100() -> float:
     verify, flush, conventional = spec_round_parts_h100()
     return (verify + flush) / 2 / conventional
+
+
+def ncu(config: str, kernel: str = "step") -> dict:
+    """One kernel of one launch in the Nsight Compute file of the targets (``kernel``: "step" for the
+    step or conventional kernel, "scores" for a replay step's scores kernel)."""
+    (k,) = [k for k in load(NCU_TARGETS)["kernels"] if k["config"] == config
+            and k["kernel"].endswith("scores_kernel") == (kernel == "scores")]
+    return k
+
+
+def issue_us(config: str) -> float:
+    """A launch's issue bound (µs) with its scores kernel, where it has one."""
+    return sum(k["issue_bound_us"] for k in load(NCU_TARGETS)["kernels"] if k["config"] == config)
+
+
+def instruction_bounds_rows():
+    """The instruction bounds of the missed targets (Nsight Compute at the twenty-second run's kernels,
+    against that run's baselines) and the verify caps that followed."""
+    from precision_lab.bench.byte_models import step_bytes
+    base = load(RUN22)
+    flush_target = target(base, "mamba2", "fp16sr_flush_vs_fp16sr_conventional")["target"]
+    ceiling = one(summ(base, op)["ceiling_for_targets_GBps"] for op in OPS)
+    fp16 = {op: summ(base, op)["conventional_formats"]["fp16-sr"]["us"] for op in OPS}
+    flush_cfg = {"mamba2": "m2-flush-fp16sr-nvfp4", "gdn": "gdn-flush-fp16sr-nvfp4"}
+    prefix = {"mamba2": "m2", "gdn": "gdn"}
+
+    def per_round(op):
+        return (issue_us(f"{prefix[op]}-verify-t8") + issue_us(f"{prefix[op]}-specflush-t8")) / 2
+
+    def nvfp4_pct(op):  # % of the current bytes model's bound at the issue bound
+        return 100 * step_bytes(op, "nonflush", 256, "fp32", "nvfp4", 7) / (ceiling * 1e3) / issue_us(f"{prefix[op]}-nf-nvfp4")
+    round_kernels = [ncu(f"{prefix[op]}-{k}") for op in OPS for k in ("verify-t8", "specflush-t8")]
+    b1 = [ncu(f"{prefix[op]}-b1-{k}") for op in OPS for k in ("conv", "nf", "flush")]
+    L = 16
+    gdn_token = ((L - 1) * issue_us("gdn-nf-nvfp4") + issue_us(flush_cfg["gdn"])) / L
+    clocks = [k["sm_clock_GHz"] for k in load(NCU_TARGETS)["kernels"]]
+    caps = diagnostics_rows("reports/diagnostics/verify-caps.jsonl")
+
+    def caps_us(op, cfg):
+        return [r["us"] for r in caps if r["op"] == op and r["kernel"] == "nonflush" and r["cfg"] == cfg]
+    shape = {"block_r": 64, "num_warps": 4}
+    capped_verify = (summ(base, "mamba2")["drafts"]["8"]["verify_us"] - mean(caps_us("mamba2", shape))
+                     + mean(caps_us("mamba2", {**shape, "max_registers": 168})))
+    gdn_caps_slower = all(min(caps_us("gdn", {"max_registers": c})) > max(caps_us("gdn", {})) for c in (224, 192, 168, 128))
+    return [
+        ("clock ({:.2f}-{:.2f} GHz in these launches)", NCU_TARGETS, lambda d: (min(clocks), max(clocks))),
+        ("| fp16-SR/NVFP4 flush ≤ {:.1f}× fp16-SR conventional | Mamba-2 {:.1f} µs ({:.2f}× its {:.1f}; measured {:.0f} under "
+         "the profiler, {:.0f} % of cycles issuing, {:.0f} warps per scheduler); GDN {:.1f} µs ({:.2f}× its {:.1f}; measured "
+         "{:.0f}, {:.0f} %, {:.0f} warps) | ≤ {:.0f} / {:.0f} µs:", NCU_TARGETS,
+         lambda d: (flush_target, *(x for op in OPS for x in (
+             issue_us(flush_cfg[op]), issue_us(flush_cfg[op]) / fp16[op], fp16[op], ncu(flush_cfg[op])["duration_us"],
+             ncu(flush_cfg[op])["issue_active_pct"], ncu(flush_cfg[op])["warps_active_per_scheduler"])),
+                    *(flush_target * fp16[op] for op in OPS))),
+        ("| verify T = 8 + amortised speculative flush ≤ {:.1f}× | per round {:.1f} µs ({:.2f}× a conventional step, Mamba-2) and {:.1f} µs ({:.2f}×, GDN) | within the instruction "
+         "bound; the kernels wait ({:.0f} warps per scheduler at {:.0f}-{:.0f} registers, {:.0f}-{:.0f} % of cycles issuing) |",
+         NCU_TARGETS,
+         lambda d: (target(base, "mamba2", "verify_T8_vs_conventional")["target"],
+                    per_round("mamba2"), per_round("mamba2") / b256(base, "mamba2")["conventional_us"],
+                    per_round("gdn"), per_round("gdn") / b256(base, "gdn")["conventional_us"],
+                    one(round(k["warps_active_per_scheduler"]) for k in round_kernels),
+                    min(k["registers"] for k in round_kernels), max(k["registers"] for k in round_kernels),
+                    min(k["issue_active_pct"] for k in round_kernels), max(k["issue_active_pct"] for k in round_kernels))),
+        ("| NVFP4 output-only step ≥ {:.0f} % of its byte bound | Mamba-2 {:.1f} µs, GDN {:.1f} µs with their scores kernels ({:.0f} % and {:.0f} % of the byte bound at the issue "
+         "bound; GDN's read {:.0f} % under the record count of the time,", NCU_TARGETS,
+         lambda d: (target(base, "gdn", "nvfp4_nonflush_pct_byte_bound")["target"],
+                    issue_us("m2-nf-nvfp4"), issue_us("gdn-nf-nvfp4"), nvfp4_pct("mamba2"), nvfp4_pct("gdn"),
+                    100 * one(r["bytes"] for r in base["rows"] if r["op"] == "gdn" and r["kernel"] == "nonflush"
+                              and r["read"] == "nvfp4" and r["batch"] == 256 and r["W"] == 7 and r["us"])
+                    / (ceiling * 1e3) / issue_us("gdn-nf-nvfp4"))),
+        ("Mamba-2: within, but only at ≥ {:.0f} % of cycles issuing (now {:.0f} % in its step kernel); GDN: **{}** as "
+         "recounted ({:.0f} % issuing now) |", NCU_TARGETS,
+         lambda d: (100 * 80 / nvfp4_pct("mamba2"), ncu("m2-nf-nvfp4")["issue_active_pct"],
+                    "beyond the instruction bound" if nvfp4_pct("gdn") < 80 else "within the instruction bound",
+                    ncu("gdn-nf-nvfp4")["issue_active_pct"])),
+        ("| GDN `split:fp16-sr/nvfp4` ≥ {:.0f}× | per token {:.1f} µs at the issue bounds ({:.2f}×) | within; the flush ({:.0f} % "
+         "issuing) and the output-only step ({:.0f} %)", NCU_TARGETS,
+         lambda d: (target(base, "gdn", SPLIT_TARGETS[0])["target"], gdn_token, b256(base, "gdn")["conventional_us"] / gdn_token, ncu(flush_cfg["gdn"])["issue_active_pct"],
+                    ncu("gdn-nf-nvfp4")["issue_active_pct"])),
+        ("| batch 1 ≥ 1.0× | issue active {:.0f}-{:.0f} % of cycles, {:.0f}-{:.1f} warps per scheduler", NCU_TARGETS,
+         lambda d: (min(k["issue_active_pct"] for k in b1), max(k["issue_active_pct"] for k in b1),
+                    min(k["warps_active_per_scheduler"] for k in b1), max(k["warps_active_per_scheduler"] for k in b1))),
+        ("each flush would need at least {:.0f} % (Mamba-2) or {:.0f} % (GDN) fewer instructions than it executes now",
+         NCU_TARGETS, lambda d: tuple(100 * (1 - flush_target * fp16[op] / issue_us(flush_cfg[op])) for op in OPS)),
+        ("Mamba-2's verify block ({:.0f} registers, {:.0f} warps per scheduler) ran {} µs capped at 168 against {} uncapped "
+         "(`reports/diagnostics/verify-caps.jsonl`), which would take its round from {:.2f}× to about {:.2f}× a "
+         "conventional step, still short of {:.1f}×.", "reports/diagnostics/verify-caps.jsonl",
+         lambda d: (ncu("m2-verify-t8")["registers"], ncu("m2-verify-t8")["warps_active_per_scheduler"],
+                    span(caps_us("mamba2", {**shape, "max_registers": 168}), "{:.1f}"), span(caps_us("mamba2", shape), "{:.1f}"),
+                    target(base, "mamba2", "verify_T8_vs_conventional")["value"],
+                    (capped_verify + summ(base, "mamba2")["drafts"]["8"]["spec_flush_us"]) / 2
+                    / b256(base, "mamba2")["conventional_us"], target(base, "mamba2", "verify_T8_vs_conventional")["target"])),
+        ("GDN's verify at 2 warps {} under caps.", "reports/diagnostics/verify-caps.jsonl",
+         lambda d: ("only got slower" if gdn_caps_slower else "did not only get slower",)),
+    ]
 
 
 def run23_rows():
@@ -1983,6 +2078,8 @@ def header(between: str):
 
 
 CLAIMS: list[tuple[str, str, object]] = [
+    # --- the instruction bounds of the missed targets (Nsight Compute) ---
+    *instruction_bounds_rows(),
     # --- twenty-third run (H200, GDN only) ---
     *run23_rows(),
     # --- twenty-fourth run (H200) ---

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from precision_lab.bench.byte_models import step_bytes
+
 ROOT = Path(__file__).resolve().parent.parent
 QUANT = "reports/bench/bench_quant.json"
 KERNELS = "reports/bench/bench_kernels.json"
@@ -510,6 +512,13 @@ CLAIMS: list[tuple[str, str, object]] = [
                   for p, op in (("m2", "mamba2"), ("gdn", "gdn"))),
                 target(load("reports/bench/bench_kernels_round2y_quick.json"), "gdn",
                        "fp16sr_flush_vs_fp16sr_conventional")["target"])),
+    ("GDN's NVFP4 output-only step, its records counted as the kernel reads them, would reach only {:.0f} % of its "
+     "byte bound even issuing on every cycle (target {:.0f} %).", "reports/diagnostics/ncu-targets-8cb208f.json",
+     lambda d: (100 * step_bytes("gdn", "nonflush", 256, "fp32", "nvfp4", 7)
+                / (summ(load("reports/bench/bench_kernels_round2y_quick.json"), "gdn")["ceiling_for_targets_GBps"] * 1e3)
+                / sum(k["issue_bound_us"] for k in d["kernels"] if k["config"] == "gdn-nf-nvfp4"),
+                target(load("reports/bench/bench_kernels_round2y_quick.json"), "gdn",
+                       "nvfp4_nonflush_pct_byte_bound")["target"])),
     ("its NVFP4 output-only step reaches {:.1f} % of its byte bound (target {:.0f} %: missed) and "
      "`split:fp16-sr/nvfp4` {:.2f}× (target {:.0f}×: missed)", "reports/bench/bench_kernels_round2z_gdn_quick.json",
      lambda d: (target(d, "gdn", "nvfp4_nonflush_pct_byte_bound")["value"],
