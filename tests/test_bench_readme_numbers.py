@@ -1,5 +1,5 @@
-"""The numbers of reports/bench/README.md's sections, from "Instruction bounds of the missed targets" on,
-come from their result files.
+"""The numbers of reports/bench/README.md's sections, from "Byte bounds of the targets" on, come from
+their result files.
 
 README.md's numbers go through ``tests/test_readme_numbers.py``; this file does the same for the
 benchmark README's newest sections, which README.md's two tables are read from. ``CLAIMS`` maps each
@@ -80,6 +80,7 @@ TILES_BITS = "reports/diagnostics/tiles-bits.jsonl"
 BATCH1_FOLD_AB = "reports/diagnostics/batch1-fold-ab-88539a5.jsonl"
 SCORES_WARPS = "reports/diagnostics/scores-warps.jsonl"
 NCU_TARGETS = "reports/diagnostics/ncu-targets-8cb208f.json"
+WHOLE_HEAD = "reports/diagnostics/whole-head-shape.jsonl"
 FLUSH_STORES = "reports/diagnostics/{}-nvfp4-flush-stores-57a5c04.jsonl"
 HW_SCALES_AB = "reports/diagnostics/hw-block-scales-6100878.jsonl"
 MAMBA2_NVFP4_CAPS = "reports/diagnostics/mamba2-nvfp4-flush-caps-65c30b0.jsonl"
@@ -93,7 +94,7 @@ OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
 # The heading of the first section tied to its result files; every section after it is tied too.
-FIRST_TIED = "## Instruction bounds of the missed targets"
+FIRST_TIED = "## Byte bounds of the targets"
 
 
 @functools.cache
@@ -594,6 +595,93 @@ def spec_round_parts_h100() -> tuple[float, float, float]:
 def spec_round_estimate_h100() -> float:
     verify, flush, conventional = spec_round_parts_h100()
     return (verify + flush) / 2 / conventional
+
+
+def byte_bounds_rows():
+    """The byte bounds of the targets (the twenty-second run's summary recomputed), what they settled, and
+    the whole-head shape's cost."""
+    from precision_lab.bench.byte_models import record_fields
+    d22 = load(RUN22)
+    whole = diagnostics_rows(WHOLE_HEAD)
+
+    def cell(op, name, fmt="{:.2f}×"):  # measured / byte bound, the bound in bold where the target lies beyond it
+        t = target(d22, op, name)
+        beyond = t["byte_bound"] > t["target"] if name in AT_MOST else t["byte_bound"] < t["target"]
+        bound = fmt.format(t["byte_bound"])
+        return f"{fmt.format(t['value'])} / " + (f"**{bound}**" if beyond else bound)
+
+    def row(label, name, target_fmt, note=""):
+        def values(d):
+            t = {op: target(d, op, name)["target"] for op in OPS}
+            sign = "≤" if name in AT_MOST else "≥"
+            targets = " / ".join(target_fmt.format(t[op]) for op in OPS) if t["mamba2"] != t["gdn"] \
+                else target_fmt.format(t["gdn"])
+            return (f"{label} {sign} {targets}{note}", cell("mamba2", name), cell("gdn", name))
+        return ("| {} | {} | {} |", RUN22, values)
+
+    def whole_us(op, update, read=None, cfg=None):
+        return [r["us"] for r in whole if r["op"] == op and r["update"] == update and r["read"] == read
+                and r["cfg"] == (cfg or {})]
+    wide = {"gdn": {"block_r": 128, "num_warps": 4}, "mamba2": {"block_r": 64, "num_warps": 4}}
+    gdn_longer = [100 * (median(whole_us("gdn", u, r, wide["gdn"])) / median(whole_us("gdn", u, r)) - 1)
+                  for u, r in (("fp32", None), ("fp32", "fp32"), ("fp16-sr", "fp32"))]
+    gdn_nvfp4_whole = median(whole_us("gdn", "fp16-sr", "nvfp4")) / (1 + gdn_longer[2] / 100)
+    gdn = summ(d22, "gdn")
+    L = int(next(iter(gdn["L"])))
+    split_whole = b256(d22, "gdn")["conventional_us"] / (((L - 1) * gdn["read"]["nvfp4"]["nonflush_us"] + gdn_nvfp4_whole) / L)
+
+    def bytes_of(op, update, read):
+        return one(r["bytes"] for r in whole if r["op"] == op and r["update"] == update and r["read"] == read)
+    saved_gb = (bytes_of("mamba2", "fp16-sr", "fp32") - bytes_of("mamba2", "fp16-sr", "nvfp4")) / 1e9
+    ceiling = one(summ(d22, op)["ceiling_for_targets_GBps"] for op in OPS)
+    m2_less = median(whole_us("mamba2", "fp16-sr", "fp32")) - saved_gb * 1e6 / ceiling
+    gdn_rows = {}
+    for k in ("nonflush", "flush"):
+        (gdn_rows[k],) = [r for r in d22["rows"] if r["op"] == "gdn" and r["tag"] == "batch" and r["batch"] == 256
+                          and r["kernel"] == k and r["read"] is None and r["update"] == "fp32"]
+    return [
+        row("ReplaySSM `shared:fp32` ÷ conventional", "replay_vs_conventional", "{:.2f}×"),
+        row("ReplaySSM `shared:fp32` ÷ fla peer", "replay_vs_fla", "{:.1f}×"),
+        row("NVFP4 ÷ fp32 read copy, output-only step", "nvfp4_vs_fp32_read_nonflush", "{:.0f}×", " (round one)"),
+        ("The same change puts the verify target at ≤ {:.1f}× (round two's threshold;", RUN22,
+         lambda d: (one(target(d, op, "verify_T8_vs_conventional")["target"] for op in OPS),)),
+        ("| `split:fp16-sr/nvfp4` / `split:fp8e4m3-sr/nvfp4` ≥ {:.0f}× | {}; {} | {}; {} |", RUN22,
+         lambda d: (target(d, "gdn", SPLIT_TARGETS[0])["target"],
+                    *(cell(op, n) for op in OPS for n in SPLIT_TARGETS))),
+        row("fp16-SR flush ÷ fp16-SR conventional", "fp16sr_flush_vs_fp16sr_conventional", "{:.1f}×"),
+        row("verify T = 8 + amortised speculative flush", "verify_T8_vs_conventional", "{:.1f}×"),
+        ("* **GDN's `shared:fp32` target ({:.2f}×) is out of reach of kernel work**: with both of its steps at the copy "
+         "ceiling the ratio would be {:.2f}×", RUN22,
+         lambda d: (target(d, "gdn", "replay_vs_conventional")["target"], target(d, "gdn", "replay_vs_conventional")["byte_bound"])),
+        ("written for the token: {:.3f} of its {:.3f} GB at W = 7) beside the state. Its conventional step already runs "
+         "at {:.0f} % of the ceiling. Meeting {:.2f}×", RUN22,
+         lambda d: (256 * (7 + 1) * sum(record_fields("gdn").values()) / 1e9,
+                    gdn_rows["nonflush"]["bytes"] / 1e9, target(d, "gdn", "conventional_pct_ceiling")["value"],
+                    target(d, "gdn", "replay_vs_conventional")["target"])),
+        ("and counted so, these rows' bound is {:.4f}×, a hair under the target.)", RUN22,
+         lambda d: (recounted_summary(RUN22)["gdn"].targets["replay_vs_conventional"].byte_bound,)),
+        ("* **GDN ÷ fla ({:.1f}×)** is within the bytes ({:.2f}×) only with every ReplaySSM step at {:.0f} % of the "
+         "ceiling; the output-only step runs at {:.0f} % ({:.0f} GB/s) and the flush at {:.0f} %.", RUN22,
+         lambda d: (target(d, "gdn", "replay_vs_fla")["target"], target(d, "gdn", "replay_vs_fla")["byte_bound"],
+                    100 * target(d, "gdn", "replay_vs_fla")["target"] / target(d, "gdn", "replay_vs_fla")["byte_bound"],
+                    100 * gdn_rows["nonflush"]["GBps"] / ceiling, gdn_rows["nonflush"]["GBps"],
+                    100 * gdn_rows["flush"]["GBps"] / ceiling)),
+        ("* **The NVFP4 ÷ fp32 read target ({:.0f}×) of round one** is beyond the bytes for both operators ({:.2f}× / "
+         "{:.2f}×)", RUN22,
+         lambda d: (target(d, "gdn", "nvfp4_vs_fp32_read_nonflush")["target"],
+                    *(target(d, op, "nvfp4_vs_fp32_read_nonflush")["byte_bound"] for op in OPS))),
+        ("GDN's flushes take {:.0f}-{:.0f} % longer at 128 rows × 4 warps than at their default 64 × 2 (fp16-SR/fp32 {} µs "
+         "against {}), so its fp16-SR/NVFP4 flush ({:.0f} µs) would come to about {:.0f} and `split:fp16-sr/nvfp4` to "
+         "about {:.1f}×; Mamba-2's fp16-SR/NVFP4 flush ({} µs) costs {:.0f} µs more than its fp16-SR/fp32 flush at the "
+         "default shape ({:.0f}) while moving {:.2f} GB less, but even that flush less those bytes at the ceiling (about "
+         "{:.0f} µs) is {:.1f}× the fp16-SR conventional step.", WHOLE_HEAD,
+         lambda d: (min(gdn_longer), max(gdn_longer), span(whole_us("gdn", "fp16-sr", "fp32", wide["gdn"])),
+                    span(whole_us("gdn", "fp16-sr", "fp32")), median(whole_us("gdn", "fp16-sr", "nvfp4")),
+                    round(gdn_nvfp4_whole, -1), split_whole, span(whole_us("mamba2", "fp16-sr", "nvfp4")),
+                    round(median(whole_us("mamba2", "fp16-sr", "nvfp4")) - median(whole_us("mamba2", "fp16-sr", "fp32")), -1),
+                    median(whole_us("mamba2", "fp16-sr", "fp32")), saved_gb, round(m2_less, -1),
+                    m2_less / summ(d22, "mamba2")["conventional_formats"]["fp16-sr"]["us"])),
+    ]
 
 
 def ncu(config: str, kernel: str = "step") -> dict:
@@ -2078,6 +2166,8 @@ def header(between: str):
 
 
 CLAIMS: list[tuple[str, str, object]] = [
+    # --- the byte bounds of the targets (the twenty-second run's summary recomputed) ---
+    *byte_bounds_rows(),
     # --- the instruction bounds of the missed targets (Nsight Compute) ---
     *instruction_bounds_rows(),
     # --- twenty-third run (H200, GDN only) ---
@@ -2226,9 +2316,11 @@ def test_bench_readme_states_which_targets_are_met(rel):
     assert met_targets(load(rel)) == met, sorted(met_targets(load(rel)) ^ met)
 
 
-# Table headers whose number is a setting, versions, formats' sizes, a shape and a product of a warp count
-# and a static instruction count (written with "×"): numbers that are not measurements.
-NOT_MEASUREMENTS = ("(0.5625 bytes per element against 2 and 1)", "the 16 × 16 unit lower-triangular inverse",
+# Table headers whose number is a setting, an earlier round's target, versions, formats' sizes, a shape
+# and a product of a warp count and a static instruction count (written with "×"): numbers that are not
+# measurements.
+NOT_MEASUREMENTS = ("the summary had kept round one's 1.2×", "(0.5625 bytes per element against 2 and 1)",
+                    "the 16 × 16 unit lower-triangular inverse",
                     "(8 × 304 against 4 × 508)", "| batch 1, µs |", "| GDN fp32 flush at batch 1, µs |", "Triton 3.6")
 
 # Any decimal (not a § section number), or any number with a unit: what a section must not print
