@@ -45,6 +45,7 @@ RUN30_RECOUNTED = BENCH + "bench_kernels_round2zg_quick_h100_recounted.json"
 RUN31_H200 = BENCH + "bench_kernels_round2zh_quick.json"  # README's H200 table
 RUN29_RECOUNTED = BENCH + "bench_kernels_round2zf_quick_recounted.json"
 RUN27_H200 = BENCH + "bench_kernels_round2zd_quick.json"
+RUN17 = BENCH + "bench_kernels_round2t_quick.json"
 RUN19 = BENCH + "bench_kernels_round2v_quick.json"
 RUN20 = BENCH + "bench_kernels_round2w_quick.json"
 RUN21 = BENCH + "bench_kernels_round2x_quick.json"
@@ -99,7 +100,7 @@ OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
 # The heading of the first section tied to its result files; every section after it is tied too.
-FIRST_TIED = "## Round two, twentieth run"
+FIRST_TIED = "## Round two, nineteenth run"
 
 
 @functools.cache
@@ -600,6 +601,118 @@ def spec_round_parts_h100() -> tuple[float, float, float]:
 def spec_round_estimate_h100() -> float:
     verify, flush, conventional = spec_round_parts_h100()
     return (verify + flush) / 2 / conventional
+
+
+def run19_rows():
+    """The nineteenth run (H200, the register caps first timed in the benchmark) against the seventeenth,
+    and the A/B runs 5-9 of the output-only-step diagnostics behind its bullets."""
+    before, order = load(RUN17), diagnostics_rows(NONFLUSH_ORDER)
+
+    def read_us(d, op, fmt):
+        return summ(d, op)["read"][fmt]["nonflush_us"]
+
+    def tune_us(d, op, cfg, read="nvfp4"):
+        (r,) = [r for r in d["rows"] if r["op"] == op and r["tag"] == "tune" and r["kernel"] == "nonflush"
+                and r["batch"] == 256 and r["read"] == read and r["cfg"] == cfg]
+        return r["us"]
+
+    def order_us(run, op, kernel="nonflush", batch=256, W=7, read=None, cfg=None, tree=None, fused=None):
+        return [r["us"] for r in order if r.get("run") == run and "us" in r and r["op"] == op and r["kernel"] == kernel
+                and r["batch"] == batch and r["W"] == W and r["read"] == read and (cfg is None or r["cfg"] == cfg)
+                and (tree is None or r.get("tree") == tree) and (fused is None or r["fused_scores"] is fused)]
+
+    def ratio(op, name, fmt):
+        return " → ".join(fmt.format(target(r, op, name)["value"]) for r in (before, load(RUN19)))
+
+    def split_row(name, label):
+        return (f"| `{label}` per token ÷ fp32 conventional | {{}} | {{}} | ≥ {{:.0f}}×: Mamba-2 {{}}, GDN {{}} |", RUN19,
+                lambda d: (ratio("mamba2", name, "{:.2f}×"), ratio("gdn", name, "{:.2f}×"), target(d, "gdn", name)["target"],
+                           *("met" if target(d, op, name)["met"] else "missed" for op in OPS)))
+    others = [n for n in RATIO_NAMES if "pct" not in n]
+    moves = sorted(100 * abs(target(load(RUN19), op, n)["value"] / target(before, op, n)["value"] - 1)
+                   for op in OPS for n in others)
+    rule_fp16 = {"fp4_decode": "fp16"}
+    b1_run8 = {op: order_us(8, op, batch=1, fused=True) for op in OPS}
+
+    def best_two_launch(op):  # the fastest timing of the two-launch form at batch 1 over its explicit shapes
+        return min(r["us"] for r in order if r.get("run") == 8 and "us" in r and r["op"] == op and r["batch"] == 1
+                   and r["fused_scores"] is False and r["cfg"])
+    return [
+        quick_run_header(RUN19),
+        ("| output-only step, NVFP4 read copy (sweep row) | {:.1f} → {:.1f} | {:.1f} → {:.1f} | |", RUN19,
+         lambda d: tuple(read_us(r, op, "nvfp4") for op in OPS for r in (before, d))),
+        ("| ... at the wrappers' rule in the tuning rows | {:.1f} (uncapped) → {:.1f} | {:.1f} → {:.1f} | |", RUN19,
+         lambda d: tuple(x for op in OPS for x in (read_us(before, op, "nvfp4"), tune_us(d, op, rule_fp16)))),
+        ("| ... sweep row as % of its byte bound | {} % | {} % | ≥ {:.0f} %: {} |", RUN19,
+         lambda d: (ratio("mamba2", "nvfp4_nonflush_pct_byte_bound", "{:.1f}"),
+                    ratio("gdn", "nvfp4_nonflush_pct_byte_bound", "{:.1f}"),
+                    target(d, "gdn", "nvfp4_nonflush_pct_byte_bound")["target"], "missed")),
+        ("| output-only step, FP8 read copy | {:.1f} → {:.1f} | {:.1f} → {:.1f} | |", RUN19,
+         lambda d: tuple(read_us(r, op, "fp8e4m3") for op in OPS for r in (before, d))),
+        split_row(SPLIT_TARGETS[0], "split:fp16-sr/nvfp4"), split_row(SPLIT_TARGETS[1], "split:fp8e4m3-sr/nvfp4"),
+        ("| ReplaySSM `shared:fp32` ÷ conventional | {:.4f}× → {:.3f}× | {} | {} |", RUN19,
+         lambda d: (target(before, "mamba2", "replay_vs_conventional")["value"],
+                    target(d, "mamba2", "replay_vs_conventional")["value"], ratio("gdn", "replay_vs_conventional", "{:.2f}×"),
+                    " / ".join(f"{target(d, op, 'replay_vs_conventional')['target']:.2f}×" for op in OPS))),
+        ("| ReplaySSM `shared:fp32` ÷ fla peer | {} | {} | {} |", RUN19,
+         lambda d: (ratio("mamba2", "replay_vs_fla", "{:.2f}×"), ratio("gdn", "replay_vs_fla", "{:.2f}×"),
+                    " / ".join(f"{target(d, op, 'replay_vs_fla')['target']:.1f}×" for op in OPS))),
+        ("| fp16-SR flush ÷ fp16-SR conventional step | {} | {} | ≤ {:.1f}×: missed |", RUN19,
+         lambda d: (ratio("mamba2", "fp16sr_flush_vs_fp16sr_conventional", "{:.2f}×"),
+                    ratio("gdn", "fp16sr_flush_vs_fp16sr_conventional", "{:.2f}×"),
+                    target(d, "gdn", "fp16sr_flush_vs_fp16sr_conventional")["target"])),
+        ("| verify T = 8 + amortised speculative flush ÷ conventional | {} | {} | ≤ {:.1f}×: missed |", RUN19,
+         lambda d: (ratio("mamba2", "verify_T8_vs_conventional", "{:.2f}×"), ratio("gdn", "verify_T8_vs_conventional", "{:.2f}×"),
+                    target(d, "gdn", "fp16sr_flush_vs_fp16sr_conventional")["target"])),
+        ("| batch 1: ReplaySSM amortised ÷ conventional | {} | {} | ≥ {:.1f}×: missed |", RUN19,
+         lambda d: (ratio("mamba2", "batch1_replay_vs_conventional", "{:.2f}×"),
+                    ratio("gdn", "batch1_replay_vs_conventional", "{:.2f}×"),
+                    target(d, "gdn", "batch1_replay_vs_conventional")["target"])),
+        ("{:.1f} µs at the rule in the tuning rows against {:.1f} at an explicit 1 warp (uncapped), the diagnostics' {}. "
+         "The sweep row that the summary uses read {:.1f} ({:.1f} % of the byte bound); the target's {:.0f} % would need "
+         "about {:.0f} µs. GDN's FP8 cap shows as {:.1f} against {:.1f}. Everything else moved within the run-to-run "
+         "spread of these files (at most {:.1f} % but the batch-1 ratios; the Mamba-2 batch-1 ratio {}", RUN19,
+         lambda d: (tune_us(d, "mamba2", rule_fp16), tune_us(d, "mamba2", {"num_warps": 1, "fp4_decode": "fp16"}),
+                    span(order_us(5, "mamba2", read="nvfp4", cfg={"max_registers": 96})
+                         + order_us(6, "mamba2", read="nvfp4", cfg={}), "{:.1f}"),
+                    read_us(d, "mamba2", "nvfp4"), target(d, "mamba2", "nvfp4_nonflush_pct_byte_bound")["value"],
+                    target(d, "mamba2", "nvfp4_nonflush_pct_byte_bound")["target"],
+                    read_us(d, "mamba2", "nvfp4") * target(d, "mamba2", "nvfp4_nonflush_pct_byte_bound")["value"]
+                    / target(d, "mamba2", "nvfp4_nonflush_pct_byte_bound")["target"],
+                    read_us(d, "gdn", "fp8e4m3"), read_us(before, "gdn", "fp8e4m3"),
+                    at_most(max(100 * abs(target(d, op, n)["value"] / target(before, op, n)["value"] - 1)
+                                for op in OPS for n in others if n != "batch1_replay_vs_conventional"), 1),
+                    span([target(r, "mamba2", "batch1_replay_vs_conventional")["value"] for r in (before, d)], "{:.2f}"))),
+        ("`fp4_decode=\"ptx\"` at the rule {:.1f} µs (Mamba-2) and {:.1f} (GDN), against {:.1f} for Mamba-2's at an "
+         "explicit, uncapped 1 warp.", RUN19,
+         lambda d: (tune_us(d, "mamba2", {"fp4_decode": "ptx"}), tune_us(d, "gdn", {"fp4_decode": "ptx"}),
+                    tune_us(d, "mamba2", {"num_warps": 1, "fp4_decode": "ptx"}))),
+        ("\"ptx\" {} µs (Mamba-2) and {} (GDN), \"mma\" {} and {}, \"fp16\" unchanged at {} and {}.", NONFLUSH_ORDER,
+         lambda d: tuple(span(order_us(9, op, read="nvfp4", cfg={"fp4_decode": dec}), "{:.1f}")
+                         for dec in ("ptx", "mma", "fp16") for op in OPS)),
+        ("Without the store (a throwaway variant) Mamba-2's conventional step took {} µs at batch 1 against {} with it "
+         "(batch 16: {} against {}), GDN's {} against {}. The output-only step reads the same state and costs {} µs "
+         "(Mamba-2) and {} (GDN)", NONFLUSH_ORDER,
+         lambda d: (*(span(order_us(7, "mamba2", "conventional", b, 0, tree=t), "{:.2f}" if b == 1 else "{:.1f}")
+                      for b in (1, 16) for t in ("nostore", "base")),
+                    *(span(order_us(7, "gdn", "conventional", 1, 0, tree=t), "{:.2f}") for t in ("nostore", "base")),
+                    *(span([r["us"] for r in order if r.get("run") in (7, 8, 9) and "us" in r and r["op"] == op
+                            and r["kernel"] == "nonflush" and r["batch"] == 1 and r["W"] == 7 and r["cfg"] == {}
+                            and r["fused_scores"] is True and r.get("tree") in (None, "base")], "{:.1f}")
+                      for op in OPS))),
+        ("without its state product {} µs, without its window scores {}, the step {} at W = 0-15.", NONFLUSH_ORDER,
+         lambda d: tuple(span([u for W in (0, 7, 15) for u in order_us(9, "gdn", batch=1, W=W, tree=t)], "{:.1f}")
+                         for t in ("gnostate", "gnoscores", "base"))),
+        ("(Mamba-2 best {:.2f} µs against {} in one launch; GDN {:.2f} against {}), the one-launch form at 4 or 8 rows × 1 "
+         "warp ({}, {}).", NONFLUSH_ORDER,
+         lambda d: (best_two_launch("mamba2"), span(b1_run8["mamba2"], "{:.2f}"), best_two_launch("gdn"),
+                    span(b1_run8["gdn"], "{:.2f}"),
+                    *(span(order_us(9, "mamba2", batch=1, cfg={"block_r": br, "num_warps": 1}), "{:.1f}") for br in (4, 8)))),
+        ("Reaching {:.1f}× with this run's flushes ({:.1f} and {:.1f} µs) needs the output-only step below about {:.1f} µs "
+         "(Mamba-2) and {:.1f} (GDN)", RUN19,
+         lambda d: (target(d, "gdn", "batch1_replay_vs_conventional")["target"],
+                    *(summ(d, op)["batch"]["1"]["flush_us"] for op in OPS), *(needed_nonflush_us(d, op) for op in OPS))),
+    ]
 
 
 def pair_table_rows(before_rel, now_rel, flush_column=True) -> list:
@@ -2319,6 +2432,8 @@ def header(between: str):
 
 
 CLAIMS: list[tuple[str, str, object]] = [
+    # --- nineteenth run (H200) ---
+    *run19_rows(),
     # --- twentieth to twenty-second runs (H200) ---
     *runs20_22_rows(),
     # --- the byte bounds of the targets (the twenty-second run's summary recomputed) ---
