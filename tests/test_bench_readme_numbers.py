@@ -1,4 +1,4 @@
-"""The numbers of reports/bench/README.md's sections, from the twentieth run on, come from their result
+"""The numbers of reports/bench/README.md's sections, from the nineteenth run on, come from their result
 files.
 
 README.md's numbers go through ``tests/test_readme_numbers.py``; this file does the same for the
@@ -629,8 +629,6 @@ def run19_rows():
                 lambda d: (ratio("mamba2", name, "{:.2f}×"), ratio("gdn", name, "{:.2f}×"), target(d, "gdn", name)["target"],
                            *("met" if target(d, op, name)["met"] else "missed" for op in OPS)))
     others = [n for n in RATIO_NAMES if "pct" not in n]
-    moves = sorted(100 * abs(target(load(RUN19), op, n)["value"] / target(before, op, n)["value"] - 1)
-                   for op in OPS for n in others)
     rule_fp16 = {"fp4_decode": "fp16"}
     b1_run8 = {op: order_us(8, op, batch=1, fused=True) for op in OPS}
 
