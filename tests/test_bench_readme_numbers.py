@@ -1,4 +1,4 @@
-"""The numbers of reports/bench/README.md's sections, from the nineteenth run on, come from their result
+"""The numbers of reports/bench/README.md's sections, from the eighteenth run on, come from their result
 files.
 
 README.md's numbers go through ``tests/test_readme_numbers.py``; this file does the same for the
@@ -46,6 +46,7 @@ RUN31_H200 = BENCH + "bench_kernels_round2zh_quick.json"  # README's H200 table
 RUN29_RECOUNTED = BENCH + "bench_kernels_round2zf_quick_recounted.json"
 RUN27_H200 = BENCH + "bench_kernels_round2zd_quick.json"
 RUN17 = BENCH + "bench_kernels_round2t_quick.json"
+RUN18_MAMBA2 = BENCH + "bench_kernels_round2u_mamba2_quick.json"
 RUN19 = BENCH + "bench_kernels_round2v_quick.json"
 RUN20 = BENCH + "bench_kernels_round2w_quick.json"
 RUN21 = BENCH + "bench_kernels_round2x_quick.json"
@@ -100,7 +101,7 @@ OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
 # The heading of the first section tied to its result files; every section after it is tied too.
-FIRST_TIED = "## Round two, nineteenth run"
+FIRST_TIED = "## Round two, eighteenth run"
 
 
 @functools.cache
@@ -601,6 +602,50 @@ def spec_round_parts_h100() -> tuple[float, float, float]:
 def spec_round_estimate_h100() -> float:
     verify, flush, conventional = spec_round_parts_h100()
     return (verify + flush) / 2 / conventional
+
+
+def run18_rows():
+    """The eighteenth run (H200, Mamba-2 only: register caps, which its benchmark rows did not time) and
+    the caps' A/B runs 5-6 of the output-only-step diagnostics."""
+    order = diagnostics_rows(NONFLUSH_ORDER)
+
+    def order_us(run, op, read, cfg):
+        return [r["us"] for r in order if r.get("run") == run and "us" in r and r["op"] == op and r["batch"] == 256
+                and r["read"] == read and r["cfg"] == cfg and r["fused_scores"] is False]
+    caps = {"max_registers": 96}
+
+    def nvfp4_row(d, tag):
+        (r,) = [r for r in d["rows"] if r["op"] == "mamba2" and r["tag"] == tag and r["kernel"] == "nonflush"
+                and r["batch"] == 256 and r["read"] == "nvfp4" and r["cfg"] == {"num_warps": 1, "fp4_decode": "fp16"}]
+        return r["us"]
+
+    def pct_at(d, us):  # % of the sweep row's byte bound at another time of the same step
+        return target(d, "mamba2", "nvfp4_nonflush_pct_byte_bound")["value"] * nvfp4_row(d, "read") / us
+    run6 = order_us(6, "mamba2", "nvfp4", {})
+    return [
+        ("Produced on one {} at commit `{}` (`python scripts/bench_kernels.py --quick --ops mamba2`, copy ceiling {:.0f} "
+         "GB/s). {}/{} correctness checks passed first", RUN18_MAMBA2,
+         lambda d: (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["provenance"]["git"][:7], d["ceiling"]["GBps"],
+                    sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
+        ("Mamba-2 NVFP4 {} µs against {} (80 registers: {}; 64: {}), GDN FP8 {} against {}.", NONFLUSH_ORDER,
+         lambda d: (span(order_us(5, "mamba2", "nvfp4", caps), "{:.1f}"), span(order_us(5, "mamba2", "nvfp4", {}), "{:.1f}"),
+                    span(order_us(5, "mamba2", "nvfp4", {"max_registers": 80}), "{:.1f}"),
+                    span(order_us(5, "mamba2", "nvfp4", {"max_registers": 64})),
+                    span(order_us(5, "gdn", "fp8e4m3", {"max_registers": 128}), "{:.1f}"),
+                    span(order_us(5, "gdn", "fp8e4m3", {}), "{:.1f}"))),
+        ("so its NVFP4 rows ({:.1f} µs tuning, {:.1f} µs sweep: {:.1f} % of the byte bound) ran uncapped. In the same device "
+         "call, after the GPU tests, the step at the wrappers' rule read {} µs (run 6), about {}-{} % of that run's byte "
+         "bound, and GDN's FP8 step {} µs.", RUN18_MAMBA2,
+         lambda d: (nvfp4_row(d, "tune"), nvfp4_row(d, "read"), target(d, "mamba2", "nvfp4_nonflush_pct_byte_bound")["value"],
+                    span(run6, "{:.1f}"), f"{pct_at(d, max(run6)):.0f}", f"{pct_at(d, min(run6)):.0f}",
+                    span(order_us(6, "gdn", "fp8e4m3", {}), "{:.1f}"))),
+        ("The other targets in this run: `shared:fp32` {:.2f}× its conventional step, {:.2f}× its fla peer; "
+         "`split:fp16-sr/nvfp4` and `split:fp8e4m3-sr/nvfp4` {:.2f}× and {:.2f}×; batch 1 {:.2f}×; fp16-SR flush {:.2f}× "
+         "its conventional step; verify T = 8 {:.2f}×.", RUN18_MAMBA2,
+         lambda d: tuple(target(d, "mamba2", n)["value"] for n in (
+             "replay_vs_conventional", "replay_vs_fla", *SPLIT_TARGETS, "batch1_replay_vs_conventional",
+             "fp16sr_flush_vs_fp16sr_conventional", "verify_T8_vs_conventional"))),
+    ]
 
 
 def run19_rows():
@@ -2430,6 +2475,8 @@ def header(between: str):
 
 
 CLAIMS: list[tuple[str, str, object]] = [
+    # --- eighteenth run (H200, Mamba-2 only) ---
+    *run18_rows(),
     # --- nineteenth run (H200) ---
     *run19_rows(),
     # --- twentieth to twenty-second runs (H200) ---
