@@ -1,4 +1,4 @@
-"""The numbers of reports/bench/README.md's sections, from the seventeenth run on, come from their result
+"""The numbers of reports/bench/README.md's sections, from the sixteenth run on, come from their result
 files.
 
 README.md's numbers go through ``tests/test_readme_numbers.py``; this file does the same for the
@@ -45,6 +45,8 @@ RUN30_RECOUNTED = BENCH + "bench_kernels_round2zg_quick_h100_recounted.json"
 RUN31_H200 = BENCH + "bench_kernels_round2zh_quick.json"  # README's H200 table
 RUN29_RECOUNTED = BENCH + "bench_kernels_round2zf_quick_recounted.json"
 RUN27_H200 = BENCH + "bench_kernels_round2zd_quick.json"
+RUN14_MAMBA2 = BENCH + "bench_kernels_round2q_mamba2_quick.json"
+RUN15_MAMBA2 = BENCH + "bench_kernels_round2r_mamba2_quick.json"
 RUN13 = BENCH + "bench_kernels_round2o_quick.json"
 RUN16_MAMBA2 = BENCH + "bench_kernels_round2s_mamba2_quick.json"
 RUN17 = BENCH + "bench_kernels_round2t_quick.json"
@@ -103,7 +105,7 @@ OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
 # The heading of the first section tied to its result files; every section after it is tied too.
-FIRST_TIED = "## Round two, seventeenth run"
+FIRST_TIED = "## Round two, sixteenth run"
 
 
 @functools.cache
@@ -604,6 +606,100 @@ def spec_round_parts_h100() -> tuple[float, float, float]:
 def spec_round_estimate_h100() -> float:
     verify, flush, conventional = spec_round_parts_h100()
     return (verify + flush) / 2 / conventional
+
+
+def mamba2_flush_us(d, batch) -> float:
+    """Mamba-2's shared fp32 flush (W = 15) at a batch as the fourteenth to sixteenth runs quote it: the L
+    sweep's row at batch 256, the one-launch launch-form row at batch 4 (no sweep row there), the batch
+    sweep's row otherwise."""
+    tag = {256: "L16", 4: "fused"}.get(batch, "batch")
+    (r,) = [r for r in d["rows"] if r["op"] == "mamba2" and r["kernel"] == "flush" and r["tag"] == tag and r["batch"] == batch
+            and r["update"] == "fp32" and r["read"] is None and r["T"] == 1 and r["W"] == 15
+            and (tag != "fused" or r["fused_scores"] is True)]
+    return r["us"]
+
+
+def mamba2_tuned_flush_us(d) -> float:
+    """Mamba-2's shared fp32 flush at batch 256 in its tuning row (the rule's keywords)."""
+    (r,) = [r for r in d["rows"] if r["op"] == "mamba2" and r["kernel"] == "flush" and r["tag"] == "tune"
+            and r["batch"] == 256 and r["read"] is None and r["T"] == 1 and r["cfg"] == {"fold_precision": "tf32x3"}]
+    return r["us"]
+
+
+def l16_nonflush_us(d) -> float:
+    """Mamba-2's output-only step at batch 256 in the L sweep's row (L = 16), beside its flush row."""
+    return summ(d, "mamba2")["L"]["16"]["nonflush_us"]
+
+
+def run16_rows():
+    """The sixteenth run (H200, Mamba-2 only: the small-batch flushes tiled) against the fifteenth, the
+    fourteenth in brackets."""
+    runs = [load(RUN15_MAMBA2), load(RUN16_MAMBA2), load(RUN14_MAMBA2)]
+
+    def flush_row(label, batch, tuned=False):
+        def values(d):
+            b, n, f = (mamba2_flush_us(r, batch) for r in runs)
+            note = f" (tuning row {mamba2_tuned_flush_us(d):.1f})" if tuned else ""
+            return (f"{b:.1f} → {n:.1f}{note} [{f:.1f}]",)
+        return (f"| {label} | {{}} | |", RUN16_MAMBA2, values)
+
+    def b256_row(label, key):
+        return (f"| {label} | {{:.1f}} → {{:.1f}} [{{:.1f}}] | |", RUN16_MAMBA2,
+                lambda d: tuple(b256(r, "mamba2")[key] for r in runs))
+
+    def target_value(r, name):
+        return target(r, "mamba2", name)["value"]
+    reads = ("fp8e4m3", "bf16", "fp32")
+    return [
+        ("Produced on one {} at commit `{}` (`python scripts/bench_kernels.py --quick --ops mamba2`, fla {} as the peer; "
+         "copy ceiling {:.0f} GB/s in the run). {}/{} correctness checks passed first.", RUN16_MAMBA2,
+         lambda d: (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["provenance"]["git"][:7],
+                    d["peers"]["flash-linear-attention"], d["ceiling"]["GBps"],
+                    sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
+        flush_row("flush `shared:fp32`, batch 4", 4), flush_row("flush `shared:fp32`, batch 16", 16),
+        flush_row("flush `shared:fp32`, batch 1 (one tile)", 1),
+        flush_row("flush `shared:fp32`, batch 256", 256, tuned=True),
+        b256_row("conventional step, fp32, batch 256", "conventional_us"),
+        ("| output-only step, fp32 read copy, batch 256 | {:.1f} → {:.1f} [{:.1f}] | |", RUN16_MAMBA2,
+         lambda d: tuple(l16_nonflush_us(r) for r in runs)),
+        ("| flush, fp32 update + FP8 / BF16 / fp32 read copy | {} → {} | |", RUN16_MAMBA2,
+         lambda d: tuple(" / ".join(f"{summ(r, 'mamba2')['read'][f]['flush_us']:.1f}" for f in reads) for r in runs[:2])),
+        ("| ReplaySSM `shared:fp32` ÷ conventional | {:.4f}× → {:.4f}× [{:.4f}×] | {:.2f}×: {} |", RUN16_MAMBA2,
+         lambda d: (*(target_value(r, "replay_vs_conventional") for r in runs),
+                    target(d, "mamba2", "replay_vs_conventional")["target"],
+                    "**met**" if target(d, "mamba2", "replay_vs_conventional")["met"] else "missed")),
+        ("| ReplaySSM `shared:fp32` ÷ fla peer | {:.2f}× → {:.2f}× | {:.1f}×: {} |", RUN16_MAMBA2,
+         lambda d: (*(target_value(r, "replay_vs_fla") for r in runs[:2]), target(d, "mamba2", "replay_vs_fla")["target"],
+                    "met" if target(d, "mamba2", "replay_vs_fla")["met"] else "missed")),
+        ("| `split:fp16-sr/nvfp4` / `split:fp8e4m3-sr/nvfp4` per token ÷ fp32 conventional | {:.2f}× / {:.2f}× → {:.2f}× / "
+         "{:.2f}× | ≥ 3×: met |", RUN16_MAMBA2,
+         lambda d: tuple(target_value(r, n) for r in runs[:2] for n in SPLIT_TARGETS)),
+        ("| fp16-SR flush ÷ fp16-SR conventional step | {:.2f}× → {:.2f}× | ≤ 1.3×: missed |", RUN16_MAMBA2,
+         lambda d: tuple(target_value(r, "fp16sr_flush_vs_fp16sr_conventional") for r in runs[:2])),
+        ("| verify T = 8 + amortised speculative flush ÷ conventional | {:.2f}× → {:.2f}× | ≤ 1.3×: missed |", RUN16_MAMBA2,
+         lambda d: tuple(target_value(r, "verify_T8_vs_conventional") for r in runs[:2])),
+        ("| output-only step, NVFP4 read copy (% of its byte bound) | {:.1f} ({:.1f} %) → {:.1f} ({:.1f} %) | ≥ 80 %: "
+         "missed |", RUN16_MAMBA2,
+         lambda d: tuple(x for r in runs[:2] for x in (summ(r, "mamba2")["read"]["nvfp4"]["nonflush_us"],
+                                                       target_value(r, "nvfp4_nonflush_pct_byte_bound")))),
+        ("| batch 1: ReplaySSM amortised ÷ conventional | {:.2f}× → {:.2f}× | ≥ 1.0×: missed |", RUN16_MAMBA2,
+         lambda d: tuple(target_value(r, "batch1_replay_vs_conventional") for r in runs[:2])),
+        ("batch 4 and 16 flushes are faster than in the fourteenth run too ({:.1f} against {:.1f}, {:.1f} against {:.1f}).",
+         RUN16_MAMBA2, lambda d: tuple(mamba2_flush_us(r, b) for b in (4, 16) for r in (d, runs[2]))),
+        ("**`shared:fp32` ÷ conventional reads {:.2f}×**, a margin of {:.1f} % over the target: the flush at {:.1f} µs "
+         "({:.2f} conventional steps) and a fast output-only step ({:.1f}). Across the last three runs this ratio read "
+         "{:.4f}×, {:.4f}× and {:.4f}×; the flush went {:.1f} → {:.1f} → {:.1f} µs", RUN16_MAMBA2,
+         lambda d: (target_value(d, "replay_vs_conventional"),
+                    100 * (target_value(d, "replay_vs_conventional") / target(d, "mamba2", "replay_vs_conventional")["target"] - 1),
+                    mamba2_flush_us(d, 256), mamba2_flush_us(d, 256) / b256(d, "mamba2")["conventional_us"],
+                    l16_nonflush_us(d),
+                    *(target_value(r, "replay_vs_conventional") for r in (runs[2], runs[0], d)),
+                    *(mamba2_flush_us(r, 256) for r in (runs[2], runs[0], d)))),
+        ("the fp16-SR/NVFP4 flush ({:.2f}× its conventional step), verify T = 8 ({:.2f}×), the NVFP4 output-only step "
+         "({:.1f} % of its byte bound) and batch 1 ({:.2f}×).", RUN16_MAMBA2,
+         lambda d: tuple(target_value(d, n) for n in ("fp16sr_flush_vs_fp16sr_conventional", "verify_T8_vs_conventional",
+                                                       "nvfp4_nonflush_pct_byte_bound", "batch1_replay_vs_conventional"))),
+    ]
 
 
 def run17_rows():
@@ -2558,6 +2654,8 @@ def header(between: str):
 
 
 CLAIMS: list[tuple[str, str, object]] = [
+    # --- sixteenth run (H200, Mamba-2 only) ---
+    *run16_rows(),
     # --- seventeenth run (H200) ---
     *run17_rows(),
     # --- eighteenth run (H200, Mamba-2 only) ---
