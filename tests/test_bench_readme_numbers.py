@@ -1,4 +1,4 @@
-"""The numbers of reports/bench/README.md's sections, from the fifteenth run on, come from their result
+"""The numbers of reports/bench/README.md's sections, from the fourteenth run on, come from their result
 files.
 
 README.md's numbers go through ``tests/test_readme_numbers.py``; this file does the same for the
@@ -106,7 +106,7 @@ OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
 # The heading of the first section tied to its result files; every section after it is tied too.
-FIRST_TIED = "## Round two, fifteenth run"
+FIRST_TIED = "## Round two, fourteenth run"
 
 
 @functools.cache
@@ -630,6 +630,97 @@ def mamba2_tuned_flush_us(d) -> float:
 def l16_nonflush_us(d) -> float:
     """Mamba-2's output-only step at batch 256 in the L sweep's row (L = 16), beside its flush row."""
     return summ(d, "mamba2")["L"]["16"]["nonflush_us"]
+
+
+def run14_rows():
+    """The fourteenth run (H200, Mamba-2 only: its flush folds several tiles per program) against the
+    thirteenth, and the tile-count A/B runs 1-3 behind the rule."""
+    before = load(RUN13)
+    tiles = diagnostics_rows(MAMBA2_FLUSH_TILES)
+
+    def tiles_us(n):  # the shared fp32 flush at batch 256 with n tiles per program at 168 registers (runs 1-3)
+        return [r["us"] for r in tiles if r.get("run") in (1, 2, 3) and "us" in r and r["read"] is None
+                and r["batch"] == 256 and r["cfg"] == {"tiles_per_program": n, "max_registers": 168}]
+    one_tile = [r["us"] for r in tiles if r.get("run") == 2 and "us" in r and r["read"] is None and r["batch"] == 256
+                and r["cfg"].get("tiles_per_program") == 1]
+
+    def value(r, name):
+        return target(r, "mamba2", name)["value"]
+
+    def ratio_row(label, name, fmt, target_text):
+        return (f"| {label} | {fmt} → {fmt} | {target_text} |", RUN14_MAMBA2,
+                lambda d: (value(before, name), value(d, name)))
+    reads = ("fp8e4m3", "bf16", "fp32")
+
+    def read_flush(r, fmt):
+        return summ(r, "mamba2")["read"][fmt]["flush_us"]
+    nvfp4_moves = [100 * abs(summ(load(RUN14_MAMBA2), "mamba2")["update"][f]["flush_us"]
+                             / summ(before, "mamba2")["update"][f]["flush_us"] - 1) for f in ("fp16-sr", "fp8e4m3-sr")]
+    return [
+        ("Produced on one {} at commit `{}` (`python scripts/bench_kernels.py --quick --ops mamba2`, fla {} as the peer; "
+         "copy ceiling {:.0f} GB/s in the run, {:.1f} % below the thirteenth run's {:.0f}). {}/{} correctness checks passed "
+         "first", RUN14_MAMBA2,
+         lambda d: (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["provenance"]["git"][:7],
+                    d["peers"]["flash-linear-attention"], d["ceiling"]["GBps"],
+                    100 * (1 - d["ceiling"]["GBps"] / before["ceiling"]["GBps"]), before["ceiling"]["GBps"],
+                    sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
+        ("(one tile {} µs, 2 / 4 / 8 / 16 tiles {} / {} / {} / {} for the fp32 flush)", MAMBA2_FLUSH_TILES,
+         lambda d: (span(one_tile), *(span(tiles_us(n)) for n in (2, 4, 8, 16)))),
+        ("| conventional step, fp32 | {:.1f} → {:.1f} | |", RUN14_MAMBA2,
+         lambda d: tuple(b256(r, "mamba2")["conventional_us"] for r in (before, d))),
+        ("| output-only step, fp32 read copy | {:.1f} → {:.1f} | |", RUN14_MAMBA2,
+         lambda d: tuple(l16_nonflush_us(r) for r in (before, d))),
+        ("| flush, `shared:fp32` | {:.1f} → {:.1f} (tuning row {:.1f}) | |", RUN14_MAMBA2,
+         lambda d: (summ(before, "mamba2")["L"]["16"]["flush_us"], mamba2_flush_us(d, 256), mamba2_tuned_flush_us(d))),
+        ("| flush, fp32 update + FP8 / BF16 / fp32 read copy | {} → {} | |", RUN14_MAMBA2,
+         lambda d: tuple(" / ".join(f"{read_flush(r, f):.1f}" for f in reads) for r in (before, d))),
+        ("| flush, fp16-SR / FP8-SR update + NVFP4 read copy (not tiled) | {:.1f} / {:.1f} → {:.1f} / {:.1f} | |",
+         RUN14_MAMBA2, lambda d: tuple(summ(r, "mamba2")["update"][f]["flush_us"] for r in (before, d)
+                                       for f in ("fp16-sr", "fp8e4m3-sr"))),
+        ("| ReplaySSM `shared:fp32` ÷ conventional | {:.2f}× → {:.4f}× | {:.2f}×: missed by {:.2f} % |", RUN14_MAMBA2,
+         lambda d: (value(before, "replay_vs_conventional"), value(d, "replay_vs_conventional"),
+                    target(d, "mamba2", "replay_vs_conventional")["target"],
+                    100 * (1 - value(d, "replay_vs_conventional") / target(d, "mamba2", "replay_vs_conventional")["target"]))),
+        ratio_row("ReplaySSM `shared:fp32` ÷ fla peer", "replay_vs_fla", "{:.2f}×", "2.0×: met"),
+        ("| `split:fp16-sr/nvfp4` / `split:fp8e4m3-sr/nvfp4` per token ÷ fp32 conventional | {:.2f}× / {:.2f}× → {:.2f}× / "
+         "{:.2f}× | ≥ 3×: met |", RUN14_MAMBA2, lambda d: tuple(value(r, n) for r in (before, d) for n in SPLIT_TARGETS)),
+        ratio_row("fp16-SR flush ÷ fp16-SR conventional step", "fp16sr_flush_vs_fp16sr_conventional", "{:.2f}×",
+                  "≤ 1.3×: missed"),
+        ratio_row("verify T = 8 + amortised speculative flush ÷ conventional", "verify_T8_vs_conventional", "{:.2f}×",
+                  "≤ 1.3×: missed"),
+        ("| output-only step, NVFP4 read copy (% of its byte bound) | {:.1f} ({:.1f} %) → {:.1f} ({:.1f} %) | ≥ 80 %: "
+         "missed |", RUN14_MAMBA2,
+         lambda d: tuple(x for r in (before, d) for x in (summ(r, "mamba2")["read"]["nvfp4"]["nonflush_us"],
+                                                           value(r, "nvfp4_nonflush_pct_byte_bound")))),
+        ratio_row("batch 1: ReplaySSM amortised ÷ conventional", "batch1_replay_vs_conventional", "{:.2f}×", "≥ 1.0×: missed"),
+        ("**The fp32 flush is {:.0f} % faster** ({:.1f} → {:.1f} µs), the fp32/FP8 and fp32/BF16 flushes {:.0f} % and {:.0f} "
+         "%. The fp32 flush now costs {:.2f} fp32 conventional steps ({:.1f} / {:.1f}): within the ≤ {:.1f}× target for "
+         "that format; the fp16-SR/NVFP4 flush, which the benchmark's target line judges, is {:.2f}× its conventional "
+         "step.", RUN14_MAMBA2,
+         lambda d: (100 * (1 - mamba2_flush_us(d, 256) / summ(before, "mamba2")["L"]["16"]["flush_us"]),
+                    summ(before, "mamba2")["L"]["16"]["flush_us"], mamba2_flush_us(d, 256),
+                    *(100 * (1 - read_flush(d, f) / read_flush(before, f)) for f in ("fp8e4m3", "bf16")),
+                    mamba2_flush_us(d, 256) / b256(d, "mamba2")["conventional_us"], mamba2_flush_us(d, 256),
+                    b256(d, "mamba2")["conventional_us"], target(d, "mamba2", "fp16sr_flush_vs_fp16sr_conventional")["target"],
+                    value(d, "fp16sr_flush_vs_fp16sr_conventional"))),
+        ("**`shared:fp32` ÷ fla is met** ({:.2f}×), but **`shared:fp32` ÷ conventional reads {:.4f}×**, short of {:.2f}× by "
+         "{:.2f} %: the output-only step read {:.1f} µs against {:.1f} in the thirteenth run. It streams at the copy "
+         "ceiling, and this run's ceiling read {:.1f} % lower ({:.0f} against {:.0f} GB/s). With this run's flush and the "
+         "thirteenth run's output-only step the ratio would be {:.2f}×", RUN14_MAMBA2,
+         lambda d: (value(d, "replay_vs_fla"), value(d, "replay_vs_conventional"),
+                    target(d, "mamba2", "replay_vs_conventional")["target"],
+                    100 * (1 - value(d, "replay_vs_conventional") / target(d, "mamba2", "replay_vs_conventional")["target"]),
+                    l16_nonflush_us(d), l16_nonflush_us(before),
+                    100 * (1 - d["ceiling"]["GBps"] / before["ceiling"]["GBps"]), d["ceiling"]["GBps"], before["ceiling"]["GBps"],
+                    b256(d, "mamba2")["conventional_us"]
+                    / ((15 * l16_nonflush_us(before) + mamba2_flush_us(d, 256)) / 16))),
+        ("the differences (up to {:.1f} %) are run-to-run. They remain what keeps the fp16-SR flush at {:.2f}× its "
+         "conventional step.", RUN14_MAMBA2,
+         lambda d: (max(nvfp4_moves), value(d, "fp16sr_flush_vs_fp16sr_conventional"))),
+        ("**Batch 1** reads {:.2f}× (output-only step {:.2f} µs, conventional {:.2f})", RUN14_MAMBA2,
+         lambda d: (value(d, "batch1_replay_vs_conventional"), summ(d, "mamba2")["batch"]["1"]["nonflush_us"],
+                    summ(d, "mamba2")["batch"]["1"]["conventional_us"])),
+    ]
 
 
 def run15_rows():
@@ -2750,6 +2841,8 @@ def header(between: str):
 
 
 CLAIMS: list[tuple[str, str, object]] = [
+    # --- fourteenth run (H200, Mamba-2 only) ---
+    *run14_rows(),
     # --- fifteenth run (H200, Mamba-2 only) ---
     *run15_rows(),
     # --- sixteenth run (H200, Mamba-2 only) ---
