@@ -1,4 +1,4 @@
-"""The numbers of reports/bench/README.md's sections, from the fourteenth run on, come from their result
+"""The numbers of reports/bench/README.md's sections, from the thirteenth run on, come from their result
 files.
 
 README.md's numbers go through ``tests/test_readme_numbers.py``; this file does the same for the
@@ -47,6 +47,9 @@ RUN29_RECOUNTED = BENCH + "bench_kernels_round2zf_quick_recounted.json"
 RUN27_H200 = BENCH + "bench_kernels_round2zd_quick.json"
 RUN14_MAMBA2 = BENCH + "bench_kernels_round2q_mamba2_quick.json"
 RUN15_MAMBA2 = BENCH + "bench_kernels_round2r_mamba2_quick.json"
+RUN12 = BENCH + "bench_kernels_round2l_quick.json"
+RUN13N = BENCH + "bench_kernels_round2n_quick.json"  # the first run at the thirteenth run's kernels
+RUN13P_MAMBA2 = BENCH + "bench_kernels_round2p_mamba2_quick.json"  # the second
 RUN13 = BENCH + "bench_kernels_round2o_quick.json"
 RUN16_MAMBA2 = BENCH + "bench_kernels_round2s_mamba2_quick.json"
 RUN17 = BENCH + "bench_kernels_round2t_quick.json"
@@ -93,6 +96,8 @@ WHOLE_HEAD = "reports/diagnostics/whole-head-shape.jsonl"
 NONFLUSH_ORDER = "reports/diagnostics/nonflush-order.jsonl"
 GDN_SMALL_GRID_WARPS = "reports/diagnostics/gdn-small-grid-warps.jsonl"
 MAMBA2_FLUSH_TILES = "reports/diagnostics/mamba2-flush-tiles.jsonl"
+FP8_HW_DECODE = "reports/diagnostics/fp8-hw-decode.jsonl"
+TUNE_SMALL_BATCH_2N = BENCH + "tune_small_batch_round2n.json"
 FLUSH_STORES = "reports/diagnostics/{}-nvfp4-flush-stores-57a5c04.jsonl"
 HW_SCALES_AB = "reports/diagnostics/hw-block-scales-6100878.jsonl"
 MAMBA2_NVFP4_CAPS = "reports/diagnostics/mamba2-nvfp4-flush-caps-65c30b0.jsonl"
@@ -106,7 +111,7 @@ OPS = ("mamba2", "gdn")
 NAME = {"mamba2": "Mamba-2", "gdn": "GDN"}
 
 # The heading of the first section tied to its result files; every section after it is tied too.
-FIRST_TIED = "## Round two, fourteenth run"
+FIRST_TIED = "## Round two, thirteenth run"
 
 
 @functools.cache
@@ -630,6 +635,131 @@ def mamba2_tuned_flush_us(d) -> float:
 def l16_nonflush_us(d) -> float:
     """Mamba-2's output-only step at batch 256 in the L sweep's row (L = 16), beside its flush row."""
     return summ(d, "mamba2")["L"]["16"]["nonflush_us"]
+
+
+def run13_rows():
+    """The thirteenth run (H200: Mamba-2's flush folds its own token; FP8 decoded in hardware) against the
+    twelfth, the two other runs at its kernels and the diagnostics behind its bullets."""
+    before, runs = load(RUN12), [load(RUN13N), load(RUN13), load(RUN13P_MAMBA2)]
+    fp8 = diagnostics_rows(FP8_HW_DECODE)
+    small = load(TUNE_SMALL_BATCH_2N)
+
+    def l16(r, op, key):
+        return summ(r, op)["L"]["16"][key]
+
+    def cells(values, fmt="{:.1f}"):
+        return tuple(" → ".join(" / ".join(fmt.format(v) for v in values(r, op)) for r in (before, load(RUN13))) for op in OPS)
+
+    def row(label, values, fmt="{:.1f}", target_text=""):
+        return (f"| {label} | {{}} | {{}} | {target_text} |".replace("|  |", "| |"), RUN13, lambda d: cells(values, fmt))
+
+    def verdicts(name):
+        met = {op: target(load(RUN13), op, name)["met"] for op in OPS}
+        return "met for Mamba-2, missed for GDN" if met == {"mamba2": True, "gdn": False} else str(met)
+
+    def fp8_us(update, hw):
+        return median([r["us"] for r in fp8 if "us" in r and r.get("op") == "gdn" and r.get("kernel") == "conventional"
+                       and r.get("update") == update and r.get("hw_decode") is hw])
+
+    def small_us(batch, cfg):
+        (r,) = [r for r in small["rows"] if r.get("op") == "mamba2" and r.get("kernel") == "flush" and r.get("batch") == batch
+                and r.get("cfg") == cfg and r.get("us")]
+        return r["us"]
+    m2_met_runs = sum(target(r, "mamba2", "replay_vs_conventional")["met"] for r in runs)
+    gdn = {k: l16(load(RUN13), "gdn", k) for k in ("nonflush_us",)}
+    gdn_amortised = (15 * gdn["nonflush_us"] + b256(load(RUN13), "gdn")["conventional_us"]) / 16
+    return [
+        ("Produced on one {} at commit `{}` (`python scripts/bench_kernels.py --quick`, fla {} as the peers; copy ceiling "
+         "{:.0f} GB/s in the run, targets judged against the {:.0f} GB/s reference). {}/{} correctness checks passed "
+         "first.", RUN13,
+         lambda d: (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["provenance"]["git"][:7],
+                    d["peers"]["flash-linear-attention"], d["ceiling"]["GBps"],
+                    one(summ(d, op)["ceiling_for_targets_GBps"] for op in OPS),
+                    sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
+        ("won the fp32 tuning by {:.1f} % and every format's flush ran uncapped (fp32/NVFP4 {:.0f} µs there against {:.0f} "
+         "under the rule).", RUN13N,
+         lambda d: (100 * (1 - min(r["us"] for r in d["rows"] if r["op"] == "mamba2" and r["kernel"] == "flush"
+                                   and r["tag"] == "tune" and r["batch"] == 256 and r["cfg"].get("max_registers") == 0)
+                        / min(r["us"] for r in d["rows"] if r["op"] == "mamba2" and r["kernel"] == "flush"
+                              and r["tag"] == "tune" and r["batch"] == 256 and "max_registers" not in r["cfg"])),
+                    summ(d, "mamba2")["update"]["fp32"]["flush_us"], summ(load(RUN13), "mamba2")["update"]["fp32"]["flush_us"])),
+        row("conventional step, fp32", lambda r, op: [b256(r, op)["conventional_us"]]),
+        row("conventional step, fp16-SR", lambda r, op: [summ(r, op)["conventional_formats"]["fp16-sr"]["us"]]),
+        row("output-only step, fp32 read copy", lambda r, op: [l16(r, op, "nonflush_us")]),
+        ("| output-only step, NVFP4 read copy (% of its byte bound) | {:.1f} → {:.1f} ({:.1f} %) | {:.1f} → {:.1f} ({:.1f} %) "
+         "| ≥ 80 %: missed |", RUN13,
+         lambda d: tuple(x for op in OPS for x in (summ(before, op)["read"]["nvfp4"]["nonflush_us"],
+                                                   summ(d, op)["read"]["nvfp4"]["nonflush_us"],
+                                                   target(d, op, "nvfp4_nonflush_pct_byte_bound")["value"]))),
+        row("flush, `shared:fp32`", lambda r, op: [l16(r, op, "flush_us")]),
+        row("flush, fp32 update + NVFP4 read copy", lambda r, op: [summ(r, op)["update"]["fp32"]["flush_us"]]),
+        row("flush, fp16-SR update + NVFP4 read copy", lambda r, op: [summ(r, op)["update"]["fp16-sr"]["flush_us"]]),
+        row("flush, FP8-SR update + NVFP4 read copy", lambda r, op: [summ(r, op)["update"]["fp8e4m3-sr"]["flush_us"]]),
+        row("flush, fp32 update + FP8 / BF16 / fp32 read copy",
+            lambda r, op: [summ(r, op)["read"][f]["flush_us"] for f in ("fp8e4m3", "bf16", "fp32")]),
+        row("`split:fp16-sr/nvfp4` per token ÷ fp32 conventional", lambda r, op: [target(r, op, SPLIT_TARGETS[0])["value"]],
+            "{:.2f}×", f"≥ 3×: {verdicts(SPLIT_TARGETS[0])}"),
+        row("`split:fp8e4m3-sr/nvfp4` per token ÷ fp32 conventional", lambda r, op: [target(r, op, SPLIT_TARGETS[1])["value"]],
+            "{:.2f}×", f"≥ 3×: {verdicts(SPLIT_TARGETS[1])}"),
+        row("ReplaySSM `shared:fp32` ÷ conventional", lambda r, op: [target(r, op, "replay_vs_conventional")["value"]],
+            "{:.2f}×", f"1.80× / 1.75×: Mamba-2 met in {({2: 'two', 3: 'three', 1: 'one'})[m2_met_runs]} of three runs, "
+                       "GDN missed"),
+        row("ReplaySSM `shared:fp32` ÷ fla peer", lambda r, op: [target(r, op, "replay_vs_fla")["value"]], "{:.2f}×",
+            "2.0× / 2.3×: missed"),
+        row("fp16-SR flush ÷ fp16-SR conventional step",
+            lambda r, op: [target(r, op, "fp16sr_flush_vs_fp16sr_conventional")["value"]], "{:.2f}×", "≤ 1.3×: missed"),
+        row("verify T = 8 + amortised speculative flush ÷ conventional",
+            lambda r, op: [target(r, op, "verify_T8_vs_conventional")["value"]], "{:.2f}×", "≤ 1.3×: missed"),
+        row("batch 1: ReplaySSM amortised ÷ conventional",
+            lambda r, op: [target(r, op, "batch1_replay_vs_conventional")["value"]], "{:.2f}×", "≥ 1.0×: missed"),
+        ("`split:fp8e4m3-sr/nvfp4` reaches {:.2f}× (its flush {:.0f} % faster: the token in the product and the hardware "
+         "FP8 decode), `split:fp16-sr/nvfp4` {:.2f}×. The three runs at these kernels read {} and {}.", RUN13,
+         lambda d: (target(d, "mamba2", SPLIT_TARGETS[1])["value"],
+                    100 * (1 - summ(d, "mamba2")["update"]["fp8e4m3-sr"]["flush_us"]
+                           / summ(before, "mamba2")["update"]["fp8e4m3-sr"]["flush_us"]),
+                    target(d, "mamba2", SPLIT_TARGETS[0])["value"],
+                    *(" / ".join(f"{target(r, 'mamba2', n)['value']:.2f}" for r in runs) + "×" for n in SPLIT_TARGETS))),
+        ("The flush is {:.0f} % faster ({:.1f} → {:.1f}), and the ratio read {:.2f}× (`round2n`, output-only step {:.1f} "
+         "µs), {:.2f}× and {:.2f}× (`round2o`, `round2p`, output-only step {:.1f} / {:.1f}) with the same kernels: the "
+         "output-only step already streams at the copy ceiling and its spread between machines decides the {:.0f} % "
+         "either way.", RUN13,
+         lambda d: (100 * (1 - l16(d, "mamba2", "flush_us") / l16(before, "mamba2", "flush_us")),
+                    l16(before, "mamba2", "flush_us"), l16(d, "mamba2", "flush_us"),
+                    target(runs[0], "mamba2", "replay_vs_conventional")["value"], l16(runs[0], "mamba2", "nonflush_us"),
+                    *(target(r, "mamba2", "replay_vs_conventional")["value"] for r in runs[1:]),
+                    *(l16(r, "mamba2", "nonflush_us") for r in runs[1:]),
+                    max(100 * abs(target(r, "mamba2", "replay_vs_conventional")["value"]
+                                  / target(r, "mamba2", "replay_vs_conventional")["target"] - 1) for r in runs))),
+        ("(`fp8-hw-decode.jsonl`: {:.0f} → {:.0f} µs, FP8-SR {:.0f} → {:.0f}; not in this sweep)", FP8_HW_DECODE,
+         lambda d: (fp8_us("fp8e4m3", False), fp8_us("fp8e4m3", True), fp8_us("fp8e4m3-sr", False), fp8_us("fp8e4m3-sr", True))),
+        ("Its `shared:fp32` target ({:.2f}×) is out of reach of flush work alone: with the output-only step at {:.0f} µs "
+         "({:.0f} % of this run's copy ceiling for its bytes) and a flush costing no more than one conventional step, the "
+         "amortised step would be (15 · {:.0f} + {:.0f}) / 16 = {:.0f} µs, {:.2f}×.", RUN13,
+         lambda d: (target(d, "gdn", "replay_vs_conventional")["target"], gdn["nonflush_us"],
+                    one(r["pct_ceiling"] for r in d["rows"] if r["op"] == "gdn" and r["tag"] == "L16" and r["kernel"] == "nonflush"),
+                    gdn["nonflush_us"], b256(d, "gdn")["conventional_us"], gdn_amortised,
+                    b256(d, "gdn")["conventional_us"] / gdn_amortised)),
+        ("the flush at 32 × 4 runs {:.1f} / {:.1f} / {:.1f} µs at batches 1 / 4 / 16 (16 × 1 before: {:.1f} / {:.1f} / {:.1f} "
+         "in the tuning rows); batch 1 stays under 1.0× because the output-only step ({:.1f} µs) is slower than the "
+         "conventional step ({}) there", RUN13,
+         lambda d: (*(mamba2_flush_us(d, b) for b in (1, 4, 16)),
+                    *(small_us(b, {"block_r": 16, "num_warps": 1}) for b in (1, 4, 16)),
+                    summ(d, "mamba2")["batch"]["1"]["nonflush_us"],
+                    span([summ(d, "mamba2")["batch"]["1"]["conventional_us"]]
+                         + [r["us"] for r in d["rows"] if r["op"] == "mamba2" and r["kernel"] == "conventional"
+                            and r["batch"] == 1 and r["tag"] == "fused"], "{:.1f}"))),
+        ("**Where the fp16-SR flush stands**: {:.1f} µs, {:.2f}× the fp16-SR conventional step ({:.1f}).", RUN13,
+         lambda d: (summ(d, "mamba2")["update"]["fp16-sr"]["flush_us"],
+                    target(d, "mamba2", "fp16sr_flush_vs_fp16sr_conventional")["value"],
+                    summ(d, "mamba2")["conventional_formats"]["fp16-sr"]["us"])),
+        ("(`bench_kernels_round2p_mamba2_quick.json`, {}/{} checks, copy ceiling {:.0f} GB/s) read `shared:fp32` {:.2f}× "
+         "({:.3f}), {:.2f}× its fla peer, `split:fp16-sr/nvfp4` {:.2f}×, `split:fp8e4m3-sr/nvfp4` {:.2f}×, batch 1 {:.2f}×.",
+         RUN13P_MAMBA2,
+         lambda d: (sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]), d["ceiling"]["GBps"],
+                    *(target(d, "mamba2", "replay_vs_conventional")["value"],) * 2,
+                    *(target(d, "mamba2", n)["value"] for n in ("replay_vs_fla", *SPLIT_TARGETS,
+                                                                "batch1_replay_vs_conventional")))),
+    ]
 
 
 def run14_rows():
@@ -2841,6 +2971,8 @@ def header(between: str):
 
 
 CLAIMS: list[tuple[str, str, object]] = [
+    # --- thirteenth run (H200) ---
+    *run13_rows(),
     # --- fourteenth run (H200, Mamba-2 only) ---
     *run14_rows(),
     # --- fifteenth run (H200, Mamba-2 only) ---
@@ -3009,7 +3141,7 @@ def test_bench_readme_states_which_targets_are_met(rel):
 # and a product of a warp count and a static instruction count (written with "×"): numbers that are not
 # measurements.
 NOT_MEASUREMENTS = ("the summary had kept round one's 1.2×", "(0.5625 bytes per element against 2 and 1)",
-                    "the 16 × 16 unit lower-triangular inverse",
+                    "the 16 × 16 unit lower-triangular inverse", "at small batch 32 × 4 uncapped",
                     "(8 × 304 against 4 × 508)", "| batch 1, µs |", "| GDN fp32 flush at batch 1, µs |", "Triton 3.6")
 
 # Any decimal (not a § section number), or any number with a unit: what a section must not print
