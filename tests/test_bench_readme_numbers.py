@@ -762,6 +762,38 @@ def run13_rows():
     ]
 
 
+def m2_value(r, name) -> float:
+    """A Mamba-2 target's value in a run's summary."""
+    return target(r, "mamba2", name)["value"]
+
+
+def mamba2_target_rows(rel, before_rel) -> list:
+    """The rows the fourteenth to sixteenth runs' Mamba-2 tables share: README's targets other than
+    `shared:fp32` ÷ conventional, before → now."""
+
+    def pair(name, fmt, target_text):
+        return (f"| {{}} | {fmt} → {fmt} | {target_text} |", rel,
+                lambda d: (ROW_LABEL[name], m2_value(load(before_rel), name), m2_value(d, name)))
+    return [
+        pair("replay_vs_fla", "{:.2f}×", "2.0×: met"),
+        ("| `split:fp16-sr/nvfp4` / `split:fp8e4m3-sr/nvfp4` per token ÷ fp32 conventional | {:.2f}× / {:.2f}× → {:.2f}× / "
+         "{:.2f}× | ≥ 3×: met |", rel, lambda d: tuple(m2_value(r, n) for r in (load(before_rel), d) for n in SPLIT_TARGETS)),
+        pair("fp16sr_flush_vs_fp16sr_conventional", "{:.2f}×", "≤ 1.3×: missed"),
+        pair("verify_T8_vs_conventional", "{:.2f}×", "≤ 1.3×: missed"),
+        ("| output-only step, NVFP4 read copy (% of its byte bound) | {:.1f} ({:.1f} %) → {:.1f} ({:.1f} %) | ≥ 80 %: "
+         "missed |", rel,
+         lambda d: tuple(x for r in (load(before_rel), d) for x in (summ(r, "mamba2")["read"]["nvfp4"]["nonflush_us"],
+                                                                     m2_value(r, "nvfp4_nonflush_pct_byte_bound")))),
+        pair("batch1_replay_vs_conventional", "{:.2f}×", "≥ 1.0×: missed"),
+    ]
+
+
+ROW_LABEL = {"replay_vs_fla": "ReplaySSM `shared:fp32` ÷ fla peer",
+             "fp16sr_flush_vs_fp16sr_conventional": "fp16-SR flush ÷ fp16-SR conventional step",
+             "verify_T8_vs_conventional": "verify T = 8 + amortised speculative flush ÷ conventional",
+             "batch1_replay_vs_conventional": "batch 1: ReplaySSM amortised ÷ conventional"}
+
+
 def run14_rows():
     """The fourteenth run (H200, Mamba-2 only: its flush folds several tiles per program) against the
     thirteenth, and the tile-count A/B runs 1-3 behind the rule."""
@@ -774,12 +806,7 @@ def run14_rows():
     one_tile = [r["us"] for r in tiles if r.get("run") == 2 and "us" in r and r["read"] is None and r["batch"] == 256
                 and r["cfg"].get("tiles_per_program") == 1]
 
-    def value(r, name):
-        return target(r, "mamba2", name)["value"]
 
-    def ratio_row(label, name, fmt, target_text):
-        return (f"| {label} | {fmt} → {fmt} | {target_text} |", RUN14_MAMBA2,
-                lambda d: (value(before, name), value(d, name)))
     reads = ("fp8e4m3", "bf16", "fp32")
 
     def read_flush(r, fmt):
@@ -808,21 +835,10 @@ def run14_rows():
          RUN14_MAMBA2, lambda d: tuple(summ(r, "mamba2")["update"][f]["flush_us"] for r in (before, d)
                                        for f in ("fp16-sr", "fp8e4m3-sr"))),
         ("| ReplaySSM `shared:fp32` ÷ conventional | {:.2f}× → {:.4f}× | {:.2f}×: missed by {:.2f} % |", RUN14_MAMBA2,
-         lambda d: (value(before, "replay_vs_conventional"), value(d, "replay_vs_conventional"),
+         lambda d: (m2_value(before, "replay_vs_conventional"), m2_value(d, "replay_vs_conventional"),
                     target(d, "mamba2", "replay_vs_conventional")["target"],
-                    100 * (1 - value(d, "replay_vs_conventional") / target(d, "mamba2", "replay_vs_conventional")["target"]))),
-        ratio_row("ReplaySSM `shared:fp32` ÷ fla peer", "replay_vs_fla", "{:.2f}×", "2.0×: met"),
-        ("| `split:fp16-sr/nvfp4` / `split:fp8e4m3-sr/nvfp4` per token ÷ fp32 conventional | {:.2f}× / {:.2f}× → {:.2f}× / "
-         "{:.2f}× | ≥ 3×: met |", RUN14_MAMBA2, lambda d: tuple(value(r, n) for r in (before, d) for n in SPLIT_TARGETS)),
-        ratio_row("fp16-SR flush ÷ fp16-SR conventional step", "fp16sr_flush_vs_fp16sr_conventional", "{:.2f}×",
-                  "≤ 1.3×: missed"),
-        ratio_row("verify T = 8 + amortised speculative flush ÷ conventional", "verify_T8_vs_conventional", "{:.2f}×",
-                  "≤ 1.3×: missed"),
-        ("| output-only step, NVFP4 read copy (% of its byte bound) | {:.1f} ({:.1f} %) → {:.1f} ({:.1f} %) | ≥ 80 %: "
-         "missed |", RUN14_MAMBA2,
-         lambda d: tuple(x for r in (before, d) for x in (summ(r, "mamba2")["read"]["nvfp4"]["nonflush_us"],
-                                                           value(r, "nvfp4_nonflush_pct_byte_bound")))),
-        ratio_row("batch 1: ReplaySSM amortised ÷ conventional", "batch1_replay_vs_conventional", "{:.2f}×", "≥ 1.0×: missed"),
+                    100 * (1 - m2_value(d, "replay_vs_conventional") / target(d, "mamba2", "replay_vs_conventional")["target"]))),
+        *mamba2_target_rows(RUN14_MAMBA2, RUN13),
         ("**The fp32 flush is {:.0f} % faster** ({:.1f} → {:.1f} µs), the fp32/FP8 and fp32/BF16 flushes {:.0f} % and {:.0f} "
          "%. The fp32 flush now costs {:.2f} fp32 conventional steps ({:.1f} / {:.1f}): within the ≤ {:.1f}× target for "
          "that format; the fp16-SR/NVFP4 flush, which the benchmark's target line judges, is {:.2f}× its conventional "
@@ -832,23 +848,23 @@ def run14_rows():
                     *(100 * (1 - read_flush(d, f) / read_flush(before, f)) for f in ("fp8e4m3", "bf16")),
                     mamba2_flush_us(d, 256) / b256(d, "mamba2")["conventional_us"], mamba2_flush_us(d, 256),
                     b256(d, "mamba2")["conventional_us"], target(d, "mamba2", "fp16sr_flush_vs_fp16sr_conventional")["target"],
-                    value(d, "fp16sr_flush_vs_fp16sr_conventional"))),
+                    m2_value(d, "fp16sr_flush_vs_fp16sr_conventional"))),
         ("**`shared:fp32` ÷ fla is met** ({:.2f}×), but **`shared:fp32` ÷ conventional reads {:.4f}×**, short of {:.2f}× by "
          "{:.2f} %: the output-only step read {:.1f} µs against {:.1f} in the thirteenth run. It streams at the copy "
          "ceiling, and this run's ceiling read {:.1f} % lower ({:.0f} against {:.0f} GB/s). With this run's flush and the "
          "thirteenth run's output-only step the ratio would be {:.2f}×", RUN14_MAMBA2,
-         lambda d: (value(d, "replay_vs_fla"), value(d, "replay_vs_conventional"),
+         lambda d: (m2_value(d, "replay_vs_fla"), m2_value(d, "replay_vs_conventional"),
                     target(d, "mamba2", "replay_vs_conventional")["target"],
-                    100 * (1 - value(d, "replay_vs_conventional") / target(d, "mamba2", "replay_vs_conventional")["target"]),
+                    100 * (1 - m2_value(d, "replay_vs_conventional") / target(d, "mamba2", "replay_vs_conventional")["target"]),
                     l16_nonflush_us(d), l16_nonflush_us(before),
                     100 * (1 - d["ceiling"]["GBps"] / before["ceiling"]["GBps"]), d["ceiling"]["GBps"], before["ceiling"]["GBps"],
                     b256(d, "mamba2")["conventional_us"]
                     / ((15 * l16_nonflush_us(before) + mamba2_flush_us(d, 256)) / 16))),
         ("the differences (up to {:.1f} %) are run-to-run. They remain what keeps the fp16-SR flush at {:.2f}× its "
          "conventional step.", RUN14_MAMBA2,
-         lambda d: (max(nvfp4_moves), value(d, "fp16sr_flush_vs_fp16sr_conventional"))),
+         lambda d: (max(nvfp4_moves), m2_value(d, "fp16sr_flush_vs_fp16sr_conventional"))),
         ("**Batch 1** reads {:.2f}× (output-only step {:.2f} µs, conventional {:.2f})", RUN14_MAMBA2,
-         lambda d: (value(d, "batch1_replay_vs_conventional"), summ(d, "mamba2")["batch"]["1"]["nonflush_us"],
+         lambda d: (m2_value(d, "batch1_replay_vs_conventional"), summ(d, "mamba2")["batch"]["1"]["nonflush_us"],
                     summ(d, "mamba2")["batch"]["1"]["conventional_us"])),
     ]
 
@@ -864,12 +880,7 @@ def run15_rows():
         return [r["us"] for r in tiles if r.get("run") == run and "us" in r and r.get("variant") == variant
                 and r["read"] == read and r["batch"] == batch and r["cfg"] == want]
 
-    def value(r, name):
-        return target(r, "mamba2", name)["value"]
 
-    def ratio_row(label, name, fmt, target_text):
-        return (f"| {label} | {fmt} → {fmt} | {target_text} |", RUN15_MAMBA2,
-                lambda d: (value(before, name), value(d, name)))
 
     def update_flush(r, fmt):
         return summ(r, "mamba2")["update"][fmt]["flush_us"]
@@ -904,27 +915,16 @@ def run15_rows():
         ("| flush, fp16-SR / FP8-SR update + NVFP4 read copy (unchanged kernels) | {:.1f} / {:.1f} → {:.1f} / {:.1f} | |",
          RUN15_MAMBA2, lambda d: tuple(update_flush(r, f) for r in (before, d) for f in ("fp16-sr", "fp8e4m3-sr"))),
         ("| ReplaySSM `shared:fp32` ÷ conventional | {:.4f}× → {:.4f}× | {:.2f}×: **{}**, by {:.2f} % |", RUN15_MAMBA2,
-         lambda d: (value(before, "replay_vs_conventional"), value(d, "replay_vs_conventional"),
+         lambda d: (m2_value(before, "replay_vs_conventional"), m2_value(d, "replay_vs_conventional"),
                     target(d, "mamba2", "replay_vs_conventional")["target"],
                     "met" if target(d, "mamba2", "replay_vs_conventional")["met"] else "missed",
-                    100 * (value(d, "replay_vs_conventional") / target(d, "mamba2", "replay_vs_conventional")["target"] - 1))),
-        ratio_row("ReplaySSM `shared:fp32` ÷ fla peer", "replay_vs_fla", "{:.2f}×", "2.0×: met"),
-        ("| `split:fp16-sr/nvfp4` / `split:fp8e4m3-sr/nvfp4` per token ÷ fp32 conventional | {:.2f}× / {:.2f}× → {:.2f}× / "
-         "{:.2f}× | ≥ 3×: met |", RUN15_MAMBA2, lambda d: tuple(value(r, n) for r in (before, d) for n in SPLIT_TARGETS)),
-        ratio_row("fp16-SR flush ÷ fp16-SR conventional step", "fp16sr_flush_vs_fp16sr_conventional", "{:.2f}×",
-                  "≤ 1.3×: missed"),
-        ratio_row("verify T = 8 + amortised speculative flush ÷ conventional", "verify_T8_vs_conventional", "{:.2f}×",
-                  "≤ 1.3×: missed"),
-        ("| output-only step, NVFP4 read copy (% of its byte bound) | {:.1f} ({:.1f} %) → {:.1f} ({:.1f} %) | ≥ 80 %: "
-         "missed |", RUN15_MAMBA2,
-         lambda d: tuple(x for r in (before, d) for x in (summ(r, "mamba2")["read"]["nvfp4"]["nonflush_us"],
-                                                           value(r, "nvfp4_nonflush_pct_byte_bound")))),
-        ratio_row("batch 1: ReplaySSM amortised ÷ conventional", "batch1_replay_vs_conventional", "{:.2f}×", "≥ 1.0×: missed"),
+                    100 * (m2_value(d, "replay_vs_conventional") / target(d, "mamba2", "replay_vs_conventional")["target"] - 1))),
+        *mamba2_target_rows(RUN15_MAMBA2, RUN14_MAMBA2),
         ("in this run: {:.4f}× (batch-sweep row; the L sweep's row, with its own timing of both steps, reads {:.2f}×). The "
          "margin is small, {:.2f} %, about the run-to-run spread of the output-only step, which streams at the copy "
          "ceiling ({:.1f} µs against {:.1f}).", RUN15_MAMBA2,
-         lambda d: (value(d, "replay_vs_conventional"), summ(d, "mamba2")["L"]["16"]["speedup_vs_conventional"],
-                    100 * (value(d, "replay_vs_conventional") / target(d, "mamba2", "replay_vs_conventional")["target"] - 1),
+         lambda d: (m2_value(d, "replay_vs_conventional"), summ(d, "mamba2")["L"]["16"]["speedup_vs_conventional"],
+                    100 * (m2_value(d, "replay_vs_conventional") / target(d, "mamba2", "replay_vs_conventional")["target"] - 1),
                     l16_nonflush_us(d), l16_nonflush_us(before))),
         ("The fp32 flush costs {:.2f} fp32 conventional steps ({:.1f} / {:.1f}). Its sweep rows read ~{:.0f} % above its "
          "tuning row in the same run ({:.1f} and {:.1f} against {:.1f}), as in the A/B.", RUN15_MAMBA2,
@@ -944,7 +944,7 @@ def run15_rows():
                                                                               cfg={"max_registers": 168}), "{:.1f}"),
                     span(tiles_us(6, "small-fma", batch=1, n_tiles=2), "{:.1f}"))),
         ("Batch 1 read {:.2f}×, unchanged within the spread.", RUN15_MAMBA2,
-         lambda d: (value(d, "batch1_replay_vs_conventional"),)),
+         lambda d: (m2_value(d, "batch1_replay_vs_conventional"),)),
     ]
 
 
@@ -964,8 +964,6 @@ def run16_rows():
         return (f"| {label} | {{:.1f}} → {{:.1f}} [{{:.1f}}] | |", RUN16_MAMBA2,
                 lambda d: tuple(b256(r, "mamba2")[key] for r in runs))
 
-    def target_value(r, name):
-        return target(r, "mamba2", name)["value"]
     reads = ("fp8e4m3", "bf16", "fp32")
     return [
         ("Produced on one {} at commit `{}` (`python scripts/bench_kernels.py --quick --ops mamba2`, fla {} as the peer; "
@@ -982,39 +980,24 @@ def run16_rows():
         ("| flush, fp32 update + FP8 / BF16 / fp32 read copy | {} → {} | |", RUN16_MAMBA2,
          lambda d: tuple(" / ".join(f"{summ(r, 'mamba2')['read'][f]['flush_us']:.1f}" for f in reads) for r in runs[:2])),
         ("| ReplaySSM `shared:fp32` ÷ conventional | {:.4f}× → {:.4f}× [{:.4f}×] | {:.2f}×: {} |", RUN16_MAMBA2,
-         lambda d: (*(target_value(r, "replay_vs_conventional") for r in runs),
+         lambda d: (*(m2_value(r, "replay_vs_conventional") for r in runs),
                     target(d, "mamba2", "replay_vs_conventional")["target"],
                     "**met**" if target(d, "mamba2", "replay_vs_conventional")["met"] else "missed")),
-        ("| ReplaySSM `shared:fp32` ÷ fla peer | {:.2f}× → {:.2f}× | {:.1f}×: {} |", RUN16_MAMBA2,
-         lambda d: (*(target_value(r, "replay_vs_fla") for r in runs[:2]), target(d, "mamba2", "replay_vs_fla")["target"],
-                    "met" if target(d, "mamba2", "replay_vs_fla")["met"] else "missed")),
-        ("| `split:fp16-sr/nvfp4` / `split:fp8e4m3-sr/nvfp4` per token ÷ fp32 conventional | {:.2f}× / {:.2f}× → {:.2f}× / "
-         "{:.2f}× | ≥ 3×: met |", RUN16_MAMBA2,
-         lambda d: tuple(target_value(r, n) for r in runs[:2] for n in SPLIT_TARGETS)),
-        ("| fp16-SR flush ÷ fp16-SR conventional step | {:.2f}× → {:.2f}× | ≤ 1.3×: missed |", RUN16_MAMBA2,
-         lambda d: tuple(target_value(r, "fp16sr_flush_vs_fp16sr_conventional") for r in runs[:2])),
-        ("| verify T = 8 + amortised speculative flush ÷ conventional | {:.2f}× → {:.2f}× | ≤ 1.3×: missed |", RUN16_MAMBA2,
-         lambda d: tuple(target_value(r, "verify_T8_vs_conventional") for r in runs[:2])),
-        ("| output-only step, NVFP4 read copy (% of its byte bound) | {:.1f} ({:.1f} %) → {:.1f} ({:.1f} %) | ≥ 80 %: "
-         "missed |", RUN16_MAMBA2,
-         lambda d: tuple(x for r in runs[:2] for x in (summ(r, "mamba2")["read"]["nvfp4"]["nonflush_us"],
-                                                       target_value(r, "nvfp4_nonflush_pct_byte_bound")))),
-        ("| batch 1: ReplaySSM amortised ÷ conventional | {:.2f}× → {:.2f}× | ≥ 1.0×: missed |", RUN16_MAMBA2,
-         lambda d: tuple(target_value(r, "batch1_replay_vs_conventional") for r in runs[:2])),
+        *mamba2_target_rows(RUN16_MAMBA2, RUN15_MAMBA2),
         ("batch 4 and 16 flushes are faster than in the fourteenth run too ({:.1f} against {:.1f}, {:.1f} against {:.1f}).",
          RUN16_MAMBA2, lambda d: tuple(mamba2_flush_us(r, b) for b in (4, 16) for r in (d, runs[2]))),
         ("**`shared:fp32` ÷ conventional reads {:.2f}×**, a margin of {:.1f} % over the target: the flush at {:.1f} µs "
          "({:.2f} conventional steps) and a fast output-only step ({:.1f}). Across the last three runs this ratio read "
          "{:.4f}×, {:.4f}× and {:.4f}×; the flush went {:.1f} → {:.1f} → {:.1f} µs", RUN16_MAMBA2,
-         lambda d: (target_value(d, "replay_vs_conventional"),
-                    100 * (target_value(d, "replay_vs_conventional") / target(d, "mamba2", "replay_vs_conventional")["target"] - 1),
+         lambda d: (m2_value(d, "replay_vs_conventional"),
+                    100 * (m2_value(d, "replay_vs_conventional") / target(d, "mamba2", "replay_vs_conventional")["target"] - 1),
                     mamba2_flush_us(d, 256), mamba2_flush_us(d, 256) / b256(d, "mamba2")["conventional_us"],
                     l16_nonflush_us(d),
-                    *(target_value(r, "replay_vs_conventional") for r in (runs[2], runs[0], d)),
+                    *(m2_value(r, "replay_vs_conventional") for r in (runs[2], runs[0], d)),
                     *(mamba2_flush_us(r, 256) for r in (runs[2], runs[0], d)))),
         ("the fp16-SR/NVFP4 flush ({:.2f}× its conventional step), verify T = 8 ({:.2f}×), the NVFP4 output-only step "
          "({:.1f} % of its byte bound) and batch 1 ({:.2f}×).", RUN16_MAMBA2,
-         lambda d: tuple(target_value(d, n) for n in ("fp16sr_flush_vs_fp16sr_conventional", "verify_T8_vs_conventional",
+         lambda d: tuple(m2_value(d, n) for n in ("fp16sr_flush_vs_fp16sr_conventional", "verify_T8_vs_conventional",
                                                        "nvfp4_nonflush_pct_byte_bound", "batch1_replay_vs_conventional"))),
     ]
 
@@ -1658,10 +1641,6 @@ def run24_rows():
         rows += m2("spec-flush-forms", "nonflush", 8, variant=base3, cfg={} if cap == 168 else {"max_registers": cap})
         return [r["us"] for r in rows]
 
-    def run3_us(cap, kernel="flush", T=8, variant=base3, **match):
-        return [r["us"] for r in m2("spec-flush-forms", kernel, T, variant=variant, **match)
-                if r["cfg"].get("max_registers", 168 if kernel == "nonflush" else None) == cap or cap is None]
-
     def flush_cap_us(update, read, cap):
         return [r["us"] for r in m2("spec-flush-forms", "flush", 8, variant=base3, update=update, read=read)
                 if r["cfg"] == {"max_registers": cap}]
@@ -2281,7 +2260,7 @@ def run29_rows():
         ("**GDN's flush row, {:.2f}× → {:.2f}×**, from its baseline alone, as the H100 had shown: the fp16-SR "
          "conventional step at its own shape (16 × 1, the wrappers' rule) took {} µs in the tuning (the rule and the "
          "same shape named explicitly) against {:.1f} at fp32's 4 × 1; the flush itself {:.1f} µs against {:.1f}. The "
-         "tuning's winners on the H200 are the H100's: BF16 at the rule (8 × 1) {:.1f} µs against {:.1f} at 4 × 1, "
+         "tuning's winners on the H200 are those of the H100: BF16 at the rule (8 × 1) {:.1f} µs against {:.1f} at 4 × 1, "
          "BF16-SR at the rule (16 × 1) {:.1f} against {:.1f}.", RUN29,
          lambda d: (*(target(r, "gdn", "fp16sr_flush_vs_fp16sr_conventional")["value"] for r in (before, d)),
                     span([tuned_us(d, "gdn", "fp16-sr", c) for c in ({}, shape["16 × 1"])], "{:.1f}"),
