@@ -765,7 +765,7 @@ NONFLUSH_MAX_REGISTERS = {FMT_FP32: 208, FMT_NVFP4: 168, FMT_E4M3: 128}
 # NVFP4 read copy 60.0-60.5 / 60.3-61.1 / 61.7-62.1 µs, from fp32 155.8-156.3 / 155.0-155.3 /
 # 157.5-157.6, verify T = 8 517.7-519.1 / 511.8-513.7 / 527.5-528.1, speculative flush T = 8
 # 680.1-680.4 / 675.1-676.5 / 689.8-691.0; batch 16 output-only step 16.7 / 17.1 / 16.7: 2 warps is
-# never slower than 4, 1 warp loses at batch 16.
+# faster than 4 at batch 256 and within 0.2 % of it at batch 16, 1 warp loses at batch 16.
 SCORES_NUM_WARPS = 2
 # A replay launch with fewer programs than this (about one per SM of an H200) takes smaller row blocks.
 SMALL_GRID_PROGRAMS = 128
@@ -835,10 +835,11 @@ def _small_grid_warps(T: int, flush: bool, fused: bool, R: int, br: int, bj: int
 
 # The folds' software-pipeline depth (``tl.range(num_stages=)``: STAGES - 1 records requested ahead
 # of the one being applied). FOLD_STAGES where the grid is large: H100, batch 256, both depths in one
-# run (reports/diagnostics/gdn-fold-stages-256.jsonl): shared fp32 flush 413.7-414.1 µs at 8 stages
+# run (reports/diagnostics/gdn-fold-stages-256.jsonl): shared fp32 flush 413.6-414.0 µs at 8 stages
 # against 485.8-487.3 at 4, verify T = 8 542.3-543.0 against 564.8-566.4, fp32/NVFP4 flush
 # 682.6-683.0 against 716.9-717.5, fp16-SR/NVFP4 flush the same (723.1-723.2 against 721.2-721.3);
-# on the H200 4 had beaten 3 and 2 by 10-26 % (gdn-fold-stages.jsonl). FOLD_STAGES_SMALL_GRID in a
+# on the H200 4 had beaten 3 and 2 by 7-27 % in the fp32 flushes and tied 3 in the fp16-SR/NVFP4
+# flush (gdn-fold-stages.jsonl). FOLD_STAGES_SMALL_GRID in a
 # small grid (``_small_grid``: batch 1 of Qwen3.5-4B), where deeper staging timed slower: H100, batch
 # 1, the one-launch fp32 flush at W = 15, 16 stages 8.13-8.21 µs against 7.33-7.73 at 4
 # (gdn-batch1-token-first.jsonl; batch1-fold-ab-88539a5.jsonl the same), though its sm_90 compile

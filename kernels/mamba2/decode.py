@@ -237,7 +237,7 @@ def _fold_window(b_s, h_a, h_u, h_b, m_win, FOLD_PREC: tl.constexpr, HW: tl.cons
     (fp32/NVFP4 1483-1488 against 1468-1477, fp32 862 against 793, fp32/FP8 1073-1076 against
     1040-1047, speculative fp32 T = 8 1660-1665 against 1539-1547). Those losses were one tile per
     program; in the multi-tile kernel (``mamba2_flush_kernel``, 8 tiles at 168 registers) FOLD_FMA
-    wins for every format it runs: fp32 614-615 µs against 633-634, fp32/E4M3 737-747 against
+    wins for every format it runs: fp32 615 µs against 633-634, fp32/E4M3 737-747 against
     792-793, fp32/BF16 761 against 819-820, split fp32/fp32 889 against 891 (reports/diagnostics/
     mamba2-flush-tiles.jsonl, run 5). So an autoregressive flush of those formats (TILED_FMT, set by
     the wrapper from FLUSH_TILED_FORMATS) takes it in both kernels: one tile per program and several
@@ -377,7 +377,7 @@ def mamba2_replay_step_kernel(
     # through shared memory for a barrier. H200, W = 7, both orders in one run (reports/diagnostics/
     # nonflush-order.jsonl, run 3): batch 256 81.3-81.8 µs against 87.4-87.7 (sm_90: 127 registers
     # against 164), batch 1 5.1 against 5.3, batch 16 14.9-15.0 against 14.7. Other read copies keep
-    # this kernel's order: with the state product first, fp32 reads ran slower (batch 1 5.5-5.7 µs
+    # this kernel's order: with the state product first, fp32 reads ran slower (batch 1 5.5-5.6 µs
     # against 4.9, batch 16 28.8-29.0 against 24.5) and FP8 reads at batch 256 91.4-91.5 against 89.3.
     NVFP4_STATE_FIRST: tl.constexpr = T == 1 and (not FLUSH) and RFMT == C_NVFP4
     if NVFP4_STATE_FIRST:
@@ -848,7 +848,7 @@ FLUSH_NVFP4_MAX_REGISTERS_BY_UPDATE = {FMT_FP16: 144, FMT_E4M3: 128}
 # not (reports/diagnostics/mamba2-nvfp4-head-pairs-a4b3268.jsonl). (The tiled flushes themselves keep
 # a small spill stack at 168 registers in that compile: 56 bytes per thread for fp32, 104 for
 # fp32/E4M3; uncapped, 208 registers and none, measured slower.)
-# Run 5 of that file, with the fold added by one FMA (``_fold_window``, FOLD_FMA): 8 tiles 614-615 µs,
+# Run 5 of that file, with the fold added by one FMA (``_fold_window``, FOLD_FMA): 8 tiles 615 µs,
 # 16 tiles 619-620 (runs 4-5 without it: 16 tiles 624-632 against 633-635 at 8, 32 tiles 644).
 FLUSH_TILES = 8
 FLUSH_TILED_MAX_REGISTERS = 168
@@ -917,7 +917,7 @@ SPEC_FLUSH_MAX_REGISTERS = 168
 # tiles per program in ``mamba2_flush_kernel`` at SPEC_FLUSH_TILED_MAX_REGISTERS. H100, batch 256, T = 8
 # drafts, W = 16, ring 32, shared fp32 (tuning rows of reports/bench/bench_kernels_round2zc_quick_h100.json):
 # 1170.3 µs at 8 tiles and 224 registers against 1303.2 for one tile at 168 with the same history tiles
-# (4 tiles 1226.2, 2 tiles 1330.2; at 168 registers every tile count ran 1350-1381). Without
+# (4 tiles 1226.2, 2 tiles 1330.2; at 168 registers every tile count ran 1351-1380). Without
 # window_bound the tiled forms lost (8 tiles at 224: 1477.2 against 1354.9). Per format, same machine,
 # each row twice in one run (reports/diagnostics/spec-flush-tiles-rule.jsonl), 8 tiles at 224 against
 # one tile at 168: shared fp32 1162-1163 against 1301-1304 µs; split fp32/fp32 1400-1402 against 1581;
@@ -926,7 +926,7 @@ SPEC_FLUSH_MAX_REGISTERS = 168
 # one that stores NVFP4 loses (fp16-SR/NVFP4 2344-2360 against 1827-1830): both keep one tile. Then 16
 # tiles at 255 registers against those 8 at 224, same machine, each twice in one run
 # (reports/diagnostics/spec-flush-tiles-16.jsonl): shared fp32 1110-1126 µs against 1160-1167, split
-# fp32/fp32 1367-1375 against 1386-1392, fp32/BF16 1284-1293 against 1321-1332, fp32/E4M3 1300-1308
+# fp32/fp32 1368-1375 against 1386-1392, fp32/BF16 1284-1293 against 1321-1332, fp32/E4M3 1300-1308
 # against 1334-1339, shared fp32 at batch 32 153.8-154.5 against 161.3-161.9 (32 tiles: no better,
 # 1114-1117 / 1389 / 1307-1309 / 1320-1323 / 153.8-154.4; 8 tiles at 255: between the two). 255 is
 # the most registers a thread can hold on sm_90: in effect no cap.
