@@ -318,19 +318,24 @@ def flush_before_after_rows(rel, before_rel) -> list:
     ]
 
 
+def two_invocation_header(rel) -> tuple:
+    """The first sentence of a run joined from a Mamba-2 and a GDN invocation (the thirtieth and
+    thirty-first runs): commit, card, each invocation's seconds and checks, the kept ceiling, the peer."""
+    return ("`python scripts/bench_kernels.py --quick` at `{}` on one {}, in two invocations (`--ops mamba2`, {:.0f} s, "
+            "{} of {} correctness checks; `--ops gdn`, {:.0f} s, {} of {}) joined by `--resummarise`. In-run copy "
+            "ceiling {:.0f} GB/s (the higher of the two invocations', which `--resummarise` keeps); fla {} as the peer.",
+            rel,
+            lambda d: (d["provenance"]["git"], d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "),
+                       *invocation(d, "mamba2"), *invocation(d, "gdn"), d["ceiling"]["GBps"],
+                       d["peers"]["flash-linear-attention"]))
+
+
 def run31_rows():
     """The thirty-first run's claims: its header, its before → now tables against the twenty-ninth run
     (recounted), its flush table and its bullets."""
     before = load(RUN29_RECOUNTED)
-
     return [
-        ("`python scripts/bench_kernels.py --quick` at `{}` on one {}, in two invocations (`--ops mamba2`, {:.0f} s, "
-         "{} of {} correctness checks; `--ops gdn`, {:.0f} s, {} of {}) joined by `--resummarise`. In-run copy "
-         "ceiling {:.0f} GB/s (the higher of the two invocations', which `--resummarise` keeps); fla {} as the peer.",
-         RUN31_H200,
-         lambda d: (d["provenance"]["git"], d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "),
-                    *invocation(d, "mamba2"), *invocation(d, "gdn"), d["ceiling"]["GBps"],
-                    d["peers"]["flash-linear-attention"])),
+        two_invocation_header(RUN31_H200),
         ("Its kernels differ from the twenty-ninth run's (`round2zf`, at `{}`)", RUN29_RECOUNTED,
          lambda d: (d["provenance"]["git"],)),
         ("GPU tests at the same commit on the same H200: {} passed (`reports/diagnostics/gpu-tests-{}-h200.txt`)",
@@ -2321,13 +2326,7 @@ def run30_rows():
     ab_gap = max((abs(hw_scales_ab_pct(op, u) - flush_change_pct(before, load(RUN30), op, u)), op, u)
                  for op, u in HW_SCALES_FLUSHES)
     return [
-        ("`python scripts/bench_kernels.py --quick` at `{}` on an {}, in two invocations (`--ops mamba2`, {:.0f} s, "
-         "{} of {} correctness checks; `--ops gdn`, {:.0f} s, {} of {}) joined by `--resummarise`; in-run copy "
-         "ceiling {:.0f} GB/s (the higher of the two invocations', which `--resummarise` keeps), fla {} as the peer.",
-         RUN30,
-         lambda d: (d["provenance"]["git"], d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "),
-                    *invocation(d, "mamba2"), *invocation(d, "gdn"), d["ceiling"]["GBps"],
-                    d["peers"]["flash-linear-attention"])),
+        two_invocation_header(RUN30),
         ("differ from the twenty-eighth run's (`round2ze`, also H100, at `{}`)", RUN28, lambda d: (d["provenance"]["git"],)),
         ("GPU tests at the same commit on the same H100: {} passed (`reports/diagnostics/gpu-tests-{}-h100.txt`)",
          RUN30, lambda d: (gpu_test_count(d["provenance"]["git"]), d["provenance"]["git"])),
