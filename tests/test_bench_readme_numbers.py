@@ -145,11 +145,28 @@ def invocation_alone(d, op) -> tuple[int, int]:
     return sum(checks), len(checks)
 
 
+def card(d) -> str:
+    """The GPU a result file was measured on, as the sections name it (H200, H100 80GB HBM3)."""
+    return d["provenance"]["device"]["gpu"].removeprefix("NVIDIA ")
+
+
+def rows_card(rows, short=False) -> str:
+    """The one GPU the rows of a diagnostics file were measured on; ``short``: without the H100's memory
+    suffix."""
+    name = one(r["device"] for r in rows).removeprefix("NVIDIA ")
+    return name.removesuffix(" 80GB HBM3") if short else name
+
+
+def checks(d) -> tuple[int, int]:
+    """A run's correctness checks: how many passed, of how many."""
+    return sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"])
+
+
 def run_header(d) -> tuple:
     """The card, the commit, each invocation (GDN first, as the device script ran them), the fla
     version and the copy ceiling of a joined run."""
     gdn, mamba2 = invocation(d, "gdn"), invocation(d, "mamba2")
-    return (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["provenance"]["git"], *gdn, *mamba2,
+    return (card(d), d["provenance"]["git"], *gdn, *mamba2,
             d["peers"]["flash-linear-attention"], d["ceiling"]["GBps"])
 
 
@@ -325,7 +342,7 @@ def two_invocation_header(rel) -> tuple:
             "{} of {} correctness checks; `--ops gdn`, {:.0f} s, {} of {}) joined by `--resummarise`. In-run copy "
             "ceiling {:.0f} GB/s (the higher of the two invocations', which `--resummarise` keeps); fla {} as the peer.",
             rel,
-            lambda d: (d["provenance"]["git"], d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "),
+            lambda d: (d["provenance"]["git"], card(d),
                        *invocation(d, "mamba2"), *invocation(d, "gdn"), d["ceiling"]["GBps"],
                        d["peers"]["flash-linear-attention"]))
 
@@ -391,13 +408,12 @@ def flush_stores_rows():
     def baseline(op):  # the fp16-SR conventional step of the thirtieth run: the flush target's baseline
         return summ(load(RUN30), op)["conventional_formats"]["fp16-sr"]["us"]
     flush_target = target(load(RUN30), "mamba2", "fp16sr_flush_vs_fp16sr_conventional")["target"]
+    both_files = [r for rel in files.values() for r in diagnostics_rows(rel)]
     variants = ("full", "no_read", "no_update", "none")
     labels = {"fp16-sr": "fp16-SR", "fp8e4m3-sr": "FP8-SR", "fp32": "fp32"}
     return [
         ("Setup: batch 256, W = 15, the wrappers' launch rules, each row twice, one {} at `{}` (the kernels of `{}`).",
-         files["mamba2"], lambda d: (one(r["device"] for rows in map(diagnostics_rows, files.values()) for r in rows)
-                                     .removeprefix("NVIDIA ").removesuffix(" 80GB HBM3"),
-                                     one(r["git"] for rows in map(diagnostics_rows, files.values()) for r in rows),
+         files["mamba2"], lambda d: (rows_card(both_files, short=True), one(r["git"] for r in both_files),
                                      load(RUN30)["provenance"]["git"])),
         *[(f"| {NAME[op]} {labels[update]} | {{}} | {{}} | {{}} | {{}} |", files[op],
            lambda d, op=op, update=update: tuple(span(us(op, update, v)) for v in variants))
@@ -509,7 +525,7 @@ def vector_first_rows():
     small = max(abs(n - o) for op in OPS for batch in (16, 1) for n in us(op, batch, "new") for o in us(op, batch, "old"))
     return [
         ("It ran slower on one {} at batch 256, W = 7", VECTOR_FIRST,
-         lambda d: (one(r["device"] for r in d).removeprefix("NVIDIA ").removesuffix(" 80GB HBM3"),)),
+         lambda d: (rows_card(d, short=True),)),
         ("- Mamba-2 {} µs against {};", VECTOR_FIRST,
          lambda d: (span(us("mamba2", 256, "new"), "{:.1f}"), span(us("mamba2", 256, "old"), "{:.1f}"))),
         ("- GDN {} against {};", VECTOR_FIRST,
@@ -541,11 +557,11 @@ def own_qk_rows():
     hidden = median(us(None, False)) - median(us(None, True))
     return [
         ("(torch.profiler, mean of 20 calls, batch 256, W = 7, one {};", KERNEL_TIMES,
-         lambda d: (one(r["device"] for r in d).removeprefix("NVIDIA "),)),
+         lambda d: (rows_card(d),)),
         row("GDN, fp32 read copy", "gdn", "fp32", unit=" µs"), row("GDN, NVFP4 read copy", "gdn", "nvfp4"),
         row("Mamba-2, fp32 read copy", "mamba2", "fp32"), row("Mamba-2, NVFP4 read copy", "mamba2", "nvfp4"),
         ("One {}, {} timings each in one process, {} from fp32", OWN_QK,
-         lambda d: (one(r["device"] for r in d).removeprefix("NVIDIA "),
+         lambda d: (rows_card(d),
                     {3: "three"}[one(len(us(read, own)) for read in (None, "fp32", "bf16") for own in (True, False))],
                     "the same bits" if same_bits(None) and same_bits("fp32") else "not the same bits")),
         ("- shared fp32: {} µs against {} plain;", OWN_QK, lambda d: (span(us(None, True), "{:.1f}"),
@@ -671,16 +687,16 @@ def run13_rows():
                 and r.get("cfg") == cfg and r.get("us")]
         return r["us"]
     m2_met_runs = sum(target(r, "mamba2", "replay_vs_conventional")["met"] for r in runs)
-    gdn = {k: l16(load(RUN13), "gdn", k) for k in ("nonflush_us",)}
-    gdn_amortised = (15 * gdn["nonflush_us"] + b256(load(RUN13), "gdn")["conventional_us"]) / 16
+    gdn_nonflush = l16(load(RUN13), "gdn", "nonflush_us")
+    gdn_amortised = (15 * gdn_nonflush + b256(load(RUN13), "gdn")["conventional_us"]) / 16
     return [
         ("Produced on one {} at commit `{}` (`python scripts/bench_kernels.py --quick`, fla {} as the peers; copy ceiling "
          "{:.0f} GB/s in the run, targets judged against the {:.0f} GB/s reference). {}/{} correctness checks passed "
          "first.", RUN13,
-         lambda d: (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["provenance"]["git"][:7],
+         lambda d: (card(d), d["provenance"]["git"][:7],
                     d["peers"]["flash-linear-attention"], d["ceiling"]["GBps"],
                     one(summ(d, op)["ceiling_for_targets_GBps"] for op in OPS),
-                    sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
+                    *checks(d))),
         ("won the fp32 tuning by {:.1f} % and every format's flush ran uncapped (fp32/NVFP4 {:.0f} µs there against {:.0f} "
          "under the rule).", RUN13N,
          lambda d: (100 * (1 - min(r["us"] for r in d["rows"] if r["op"] == "mamba2" and r["kernel"] == "flush"
@@ -740,9 +756,9 @@ def run13_rows():
         ("Its `shared:fp32` target ({:.2f}×) is out of reach of flush work alone: with the output-only step at {:.0f} µs "
          "({:.0f} % of this run's copy ceiling for its bytes) and a flush costing no more than one conventional step, the "
          "amortised step would be (15 · {:.0f} + {:.0f}) / 16 = {:.0f} µs, {:.2f}×.", RUN13,
-         lambda d: (target(d, "gdn", "replay_vs_conventional")["target"], gdn["nonflush_us"],
+         lambda d: (target(d, "gdn", "replay_vs_conventional")["target"], gdn_nonflush,
                     one(r["pct_ceiling"] for r in d["rows"] if r["op"] == "gdn" and r["tag"] == "L16" and r["kernel"] == "nonflush"),
-                    gdn["nonflush_us"], b256(d, "gdn")["conventional_us"], gdn_amortised,
+                    gdn_nonflush, b256(d, "gdn")["conventional_us"], gdn_amortised,
                     b256(d, "gdn")["conventional_us"] / gdn_amortised)),
         ("the flush at 32 × 4 runs {:.1f} / {:.1f} / {:.1f} µs at batches 1 / 4 / 16 (16 × 1 before: {:.1f} / {:.1f} / {:.1f} "
          "in the tuning rows); batch 1 stays under 1.0× because the output-only step ({:.1f} µs) is slower than the "
@@ -760,7 +776,7 @@ def run13_rows():
         ("(`bench_kernels_round2p_mamba2_quick.json`, {}/{} checks, copy ceiling {:.0f} GB/s) read `shared:fp32` {:.2f}× "
          "({:.3f}), {:.2f}× its fla peer, `split:fp16-sr/nvfp4` {:.2f}×, `split:fp8e4m3-sr/nvfp4` {:.2f}×, batch 1 {:.2f}×.",
          RUN13P_MAMBA2,
-         lambda d: (sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]), d["ceiling"]["GBps"],
+         lambda d: (*checks(d), d["ceiling"]["GBps"],
                     *(target(d, "mamba2", "replay_vs_conventional")["value"],) * 2,
                     *(target(d, "mamba2", n)["value"] for n in ("replay_vs_fla", *SPLIT_TARGETS,
                                                                 "batch1_replay_vs_conventional")))),
@@ -822,10 +838,10 @@ def run14_rows():
         ("Produced on one {} at commit `{}` (`python scripts/bench_kernels.py --quick --ops mamba2`, fla {} as the peer; "
          "copy ceiling {:.0f} GB/s in the run, {:.1f} % below the thirteenth run's {:.0f}). {}/{} correctness checks passed "
          "first", RUN14_MAMBA2,
-         lambda d: (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["provenance"]["git"][:7],
+         lambda d: (card(d), d["provenance"]["git"][:7],
                     d["peers"]["flash-linear-attention"], d["ceiling"]["GBps"],
                     100 * (1 - d["ceiling"]["GBps"] / before["ceiling"]["GBps"]), before["ceiling"]["GBps"],
-                    sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
+                    *checks(d))),
         ("(one tile {} µs, 2 / 4 / 8 / 16 tiles {} / {} / {} / {} for the fp32 flush)", MAMBA2_FLUSH_TILES,
          lambda d: (span(one_tile), *(span(tiles_us(n)) for n in (2, 4, 8, 16)))),
         ("| conventional step, fp32 | {:.1f} → {:.1f} | |", RUN14_MAMBA2,
@@ -898,9 +914,9 @@ def run15_rows():
     return [
         ("Produced on one {} at commit `{}` (`python scripts/bench_kernels.py --quick --ops mamba2`, fla {} as the peer; "
          "copy ceiling {:.0f} GB/s in the run). {}/{} correctness checks passed first.", RUN15_MAMBA2,
-         lambda d: (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["provenance"]["git"][:7],
+         lambda d: (card(d), d["provenance"]["git"][:7],
                     d["peers"]["flash-linear-attention"], d["ceiling"]["GBps"],
-                    sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
+                    *checks(d))),
         ("run 5, two passes in one call): fp32 {} µs against {}, fp32/E4M3 {} against {}, fp32/BF16 {} against {}; 16 tiles "
          "per program {} beat 8 with it; the hand TF32 split ({}, run 4) and both together ({}) did not beat the FMA "
          "alone;", MAMBA2_FLUSH_TILES,
@@ -973,9 +989,9 @@ def run16_rows():
     return [
         ("Produced on one {} at commit `{}` (`python scripts/bench_kernels.py --quick --ops mamba2`, fla {} as the peer; "
          "copy ceiling {:.0f} GB/s in the run). {}/{} correctness checks passed first.", RUN16_MAMBA2,
-         lambda d: (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["provenance"]["git"][:7],
+         lambda d: (card(d), d["provenance"]["git"][:7],
                     d["peers"]["flash-linear-attention"], d["ceiling"]["GBps"],
-                    sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
+                    *checks(d))),
         flush_row("flush `shared:fp32`, batch 4", 4), flush_row("flush `shared:fp32`, batch 16", 16),
         flush_row("flush `shared:fp32`, batch 1 (one tile)", 1),
         flush_row("flush `shared:fp32`, batch 256", 256, tuned=True),
@@ -1040,9 +1056,9 @@ def run17_rows():
     return [
         ("Produced on one {} at commit `{}` (`python scripts/bench_kernels.py --quick`, fla {} as the peers; copy ceiling "
          "{:.0f} GB/s in the run). {}/{} correctness checks passed first", RUN17,
-         lambda d: (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["provenance"]["git"][:7],
+         lambda d: (card(d), d["provenance"]["git"][:7],
                     d["peers"]["flash-linear-attention"], d["ceiling"]["GBps"],
-                    sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
+                    *checks(d))),
         ("| output-only step, NVFP4 read copy | {} | {} | |", RUN17,
          lambda d: tuple(cells(op, lambda r, op=op: [read_us(r, op, "nvfp4")]) for op in OPS)),
         ("| ... as % of its byte bound | {} % | {} % | ≥ 80 %: missed |", RUN17,
@@ -1109,8 +1125,8 @@ def run18_rows():
     return [
         ("Produced on one {} at commit `{}` (`python scripts/bench_kernels.py --quick --ops mamba2`, copy ceiling {:.0f} "
          "GB/s). {}/{} correctness checks passed first", RUN18_MAMBA2,
-         lambda d: (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["provenance"]["git"][:7], d["ceiling"]["GBps"],
-                    sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
+         lambda d: (card(d), d["provenance"]["git"][:7], d["ceiling"]["GBps"],
+                    *checks(d))),
         ("Mamba-2 NVFP4 {} µs against {} (80 registers: {}; 64: {}), GDN FP8 {} against {}.", NONFLUSH_ORDER,
          lambda d: (span(order_us(5, "mamba2", "nvfp4", caps), "{:.1f}"), span(order_us(5, "mamba2", "nvfp4", {}), "{:.1f}"),
                     span(order_us(5, "mamba2", "nvfp4", {"max_registers": 80}), "{:.1f}"),
@@ -1295,9 +1311,9 @@ def quick_run_header(rel) -> tuple:
     """The first sentence of the nineteenth to twenty-second runs' sections."""
     return ("Produced on one {} at commit `{}` (`python scripts/bench_kernels.py --quick`, fla {} as the peers; copy "
             "ceiling {:.0f} GB/s in the run). {}/{} correctness checks passed first", rel,
-            lambda d: (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["provenance"]["git"][:7],
+            lambda d: (card(d), d["provenance"]["git"][:7],
                        d["peers"]["flash-linear-attention"], d["ceiling"]["GBps"],
-                       sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"])))
+                       *checks(d)))
 
 
 def runs20_22_rows():
@@ -1595,9 +1611,9 @@ def run23_rows():
         ("Produced on one {} (`python scripts/bench_kernels.py --quick --ops gdn`, fla {} as the peer; copy ceiling {:.0f} "
          "GB/s in the run) from the tree of `{}` with `SCORES_NUM_WARPS = 2` in `kernels/gdn/decode.py`; {}/{} correctness "
          "checks passed first", RUN23_GDN,
-         lambda d: (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["peers"]["flash-linear-attention"],
+         lambda d: (card(d), d["peers"]["flash-linear-attention"],
                     d["ceiling"]["GBps"], d["provenance"]["git"].split("+")[0],
-                    sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
+                    *checks(d))),
         ("2 warps ran {:.1f}-{:.1f} % faster than 4 in every batch-256 row and within {:.1f} % of it at batch 16",
          SCORES_WARPS, lambda d: (min(gains_256), max(gains_256), at_most(tie_16, 1))),
         ("| output-only step from an NVFP4 read copy, µs (% of its byte bound) | {:.1f} ({:.1f} %) → {:.1f} ({:.1f} %) | "
@@ -1673,7 +1689,7 @@ def run24_rows():
     return [
         ("Produced on one {} (`python scripts/bench_kernels.py --quick`, fla {} as the peer; copy ceiling {:.0f} GB/s in "
          "the run) at commit `{}`; {}/{} correctness checks passed first", RUN24_H200,
-         lambda d: (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["peers"]["flash-linear-attention"],
+         lambda d: (card(d), d["peers"]["flash-linear-attention"],
                     d["ceiling"]["GBps"], d["provenance"]["git"], sum(c["ok"] for c in d["correctness"].values()),
                     len(d["correctness"]))),
         ("(`VERIFY_MAX_REGISTERS`: {} µs against {} uncapped; 144 / 160 / 176 / 192 registers {} / {} / {} / {});",
@@ -1753,7 +1769,7 @@ def run25_rows():
          lambda d: ("partial" if d["partial"] and not d["summary"] else "complete",
                     "no" if not any(r["op"] == "gdn" for r in d["rows"]) else "a")),
         ("Every correctness check in it passed ({} of {}, both operators'", RUN25_PARTIAL,
-         lambda d: (sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
+         lambda d: checks(d)),
         ("| conventional fp32 | {:.1f} |", RUN25_PARTIAL, lambda d: (us(d, "conventional"),)),
         ("| output-only fp32, W = 7 | {:.1f} |", RUN25_PARTIAL, lambda d: (us(d, "nonflush"),)),
         ("| flush fp32, W = 15 | {:.1f} |", RUN25_PARTIAL, lambda d: (us(d, "flush"),)),
@@ -1817,8 +1833,8 @@ def run26_rows():
     return [
         ("A full `python scripts/bench_kernels.py --quick` at `{}` on an {} ({:.0f} s; the twenty-fifth run had stopped "
          "at its device call's time limit), {} of {} correctness checks passed, in-run copy ceiling {:.0f} GB/s.", RUN26,
-         lambda d: (d["provenance"]["git"], d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "),
-                    d["provenance"]["seconds"], sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]),
+         lambda d: (d["provenance"]["git"], card(d),
+                    d["provenance"]["seconds"], *checks(d),
                     d["ceiling"]["GBps"])),
         *[(f"| {label} | {{}} | {{}} |", RUN26, lambda d, n=n, fmt=fmt: tuple(fmt.format(target(d, op, n)["value"])
                                                                             for op in OPS))
@@ -1936,7 +1952,7 @@ def built_not_timed_rows():
                     summ(d, "mamba2")["drafts"]["8"]["verify_us"] + summ(d, "mamba2")["drafts"]["8"]["spec_flush_us"])),
         ("At batch 256 on an {} that depth beat 3 and 2 by {:.0f}-{:.0f} % in the fp32 flushes and {} 3 in the "
          "fp16-SR/NVFP4 flush", GDN_FOLD_STAGES,
-         lambda d: (one(r["device"] for r in d).removeprefix("NVIDIA "), min(fp32_gains), max(fp32_gains),
+         lambda d: (rows_card(d), min(fp32_gains), max(fp32_gains),
                     "tied" if fp16_vs_3 < 0.5 else "did not tie")),
         ("which fits its measured excess over the conventional step ({:.2f} against {:.2f} µs in the twenty-fourth run)",
          RUN24_H200, lambda d: (summ(d, "gdn")["batch"]["1"]["flush_us"], summ(d, "gdn")["batch"]["1"]["conventional_us"])),
@@ -1970,7 +1986,7 @@ def spec_tiles_rule_rows():
     verify, flush, conventional = spec_round_parts_h100()
     return [
         ("they come from A/B rows through `measure` on an {}, each row twice in one process", SPEC_TILES_FILES[0],
-         lambda d: (one(r["device"] for f in SPEC_TILES_FILES for r in diagnostics_rows(f)).removeprefix("NVIDIA "),)),
+         lambda d: (rows_card([r for f in SPEC_TILES_FILES for r in diagnostics_rows(f)]),)),
         row("shared fp32", "fp32", None), row("split fp32/fp32", "fp32", "fp32"), row("split fp32/BF16", "fp32", "bf16"),
         row("split fp32/E4M3", "fp32", "fp8e4m3"),
         ("| shared fp32, batch 32 | {} | {} | {} |", SPEC_TILES_FILES[0],
@@ -2032,7 +2048,7 @@ def run27_rows():
         ("A full `python scripts/bench_kernels.py --quick` at `{}` on an {} ({:.0f} s), {} of {} correctness checks "
          "passed", RUN27_H200,
          lambda d: (d["provenance"]["git"], d["provenance"]["device"]["gpu"], d["provenance"]["seconds"],
-                    sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]))),
+                    *checks(d))),
         ("in-run copy ceiling {:.0f} GB/s (targets judged against the {:.0f} GB/s reference)", RUN27_H200,
          lambda d: (d["ceiling"]["GBps"], one(summ(d, op)["ceiling_for_targets_GBps"] for op in OPS))),
         ("It is the first H200 run since the twenty-fourth (`round2za`", RUN24_H200, lambda d: ()),
@@ -2124,7 +2140,7 @@ def conv_shapes_rows():
                     100 * (gdn_fp16["fp32-shape"] / gdn_fp16["rule"] - 1), old_flush_ratio, old_flush_ratio,
                     gdn_fp16["fp32-shape"], gdn_fp16["rule"], old_flush_ratio * gdn_fp16["fp32-shape"] / gdn_fp16["rule"])),
         ("the GPU kernel tests passed at that commit ({}, {}, `reports/diagnostics/gpu-tests-{}.txt`)", CONV_RULE,
-         lambda d: (one(r["device"] for r in d).removeprefix("NVIDIA ").removesuffix(" 80GB HBM3"),
+         lambda d: (rows_card(d, short=True),
                     int(one(re.findall(r"(\d+) passed", (ROOT / f"reports/diagnostics/gpu-tests-{one(r['commit'] for r in d)}.txt")
                                        .read_text()))), one(r["commit"] for r in d))),
         ("at Mamba-2's new {}, 768 for 16 at GDN's {})", CONV_RULE,
@@ -2148,8 +2164,8 @@ def run28_rows():
     return [
         ("A full `python scripts/bench_kernels.py --quick` at `{}` on an {} ({:.0f} s; no H200 was lent for it), {} of "
          "{} correctness checks passed, in-run copy ceiling {:.0f} GB/s.", RUN28,
-         lambda d: (d["provenance"]["git"], d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "),
-                    d["provenance"]["seconds"], sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]),
+         lambda d: (d["provenance"]["git"], card(d),
+                    d["provenance"]["seconds"], *checks(d),
                     d["ceiling"]["GBps"])),
         *target_before_after_rows(RUN28, RUN26),
         ("**GDN's flush row, {:.2f}× → {:.2f}×**, from its baseline alone: the fp16-SR conventional step now runs at its "
@@ -2220,7 +2236,7 @@ def gdn_flush_forms_rows():
                     sci2(max(max(r["rel_vs_recurrent"].values()) for r in checks if r["read"] == "nvfp4")),
                     one(max(r["rel_vs_recurrent"].values()) for r in checks if r["read"] == "fp32"))),
         ("{}, batch 256, W = 15, each row twice, every shape storing {} as the rule's", FLUSH_WARPS,
-         lambda d: (one(r["device"] for r in d).removeprefix("NVIDIA "),
+         lambda d: (rows_card(d),
                     "the same codes" if all(r["same_update_codes"] and r["same_read_codes"] for r in d if r.get("check"))
                     else "other codes")),
         ("fp16-SR/NVFP4 {} µs at the rule against {} (8 warps, 128 registers), {} (8 warps) and {} (16 warps)",
@@ -2252,12 +2268,12 @@ def run29_rows():
     return [
         ("`python scripts/bench_kernels.py --quick` at `{}` (the kernels of `50db203`) on an {}, in two invocations "
          "joined by `--resummarise`", RUN29,
-         lambda d: (d["provenance"]["git"], d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "))),
+         lambda d: (d["provenance"]["git"], card(d))),
         ("so its Mamba-2 half and its {} of {} correctness checks of both operators are kept, and GDN's rows come from "
          "a second `--ops gdn` invocation ({:.0f} s, {} of {} checks). In-run copy ceiling {:.0f} GB/s (the higher of "
          "the two invocations', which `--resummarise` keeps); the targets are judged against the reference ceiling of "
          "{:.0f} GB/s.", RUN29,
-         lambda d: (sum(c["ok"] for c in d["correctness"].values()), len(d["correctness"]), *invocation(d, "gdn"),
+         lambda d: (*checks(d), *invocation(d, "gdn"),
                     d["ceiling"]["GBps"], one(summ(d, op)["ceiling_for_targets_GBps"] for op in OPS))),
         ("GPU tests at the same commit on the same H200: {} passed (`reports/diagnostics/gpu-tests-{}-h200.txt`)",
          RUN29, lambda d: (gpu_test_count(d["provenance"]["git"], "h200"), d["provenance"]["git"])),
@@ -2421,7 +2437,7 @@ def run32_33_rows():
     b1 = {rel: {op: summ(load(rel), op)["batch"]["1"] for op in OPS} for rel in (RUN32, RUN33)}
 
     def joined(d) -> tuple:
-        return (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "), d["peers"]["flash-linear-attention"],
+        return (card(d), d["peers"]["flash-linear-attention"],
                 d["ceiling"]["GBps"])
 
     def faster_pct(op):
@@ -2527,7 +2543,7 @@ def run34_35_rows():
         ("Both on one {} (`python scripts/bench_kernels.py --quick --ops gdn`, then `--ops mamba2`, joined by "
          "`--resummarise`; fla {} as the peer; copy ceiling {:.0f} GB/s in both); {} of {} and {} of {} correctness "
          "checks passed first in each.", RUN34,
-         lambda d: (d["provenance"]["device"]["gpu"].removeprefix("NVIDIA "),
+         lambda d: (card(d),
                     one(r["peers"]["flash-linear-attention"] for r in (d, load(RUN35))),
                     float(one(f"{r['ceiling']['GBps']:.0f}" for r in (d, load(RUN35)))),
                     *one((*invocation(r, "mamba2")[1:], *invocation(r, "gdn")[1:]) for r in (d, load(RUN35))))),
