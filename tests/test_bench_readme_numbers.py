@@ -151,8 +151,8 @@ def card(d) -> str:
 
 
 def rows_card(rows, short=False) -> str:
-    """The one GPU the rows of a diagnostics file were measured on; ``short``: without the H100's memory
-    suffix."""
+    """The one GPU the rows of a diagnostics file were measured on; ``short``: without the memory suffix
+    (" 80GB HBM3") some sections leave out."""
     name = one(r["device"] for r in rows).removeprefix("NVIDIA ")
     return name.removesuffix(" 80GB HBM3") if short else name
 
