@@ -1689,9 +1689,8 @@ def run24_rows():
     return [
         ("Produced on one {} (`python scripts/bench_kernels.py --quick`, fla {} as the peer; copy ceiling {:.0f} GB/s in "
          "the run) at commit `{}`; {}/{} correctness checks passed first", RUN24_H200,
-         lambda d: (card(d), d["peers"]["flash-linear-attention"],
-                    d["ceiling"]["GBps"], d["provenance"]["git"], sum(c["ok"] for c in d["correctness"].values()),
-                    len(d["correctness"]))),
+         lambda d: (card(d), d["peers"]["flash-linear-attention"], d["ceiling"]["GBps"], d["provenance"]["git"],
+                    *checks(d))),
         ("(`VERIFY_MAX_REGISTERS`: {} µs against {} uncapped; 144 / 160 / 176 / 192 registers {} / {} / {} / {});",
          "reports/diagnostics/verify-caps.jsonl",
          lambda d: (span(verify_us(168)), span(verify_us(0)), *(span(verify_us(c)) for c in (144, 160, 176, 192)))),
