@@ -77,6 +77,18 @@ def _signature(fn, args, kwargs):
     return sig, const, attrs
 
 
+def compiled_text(fn, args, kwargs, num_warps: int) -> tuple[str, str]:
+    """(TTGIR, SASS) of one launch compiled for sm_90, arguments as ``resources``."""
+    sig, const, attrs = _signature(fn, args, kwargs)
+    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
+    with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
+        f.write(k.asm["cubin"])
+    sass = subprocess.run([os.path.join(_BIN, "cuobjdump"), "-sass", f.name], capture_output=True, text=True).stdout
+    os.unlink(f.name)
+    return k.asm["ttgir"], sass
+
+
 def resources(fn, args, kwargs, num_warps: int, enable_fp_fusion: bool = False, maxnreg: int | None = None,
               loads: bool = False) -> dict:
     """Compile one launch for sm_90 and read what it costs; ``loads``: also every global load's memory

@@ -40,15 +40,15 @@ def test_tune_candidates_join_spaces_and_drop_keywords_a_wrapper_lacks(monkeypat
 
 def test_tune_candidates_try_the_nvfp4_decodes_only_where_nvfp4_is_read():
     """The non-flush tuning times every NVFP4 element decode (fp16 patterns, inline PTX, tensor-core
-    products) when the read copy is NVFP4; other read formats do not multiply their candidates by a
+    products through shared memory and from registers) when the read copy is NVFP4; other read formats do not multiply their candidates by a
     keyword they ignore."""
     for op in ("mamba2", "gdn"):
         for wide in (False, True):
             nv = bench_kernels.tune_candidates(op, "nonflush", wide, read="nvfp4")
             other = bench_kernels.tune_candidates(op, "nonflush", wide, read="fp32")
-            assert {c["fp4_decode"] for c in nv} == set(FP4_DECODES) == {"fp16", "ptx", "mma"}
+            assert {c["fp4_decode"] for c in nv} == set(FP4_DECODES) == {"fp16", "ptx", "mma", "mma-ptx"}
             assert all("fp4_decode" not in c for c in other)
-            assert len(nv) == 3 * len(other)
+            assert len(nv) == 4 * len(other)
 
 
 def test_nonflush_tuning_times_the_wrappers_rule():

@@ -9,6 +9,11 @@ values are compared as int32 bit patterns. On CPU the kernels run under TRITON_I
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import triton
@@ -22,6 +27,10 @@ from precision_lab.kernels.quant import codecs as qc
 from precision_lab.kernels.quant import triton_quant as tq
 from precision_lab.kernels.quant.reference import dequantize as ref_dequantize
 from precision_lab.quant import QTensor, rounding
+
+from tests._scripts import load_script
+
+kernel_resources = load_script("kernel_resources")
 
 # numpy (the interpreter) warns where products overflow to inf or meet NaN: those are test cases
 pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
@@ -245,7 +254,8 @@ def test_read_state_dot_nvfp4_every_code(fp4, device):
     dot products of the reference values, over every code pair and scale byte. The fp16-pattern
     decode reads the codes as words in another element order; its sums differ from the reference only
     by fp32 rounding. ``fp4="ptx"`` is compiled on a GPU (the interpreter runs the fp16 path); ``"mma"``
-    (tensor-core products, fp32 v split into two fp16 parts, bf16 w in one) runs everywhere."""
+    (tensor-core products, fp32 v split into two fp16 parts, bf16 w in one) runs everywhere; "mma-ptx"
+    needs rows of 128 elements and runs as "mma" on these of 512."""
     scales = [1.0, 1 / 3, 0.0, 2.0**-60, 2.0**60]
     pool, _ = exhaustive_pool(device, scales)
     C = 512
@@ -345,19 +355,21 @@ def _vector_cases(C=128):
             ("inf of both signs", v_infs, torch.zeros(C))]
 
 
+@pytest.mark.parametrize("fp4", ["mma", "mma-ptx"])
 @pytest.mark.parametrize("case", range(6))
-def test_read_state_dot_mma_special_values(case, device):
-    """The tensor-core decode (``fp4_decode="mma"``) against float64 products of the stored values and
-    against the fp16-pattern decode on the same inputs: zero blocks, a NaN block scale (its row is
-    NaN), tiny and huge global scales, vectors spanning 2^±30 (bf16) and 2^±60 (fp32), tiny and huge
-    vectors, a zero vector, NaN and ±inf entries. Rows are NaN and ±inf exactly where the fp16 decode
-    has them; finite rows agree with float64 to 2^-18 of Σ|e·v| plus the fp16 subnormal rounding of
-    entries far below the vector's largest (≤ 2^-38 · amax(v) · Σ|e| per row) plus 2^-120 (results
-    that fp32 flushes or holds as subnormals: the tiny global scale times tiny vectors)."""
+def test_read_state_dot_mma_special_values(case, fp4, device):
+    """The tensor-core decodes (``fp4_decode="mma"``; "mma-ptx", compiled on a GPU, the interpreter running
+    "mma") against float64 products of the stored values and against the fp16-pattern decode on the same
+    inputs: zero blocks, a NaN block scale (its row is NaN), tiny and huge global scales, vectors
+    spanning 2^±30 (bf16) and 2^±60 (fp32), tiny and huge vectors, a zero vector, NaN and ±inf entries.
+    Rows are NaN and ±inf exactly where the fp16 decode has them; finite rows agree with float64 to
+    2^-18 of Σ|e·v| plus the fp16 subnormal rounding of entries far below the vector's largest (≤ 2^-38
+    · amax(v) · Σ|e| per row) plus 2^-120 (results that fp32 flushes or holds as subnormals: the tiny
+    global scale times tiny vectors)."""
     name, v, w = _vector_cases()[case]
     pool = _special_pool(device)
     vals = pool.dequantize()[:, 0].double().cpu()                                           # [S, R, C]
-    got = _read_dot(pool, v, w, "mma", device)
+    got = _read_dot(pool, v, w, fp4, device)
     ref = _read_dot(pool, v, w, "fp16", device)
     for k, (vec, what) in enumerate(((v, "S v"), (w, "S w"))):
         g, r = got[k].double(), ref[k].double()
@@ -395,3 +407,51 @@ def test_fp4_decode_names():
         check_fp4_decode(name)
     with pytest.raises(ValueError, match="fp4_decode must be one of"):
         check_fp4_decode("table")
+
+
+_MMA_PTX_LAYOUTS = r'''
+import re, sys, torch
+sys.path.insert(0, "scripts")
+import kernel_resources as kr
+from precision_lab.kernels.common.formats import C_NVFP4
+from precision_lab.kernels.common.read_probe import _read_state_dot_kernel
+from precision_lab.kernels.decode_state import PackedState
+for BR, warps in ((16, 1), (64, 1), (64, 2), (128, 4)):
+    pool = PackedState.empty("nvfp4", 2, 1, 128, 128)
+    d, sc, gs, s_d, s_sc, s_gs = pool.kernel_args()
+    v, w = torch.zeros(128, dtype=torch.bfloat16), torch.zeros(128)
+    out = torch.zeros(2, 128)
+    ttgir, sass = kr.compiled_text(_read_state_dot_kernel, (d, sc, gs, s_d, s_sc, s_gs, v, w, out, out, 128, 128),
+                                   dict(BR=BR, BC=128, HW=True, FP4="mma-ptx"), warps)
+    defs = dict(re.findall(r"^(#\w+) = (#ttg\.\w+<.*>)$", ttgir, re.M))
+    asm = [line for line in ttgir.splitlines() if "elementwise_inline_asm" in line and "mma.sync" in line]
+    names = {m for line in asm for m in re.findall(r"tensor<[^,>]+, (#\w+)>", line)}
+    moved = sum(1 for line in ttgir.splitlines() if "ttg.convert_layout" in line
+                and any(line.rstrip().split("->")[-1].find(n + ">") >= 0 for n in names))
+    print(BR, warps, len(asm), sorted(defs[n] for n in names), sass.count("HMMA"), moved, sep="|")
+'''
+
+
+def test_mma_ptx_operands_sit_on_the_fragment_lanes():
+    """``fp4_decode="mma-ptx"`` hands each lane's registers to ``mma.sync`` as they are: it is correct
+    only where the compiler lays the code words out four per thread, four threads along a tile row and
+    eight rows per warp (lane 4g + t), the warps along the rows, and gives every operand of the
+    inline-PTX call that same layout. Compiled for sm_90 on any machine (no GPU): the layout of every
+    operand and result of the call at row blocks of 16 to 128 and 1 to 4 warps, no layout change
+    into it (the code words go from their loads to the call as loaded), and 8 products per m-tile of
+    each warp."""
+    if not Path(kernel_resources._BIN, "ptxas").exists():
+        pytest.skip("Triton's ptxas is not installed")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run([sys.executable, "-c", _MMA_PTX_LAYOUTS], cwd=root, env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    for line in run.stdout.splitlines():
+        BR, warps, calls, layouts, hmma, moved = line.split("|")
+        BR, warps = int(BR), int(warps)
+        want = ("#ttg.blocked<{sizePerThread = [1, 4], threadsPerWarp = [8, 4], "
+                f"warpsPerCTA = [{min(warps, BR // 16)}, {max(1, warps // (BR // 16))}], order = [1, 0]}}>")
+        assert layouts == repr([want]), (line, want)
+        assert int(calls) == 1 and int(hmma) == 8 * max(1, BR // 16 // warps), line
+        assert int(moved) == 0, f"{line}: an operand of the call changes layout first"

@@ -33,13 +33,27 @@ def check_nvfp4_cols(C: int, *fmts: int) -> None:
 
 #: how the non-flush step may multiply an NVFP4 read copy with its vectors (``read_state_dot`` in
 #: ``state_io.py``): fp16 bit patterns and fp32 products, the inline-PTX E4M3 conversion (compiled
-#: kernels only), or one tensor-core product with fp16 operands
-FP4_DECODES = ("fp16", "ptx", "mma")
+#: kernels only), one tensor-core product with fp16 operands (through shared memory), or the same
+#: products issued from the registers the codes were loaded into (inline PTX, compiled kernels only)
+FP4_DECODES = ("fp16", "ptx", "mma", "mma-ptx")
 
 
 def check_fp4_decode(name: str) -> None:
     if name not in FP4_DECODES:
         raise ValueError(f"fp4_decode must be one of {FP4_DECODES}, got {name!r}")
+
+
+def resolve_fp4_decode(name: str, pool) -> str:
+    """The decode a kernel compiles for ``name`` and this read copy (a ``PackedState``): "mma-ptx"
+    hands the registers of 16-byte code loads to the tensor cores as they are, so it needs rows of
+    exactly 128 elements (64 bytes) starting at 16-byte aligned addresses, which the compiler must
+    be able to see (a 16-byte aligned pool and slot stride); elsewhere it runs as "mma", the same
+    products through shared memory."""
+    check_fp4_decode(name)
+    if name != "mma-ptx" or pool is None:
+        return name
+    aligned = pool.data.data_ptr() % 16 == 0 and pool.data.stride(0) % 16 == 0
+    return name if pool.C == 128 and aligned else "mma"
 
 
 #: longest window of the window-parallel scans (their in-register triangular solve is BLOCK_W wide)

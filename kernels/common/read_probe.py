@@ -10,6 +10,7 @@ import torch
 import triton
 import triton.language as tl
 from precision_lab.kernels.common.formats import C_NVFP4
+from precision_lab.kernels.common.launch import resolve_fp4_decode
 from precision_lab.kernels.common.state_io import read_state_dot
 from precision_lab.kernels.decode_state import PackedState
 
@@ -29,11 +30,11 @@ def _read_state_dot_kernel(d_ptr, sc_ptr, gs_ptr, s_d, s_sc, s_gs, v_ptr, w_ptr,
 def nvfp4_read_products(pool: PackedState, v: torch.Tensor, w: torch.Tensor, fp4_decode: str,
                         device, block_r: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
     """(S v, S w) [S, R] on the CPU, for head 0 of every slot of the NVFP4 ``pool`` [S, H, R, C],
-    through ``read_state_dot`` with ``fp4_decode`` ("fp16", "ptx", "mma"), ``block_r`` rows per program."""
+    through ``read_state_dot`` with ``fp4_decode`` (``FP4_DECODES``), ``block_r`` rows per program."""
     S, R, C = pool.data.shape[0], pool.R, pool.C
     sv, sw = (torch.full((S, R), float("nan"), device=device) for _ in range(2))
     d, sc, gs, s_d, s_sc, s_gs = pool.kernel_args()
     _read_state_dot_kernel[(triton.cdiv(R, block_r), S)](
         d, sc, gs, s_d, s_sc, s_gs, v.to(device), w.to(device), sv, sw, R, C, BR=block_r,
-        BC=triton.next_power_of_2(C), HW=str(device).startswith("cuda"), FP4=fp4_decode)
+        BC=triton.next_power_of_2(C), HW=str(device).startswith("cuda"), FP4=resolve_fp4_decode(fp4_decode, pool))
     return sv.cpu(), sw.cpu()

@@ -284,6 +284,215 @@ def _pad_cols(x, BC: tl.constexpr, N: tl.constexpr):
     return tl.reshape(y, (BC, 2 * N))
 
 
+# A lane's share of one m16 row tile: four registers (its row's words 4t..4t+3) per call, and the
+# eight m16n8k16 products of its two rows on one accumulator. The text is generated from
+# ``_mma_sync_lines`` below: per word and pair K, the fp16-pattern decode of ``_e2m1_pair_bits`` (the
+# shift of pair K folded into the two masks' shifts), then the f16x2 block-scale multiply (exact).
+def _mma_sync_decode(word: str, K: int, dst: str) -> list[str]:
+    sh9, sh12 = 9 - 4 * K, 12 - 4 * K
+    out = [f"shl.b32 t, {word}, {sh9};" if sh9 > 0 else f"shr.b32 t, {word}, {-sh9};", "and.b32 t, t, 0x0E000E00;"]
+    out += [f"shl.b32 u, {word}, {sh12};", "and.b32 u, u, 0x80008000;"] if sh12 > 0 else [f"and.b32 u, {word}, 0x80008000;"]
+    return out + [f"or.b32 {dst}, t, u;", f"mul.rn.f16x2 {dst}, {dst}, s2;"]
+
+
+def _mma_sync_lines() -> str:
+    """Operands: $0..$3 the accumulator (out); four registers each (q = 0..3): we $4-$7, wo $8-$11,
+    se $12-$15, so $16-$19, then the B pairs K = 0..3: $20-$23, $24-$27, $28-$31, $32-$35."""
+    lines = ["{", ".reg .b32 t, u, s2, p0, p1, p2, p3, r0, r1, r2, r3;", ".reg .b16 l16, h16;"]
+    lines += [f"mov.f32 ${i}, 0f00000000;" for i in range(4)]
+    for q in range(4):
+        for word, scale, dst in ((f"${4 + q}", f"${12 + q}", "p"), (f"${8 + q}", f"${16 + q}", "r")):
+            lines += [f"prmt.b32 t, {scale}, 0, 0x0000;", "mov.b32 {l16, h16}, t;", "cvt.rn.f16x2.e4m3x2 s2, l16;"]
+            for K in range(4):
+                lines += _mma_sync_decode(word, K, f"{dst}{K}")
+        b = [f"${20 + 4 * K + q}" for K in range(4)]
+        for half in (0, 1):  # k-tiles 2q (pairs 0, 1) and 2q + 1 (pairs 2, 3)
+            lines.append("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {$0, $1, $2, $3}, "
+                         f"{{p{2 * half}, r{2 * half}, p{2 * half + 1}, r{2 * half + 1}}}, "
+                         f"{{{b[2 * half]}, {b[2 * half + 1]}}}, {{$0, $1, $2, $3}};")
+    return "\n".join(lines + ["}"])
+
+
+_MMA_SYNC_ASM = tl.constexpr(_mma_sync_lines())
+
+
+@triton.jit
+def _mma_sync_words(we, wo, se, so, b0, b1, b2, b3):
+    """GPU only (inline PTX): a lane's share of one m16 row tile times the vectors' B fragment
+    (``_nvfp4_dot_mma_sync``). Per call (pack=4: registers q = 0..3 of each operand): we / wo the code
+    words 4t+q of the lane's rows g (even) and g + 8 (odd), se / so their block-scale bytes (E4M3, low
+    byte), b0..b3 the B pairs K = 0..3 of word 4t+q (fp16 x[8c+K] low, x[8c+K+4] high, column g of B).
+    Word 4t+q's pair K is k-rows 2t, 2t+1 (+8 for odd K) of k-tile 2q + K // 2. Returns the
+    accumulator registers in the four packed places: rows g (d0, d1) and g + 8 (d2, d3), columns 2t
+    (d0, d2) and 2t + 1 (d1, d3)."""
+    return tl.inline_asm_elementwise(
+        asm=_MMA_SYNC_ASM, constraints="=f,=f,=f,=f," + "r," * 31 + "r",
+        args=[we, wo, se, so, b0, b1, b2, b3], dtype=tl.float32, is_pure=True, pack=4)
+
+
+@triton.jit
+def _f16_pair(lo, hi):
+    """Two fp32 tensors → uint32 words holding fp16(lo) in the low and fp16(hi) in the high half."""
+    return tl.inline_asm_elementwise(asm="cvt.rn.f16x2.f32 $0, $2, $1;", constraints="=r,f,f", args=[lo, hi],
+                                     dtype=tl.uint32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _gather_u8(addr, m):
+    """The byte at each int64 address where m, else 0 (an inline-PTX load: unlike ``tl.load`` it is
+    given no layout of its own, so it takes that of the tensors it is combined with)."""
+    return tl.inline_asm_elementwise(
+        asm="{ .reg .pred p; setp.ne.u32 p, $2, 0; mov.u32 $0, 0; @p ld.global.nc.u8 $0, [$1]; }",
+        constraints="=r,l,r", args=[addr, m.to(tl.uint32)], dtype=tl.uint32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _gather_f32(addr, m, DT: tl.constexpr):
+    """The vector entry (dtype DT: fp32, bf16 or fp16) at each int64 address as fp32 where m, else 0
+    (inline PTX, as ``_gather_u8``)."""
+    if DT == tl.float32:
+        asm: tl.constexpr = "{ .reg .pred p; setp.ne.u32 p, $2, 0; mov.b32 $0, 0; @p ld.global.nc.f32 $0, [$1]; }"
+    elif DT == tl.bfloat16:
+        asm: tl.constexpr = ("{ .reg .pred p; .reg .b32 r; setp.ne.u32 p, $2, 0; mov.b32 r, 0; "
+                             "@p ld.global.nc.u16 r, [$1]; shl.b32 $0, r, 16; }")
+    else:
+        asm: tl.constexpr = ("{ .reg .pred p; .reg .b16 h; setp.ne.u32 p, $2, 0; mov.b16 h, 0; "
+                             "@p ld.global.nc.b16 h, [$1]; cvt.f32.f16 $0, h; }")
+    return tl.inline_asm_elementwise(asm=asm, constraints="=f,l,r", args=[addr, m.to(tl.uint32)],
+                                     dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _mma_vector_scale(v_ptr, C, BC: tl.constexpr):
+    """(2^(14-E), 2^E) for the vector's C entries, E as in ``_mma_vector``."""
+    cc = tl.arange(0, BC)
+    bits = qc.abs_bits(tl.load(v_ptr + cc, mask=cc < C, other=0).to(tl.float32))
+    amax = tl.max(tl.where(bits < 0x7F800000, bits, 0), 0)
+    e = tl.minimum(tl.maximum((amax >> 23) - 127, -100), 127)
+    e = tl.where(amax == 0, 0, e)
+    return _pow2(14 - e), _pow2(e)
+
+
+@triton.jit
+def _mma_sync_b(v_ptr, w_ptr, elem, m_e, part, use_w, to_v, to_w, SPLIT_V: tl.constexpr, SPLIT_W: tl.constexpr):
+    """The lane's B-column entries at ``elem``: part 0 (hi) or 1 (lo) of v, or (``use_w``) of w, scaled
+    as ``_mma_vector`` does (hi + lo ≈ x · 2^(14-E), lo 0 for a 16-bit vector), as fp32 (the hi part
+    unrounded: ``_f16_pair`` rounds it); 0 where ``m_e`` is off."""
+    if v_ptr.dtype.element_ty == w_ptr.dtype.element_ty:
+        x = _gather_f32(tl.where(use_w, w_ptr + elem, v_ptr + elem).to(tl.int64, bitcast=True), m_e,
+                        v_ptr.dtype.element_ty)
+    else:
+        xv = _gather_f32((v_ptr + elem).to(tl.int64, bitcast=True), m_e & (use_w == 0), v_ptr.dtype.element_ty)
+        xw = _gather_f32((w_ptr + elem).to(tl.int64, bitcast=True), m_e & use_w, w_ptr.dtype.element_ty)
+        x = xv + xw  # one of the two is the masked 0
+    xs = x * tl.where(use_w, to_w, to_v)
+    if SPLIT_V or SPLIT_W:
+        hi = xs.to(tl.float16).to(tl.float32)
+        lo = tl.where(qc.abs_bits(x) < 0x7F800000, xs - hi, 0.0)
+        if not SPLIT_V:
+            lo = tl.where(use_w, lo, 0.0)
+        elif not SPLIT_W:
+            lo = tl.where(use_w, 0.0, lo)
+        return tl.where(part == 0, xs, lo)
+    else:
+        return tl.where(part == 0, xs, 0.0)
+
+
+@triton.jit
+def _mma_sync_pair(v_ptr, w_ptr, cw, K: tl.constexpr, C, m_col, part, use_w, to_v, to_w, SPLIT_V: tl.constexpr,
+                   SPLIT_W: tl.constexpr):
+    """B fragment register of pair K at word columns ``cw``: entries 8c+K (low half), 8c+K+4 (high)."""
+    e0 = 8 * cw + K
+    x0 = _mma_sync_b(v_ptr, w_ptr, e0, m_col & (e0 < C), part, use_w, to_v, to_w, SPLIT_V, SPLIT_W)
+    x1 = _mma_sync_b(v_ptr, w_ptr, e0 + 4, m_col & (e0 + 4 < C), part, use_w, to_v, to_w, SPLIT_V, SPLIT_W)
+    return _f16_pair(x0, x1)
+
+
+@triton.jit
+def _nvfp4_dot_mma_sync(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, v_ptr, w_ptr,
+                        BR: tl.constexpr, BC: tl.constexpr, TWO: tl.constexpr):
+    """``read_state_dot`` of an NVFP4 tile as tensor-core products issued from registers by inline PTX
+    (``_mma_sync_word``; compiled GPU kernels only, BC = 128, BR % 16 == 0): the tensor-core form of
+    ``_nvfp4_dot_mma`` without its operand's layout change through shared memory, and no per-element
+    fp32 conversion or FMA.
+
+    Rows are taken as two [BR/2, 16] word tiles, row 16j + g (even) and 16j + g + 8 (odd) at tile row
+    8j + g. The compiler's layout for such a load (four words per thread, four threads along a row,
+    eight rows per warp) puts tile row 8j + g, words 4t..4t+3 on lane 4g + t: the lane of the
+    m16n8k16 fragments for rows g and g + 8 of m-tile j, with each thread's registers running over
+    (j, q), word c = 4t + q. Every other operand is computed from indices or loaded by inline PTX
+    (``_gather_u8``, ``_gather_f32``), so that no load of another layout competes with the code
+    words' (a ``tl.load`` of the block scales or vector entries made the compiler move the words
+    instead). The k order is ours to choose (the vectors' entries follow it): word c's pair K
+    (elements 8c+K, 8c+K+4) is k-rows 2t, 2t+1 (+8 for odd K) of k-tile 2q + K // 2, so every lane
+    decodes only the words it loaded. B: column 0 v hi, 1 v lo, 2 w hi, 3 w lo (``_mma_vector``'s
+    parts; lo is 0 for 16-bit vectors), each lane building its own column's entries. Then
+    S v = (D[:, 0] + D[:, 1]) · 2^E_v · s_dec, held by lanes t = 0, and S w from columns 2, 3 (t = 1).
+    Error as ``_nvfp4_dot_mma``: exact products, the tensor cores' accumulation."""
+    SPLIT_V: tl.constexpr = v_ptr.dtype.element_ty != tl.bfloat16 and v_ptr.dtype.element_ty != tl.float16
+    if TWO:
+        SPLIT_W: tl.constexpr = w_ptr.dtype.element_ty != tl.bfloat16 and w_ptr.dtype.element_ty != tl.float16
+    else:
+        SPLIT_W: tl.constexpr = False
+    tl.static_assert(BC == 128, "mma-ptx reads rows of 128 elements")
+    HB: tl.constexpr = BR // 2
+    tr = tl.arange(0, HB)[:, None]   # tile row 8j + g
+    cw = tl.arange(0, 16)[None, :]   # word column 4t + q
+    r_even = tl.min(rows, 0) + 16 * (tr // 8) + tr % 8  # the caller's rows are one contiguous block
+    r_odd = r_even + 8
+    live = tl.max(rmask.to(tl.int32), 0) > 0  # a skipped entry masks every row
+    m_c = cw < C // 8
+    m_even = (r_even < R) & m_c & live
+    m_odd = (r_odd < R) & m_c & live
+    row_e = (h * R + r_even).to(tl.int64)
+    row_o = (h * R + r_odd).to(tl.int64)
+    base = d_ptr + slot * s_d
+    # rows of 64 bytes as a constant: the compiler sees them 16-byte aligned and loads four words per
+    # thread, the layout this relies on (C = 128 and a 16-byte aligned pool: ``resolve_fp4_decode``)
+    we = tl.load((base + row_e * (BC // 2)).to(tl.pointer_type(tl.uint32)) + cw, mask=m_even, other=0)
+    wo = tl.load((base + row_o * (BC // 2)).to(tl.pointer_type(tl.uint32)) + cw, mask=m_odd, other=0)
+    sc = sc_ptr + slot * s_sc
+    se = _gather_u8((sc + row_e * (BC // 16) + cw // 2).to(tl.int64, bitcast=True), m_even)
+    so = _gather_u8((sc + row_o * (BC // 16) + cw // 2).to(tl.int64, bitcast=True), m_odd)
+    # B: lane column g = tile row % 8 (0 v hi, 1 v lo, 2 w hi, 3 w lo, the rest 0)
+    to_v, back_v = _mma_vector_scale(v_ptr, C, BC)
+    if TWO:
+        to_w, back_w = _mma_vector_scale(w_ptr, C, BC)
+    else:
+        to_w = 0.0
+        back_w = 0.0
+    g = tr % 8 + cw * 0
+    part = g % 2
+    use_w = g >= 2
+    m_col = g < (4 if TWO else 2)
+    b0 = _mma_sync_pair(v_ptr, w_ptr, cw, 0, C, m_col, part, use_w, to_v, to_w, SPLIT_V, SPLIT_W)
+    b1 = _mma_sync_pair(v_ptr, w_ptr, cw, 1, C, m_col, part, use_w, to_v, to_w, SPLIT_V, SPLIT_W)
+    b2 = _mma_sync_pair(v_ptr, w_ptr, cw, 2, C, m_col, part, use_w, to_v, to_w, SPLIT_V, SPLIT_W)
+    b3 = _mma_sync_pair(v_ptr, w_ptr, cw, 3, C, m_col, part, use_w, to_v, to_w, SPLIT_V, SPLIT_W)
+    d = _mma_sync_words(we, wo, se, so, b0, b1, b2, b3)  # at (tile row, 4t + q): d_q
+    # S v: columns 0 + 1 (v hi + lo) of lane t = 0, rows g (d0 + d1) and g + 8 (d2 + d3); S w: t = 1
+    t = cw // 4
+    q = cw % 4
+    s_dec = tl.load(gs_ptr + slot * s_gs + h)
+    e_v = tl.sum(tl.where((t == 0) & (q < 2), d, 0.0), 1)
+    o_v = tl.sum(tl.where((t == 0) & (q >= 2), d, 0.0), 1)
+    sv = _interleave_rows(e_v, o_v, BR) * back_v * s_dec
+    if TWO:
+        e_w = tl.sum(tl.where((t == 1) & (q < 2), d, 0.0), 1)
+        o_w = tl.sum(tl.where((t == 1) & (q >= 2), d, 0.0), 1)
+        sw = _interleave_rows(e_w, o_w, BR) * back_w * s_dec
+    else:
+        sw = 0.0
+    return sv, sw
+
+
+@triton.jit
+def _interleave_rows(even, odd, BR: tl.constexpr):
+    """[BR/2] values of tile rows 8j + g for rows 16j + g (even) and 16j + g + 8 (odd) → [BR] by row."""
+    x = tl.reshape(tl.join(even, odd), (BR // 16, 8, 2))
+    return tl.reshape(tl.permute(x, (0, 2, 1)), (BR,))
+
+
 @triton.jit
 def _nvfp4_dot_mma(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row64, rmask, C, v_ptr, w_ptr,
                    BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, TWO: tl.constexpr):
@@ -382,13 +591,17 @@ def read_state_dot(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask,
 
     The sums run in another order than ``load_state`` + ``tl.sum`` (same value up to fp32 rounding;
     "mma" accumulates each block on tensor cores, see ``_nvfp4_dot_mma`` for its error)."""
-    tl.static_assert(FP4 == "fp16" or FP4 == "ptx" or FP4 == "mma", "FP4 must be 'fp16', 'ptx' or 'mma'")
+    tl.static_assert(FP4 == "fp16" or FP4 == "ptx" or FP4 == "mma" or FP4 == "mma-ptx",
+                     "FP4 must be 'fp16', 'ptx', 'mma' or 'mma-ptx'")
     row64 = (h * R + rows).to(tl.int64)
     if FMT == C_NVFP4:
-        if HW and FP4 == "ptx":
+        if HW and FP4 == "mma-ptx" and (BR // 16) * 16 == BR and BC == 128:
+            sv, sw = _nvfp4_dot_mma_sync(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, v_ptr,
+                                         w_ptr, BR, BC, TWO)
+        elif HW and FP4 == "ptx":
             sv, sw = _nvfp4_dot_ptx(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row64, rmask, C, v_ptr, w_ptr,
                                     BC, TWO)
-        elif FP4 == "mma" and BR >= 16:
+        elif (FP4 == "mma" or FP4 == "mma-ptx") and BR >= 16:
             sv, sw = _nvfp4_dot_mma(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, row64, rmask, C, v_ptr, w_ptr,
                                     BR, BC, HW, TWO)
         else:

@@ -64,6 +64,7 @@ from precision_lab.kernels.common.launch import (
     overlap_scores_launch,
     pdl_kwargs,
     pow2,
+    resolve_fp4_decode,
     warps_for_tile,
 )
 from precision_lab.kernels.common.overlap import await_scores, release_dependents
@@ -1098,6 +1099,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         raise ValueError(f"T = {T} tokens do not fit a ring of {records.ring} records")
     shared = read is None
     read = update if shared else read
+    fp4_decode = resolve_fp4_decode(fp4_decode, read)
     _check(update, V, K)
     _check(read, V, K)
     dev = v.device

@@ -55,6 +55,7 @@ from precision_lab.kernels.common.launch import (
     overlap_scores_launch,
     pdl_kwargs,
     pow2,
+    resolve_fp4_decode,
     state_product_precision,
     warps_for_tile,
 )
@@ -1148,6 +1149,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
                          f"ring's records), got {window_bound}")
     shared = read is None
     read = update if shared else read
+    fp4_decode = resolve_fp4_decode(fp4_decode, read)
     for st in (update, read):
         if (st.R, st.C) != (P, N):
             raise ValueError(f"state pool holds [{st.R}, {st.C}] matrices, inputs need [{P}, {N}]")

@@ -94,7 +94,7 @@ TUNE_SPACE = {
         "flush": dict(max_registers=[None, 0], fold_precision=["tf32x3"]),
         # num_warps None: the wrapper's rule (the read format's warps and, from an NVFP4 read copy, its
         # register cap, which an explicit num_warps turns off)
-        "nonflush": dict(block_r=[None], num_warps=[None, 1, 2, 4], fp4_decode=["fp16", "ptx", "mma"]),
+        "nonflush": dict(block_r=[None], num_warps=[None, 1, 2, 4], fp4_decode=["fp16", "ptx", "mma", "mma-ptx"]),
         # 8 warps faulted (docs/pitfalls.md §14). window_bound: the history held as tiles of the window's
         # positions (16 for W = 8) instead of the ring's 32 (sm_90 compile: 120 bytes of spill stack per
         # thread against 144, 1480 SASS instructions against 1568)
@@ -116,7 +116,7 @@ TUNE_SPACE = {
         # fold_stages: the folds' pipeline depth (records staged ahead + 1; the rule's 8 at batch 256 beat
         # 4 by 15 % on the shared fp32 flush, reports/diagnostics/gdn-fold-stages-256.jsonl)
         "flush": dict(block_r=[None], fold_stages=[None, 6, 12]),
-        "nonflush": dict(block_r=[None, 128], num_warps=[None, 2, 4], fp4_decode=["fp16", "ptx", "mma"]),
+        "nonflush": dict(block_r=[None, 128], num_warps=[None, 2, 4], fp4_decode=["fp16", "ptx", "mma", "mma-ptx"]),
         "verify": dict(block_r=[None], num_warps=[None, 4], fold_stages=[None, 4]),   # None: 64 rows x 2 warps
     },
 }
@@ -127,7 +127,7 @@ TUNE_SPACE_WIDE = {
     "mamba2": {
         "conventional": [dict(block_r=[16, 32], num_warps=[4, 8])],
         "flush": [dict(block_r=[16, 32], num_warps=[2, 4, 8]), dict(block_r=[64], num_warps=[8])],
-        "nonflush": [dict(block_r=[None], num_warps=[1, 2, 4, 8], fp4_decode=["fp16", "ptx", "mma"])],
+        "nonflush": [dict(block_r=[None], num_warps=[1, 2, 4, 8], fp4_decode=["fp16", "ptx", "mma", "mma-ptx"])],
         "verify": [dict(block_r=[64], num_warps=[2, 4], window_bound=[None, WINDOW])],
         # 8 warps: sm_90 compiles of 8 tiles hold 221 registers and no spill uncapped, against 255 and 48
         # bytes at 4 warps (scripts/kernel_resources.py); only here, since the verify block faulted at 8
@@ -138,7 +138,7 @@ TUNE_SPACE_WIDE = {
     "gdn": {
         "conventional": [dict(block_r=[4, 8, 16, 32], num_warps=[1, 2, 4, 8])],
         "flush": [dict(block_r=[None, 32], num_warps=[None, 4])],
-        "nonflush": [dict(block_r=[None, 32, 128], num_warps=[None, 2, 4, 8], fp4_decode=["fp16", "ptx", "mma"])],
+        "nonflush": [dict(block_r=[None, 32, 128], num_warps=[None, 2, 4, 8], fp4_decode=["fp16", "ptx", "mma", "mma-ptx"])],
         "verify": [dict(block_r=[None, 32], num_warps=[None, 4])],
     },
 }
@@ -213,10 +213,12 @@ def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_
 
 # Keywords that change only how one read format is decoded: tuned only when that format is read
 # (fp4_decode: the NVFP4 element decode of the non-flush step, fp16 patterns, inline PTX or tensor-core
-# products; the tuning rows time all three, and the fastest is what the sweeps use).
+# products from shared memory or from registers; the tuning rows time all four, and the fastest is
+# what the sweeps use).
 READ_FORMAT_KEYWORDS = {"fp4_decode": "nvfp4"}
 NVFP4_PTX_CHECK = "nonflush-nvfp4-ptx"  # the correctness check of fp4_decode="ptx" (absent in older files)
 NVFP4_MMA_CHECK = "nonflush-nvfp4-mma"  # ... and of fp4_decode="mma", both launch forms (absent in older files)
+NVFP4_MMA_PTX_CHECK = "nonflush-nvfp4-mma-ptx"  # ... and of fp4_decode="mma-ptx" (absent in older files)
 
 
 # The T > 1 launch keywords that choose another kernel or layout (a register cap only allocates the
@@ -414,9 +416,10 @@ def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
         y16 = prob.replay(False, False, fp4_decode="fp16").float().clone()  # (writes only y and the record)
         e = rel(prob.replay(False, False, fp4_decode="ptx"), y16)
         out[f"{op}:{NVFP4_PTX_CHECK}"] = {"rel_err": {"y": e}, "tol": 5e-3, "ok": e < 5e-3}
-        errs = {f"y_{name}": rel(prob.replay(False, False, fp4_decode="mma", fused_scores=fused), y16)
-                for name, fused in (("two_launch", False), ("one_launch", True))}
-        out[f"{op}:{NVFP4_MMA_CHECK}"] = {"rel_err": errs, "tol": 5e-3, "ok": max(errs.values()) < 5e-3}
+        for decode, check in (("mma", NVFP4_MMA_CHECK), ("mma-ptx", NVFP4_MMA_PTX_CHECK)):
+            errs = {f"y_{name}": rel(prob.replay(False, False, fp4_decode=decode, fused_scores=fused), y16)
+                    for name, fused in (("two_launch", False), ("one_launch", True))}
+            out[f"{op}:{check}"] = {"rel_err": errs, "tol": 5e-3, "ok": max(errs.values()) < 5e-3}
     return out
 
 
@@ -675,7 +678,7 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
     out = {}
     for op in ("mamba2", "gdn"):
         ok_conv, ok_replay, ok_nvfp4 = ok(f"{op}:fp32"), ok(f"{op}:shared:fp32"), ok(f"{op}:split:fp32/nvfp4")
-        for check in (NVFP4_PTX_CHECK, NVFP4_MMA_CHECK):  # the NVFP4 read row may come from any decode
+        for check in (NVFP4_PTX_CHECK, NVFP4_MMA_CHECK, NVFP4_MMA_PTX_CHECK):  # the NVFP4 read row: any decode
             if f"{op}:{check}" in checks:
                 ok_nvfp4 = ok_nvfp4 and ok(f"{op}:{check}")
         ok_flush = ok(f"{op}:verify-T4-flush")
