@@ -9,6 +9,7 @@ costs in registers, spills and shared memory — no GPU and no device time neede
     python scripts/kernel_resources.py --hw --ops flush   # autoregressive flushes per split policy
     python scripts/kernel_resources.py --hw --ops flush --policies fp16-sr/nvfp4 fp32/fp32
     python scripts/kernel_resources.py --hw --ops gdn --batch 1 --loads   # batch 1's rules, load by load
+    python scripts/kernel_resources.py --hw --ops gdn --overlap-scores   # two-launch steps as overlapped
 
 For every launch the wrappers would make, the kernel launch is replaced by ``triton.compile`` for
 ``cuda:90`` with the same arguments (pointer alignment and divisibility-by-16 of integer arguments
@@ -485,6 +486,9 @@ def main(argv=None) -> int:
                          "rules, small-batch ones included (default: batch 2 at the large-batch shapes)")
     ap.add_argument("--loads", action="store_true",
                     help="below each launch, every global load's memory round and source line")
+    ap.add_argument("--overlap-scores", action="store_true",
+                    help="two-launch steps as on a Hopper GPU, overlapped with their scores kernel (the "
+                         "wrappers' rule where the read copy is NVFP4: the step reads the raw q, k)")
     args = ap.parse_args(argv)
     print(f"# Triton {triton.__version__} ({os.path.dirname(triton.__file__)}), sm_90", flush=True)
     _Compile.LOADS = args.loads
@@ -493,6 +497,11 @@ def main(argv=None) -> int:
     import precision_lab.kernels.gdn.decode as gd
     import precision_lab.kernels.mamba2.decode as m2
 
+    if args.overlap_scores:  # the launch keyword itself is not a compile argument
+        for mod in (gd, m2):
+            if hasattr(mod, "overlap_scores_launch"):
+                mod.overlap_scores_launch = lambda device, override, measured_faster=True: measured_faster
+                mod.pdl_kwargs = lambda pdl: {}
     with large_batch_shapes(m2, gd) if args.batch is None else contextlib.nullcontext():
         B = 2 if args.batch is None else args.batch
         if "mamba2" in args.ops:
