@@ -234,6 +234,44 @@ def test_run_records_every_row_and_writes_what_the_report_reads(tmp_path, monkey
     assert md.count("| 256 | 512 |") == 2 and f"| 263 | 1039 | {amortised:.4g} | 768 |" in md
 
 
+@pytest.mark.parametrize("failed", [(), ("mma-ptx",)])
+def test_a_decode_that_failed_its_check_is_not_timed(tmp_path, monkeypatch, failed):
+    """The NVFP4 decodes are tuning candidates only once their correctness check passed: with the
+    fastest decode's check failing, the tuning times the others, the NVFP4 read row runs the fastest
+    of them, and the NVFP4 target is still reported (its row ran a checked decode); with every check
+    passing, the fastest wins. Fixture timings: "mma-ptx" fastest, then "mma"."""
+    dk = bench_kernels
+    monkeypatch.setenv("PRECISION_LAB_GIT", "abc1234")
+    names = ["fp32", "shared:fp32", "shared:fp32:one-launch", "split:fp32/nvfp4", "verify-T4", "verify-T4-flush"]
+    names += list(dk.FP4_DECODE_CHECKS.values())
+    bad = {f"gdn:{dk.FP4_DECODE_CHECKS[d]}" for d in failed}
+    monkeypatch.setattr(dk, "check_correctness", lambda dev, ops: {
+        f"{op}:{n}": {"rel_err": {"y": 1e-7}, "tol": 1e-5, "ok": f"{op}:{n}" not in bad} for op in ops for n in names})
+    monkeypatch.setattr(dk, "copy_ceiling", lambda dev: Ceiling(method="fixture", bytes=8, us=1.0, GBps=4000.0,
+                                                               timing="fixture"))
+    speed = {"fp16": 1.0, "ptx": 1.2, "mma": 0.9, "mma-ptx": 0.8}
+
+    def measure(op, kind, B, dev, *, upd="fp32", read=None, ring=16, W=0, T=1, fold_new=None, cfg=None, fused=None):
+        nbytes = dk.step_bytes(op, kind, B, upd, read, W, T)
+        us = B * T + W + 1.0
+        if kind == "nonflush" and read == "nvfp4":
+            us *= speed[(cfg or {}).get("fp4_decode", "fp16")]
+        return {"op": op, "kernel": kind, "batch": B, "update": upd, "read": read, "W": W, "T": T, "ring": ring,
+                "cfg": dict(cfg or {}), "us": us, "bytes": nbytes, "GBps": nbytes / us / 1e3, "timing": "fixture",
+                "buffer_sets": 1, "fused_scores": dk.launch_form(op, kind, B, T, fold_new, fused)}
+
+    monkeypatch.setattr(dk, "measure", measure)
+    monkeypatch.setattr(dk, "fla_peer", lambda op, B, dev: {"op": op, "kernel": "fla", "batch": B, "us": 3.0 * B,
+                                                            "bytes": 1.0, "GBps": 1.0, "implementation": "fla.fixture"})
+    monkeypatch.setattr(dk, "fla_versions", lambda: {"flash-linear-attention": "0.6.0"})
+    res = dk.run(output=tmp_path / "k.json", quick=True, ops=("gdn",))
+    tuned = {r.cfg.get("fp4_decode") for r in res.rows if r.tag == "tune" and r.read == "nvfp4"}
+    assert tuned == set(dk.FP4_DECODE_CHECKS) - set(failed) | {"fp16"}
+    (read_row,) = [r for r in res.rows if r.tag == "read" and r.kernel == "nonflush" and r.read == "nvfp4"]
+    assert read_row.cfg["fp4_decode"] == ("mma" if failed else "mma-ptx")
+    assert res.summary["gdn"].targets["nvfp4_nonflush_pct_byte_bound"].value is not None
+
+
 def test_each_stored_format_is_timed_at_its_own_fastest_conventional_shape(tmp_path, monkeypatch):
     """The conventional step of every 16-bit and FP8 stored format (the baseline of its flush target)
     is tuned in its own format over the conventional space and the wrappers' per-format rule ({}), and

@@ -219,6 +219,9 @@ READ_FORMAT_KEYWORDS = {"fp4_decode": "nvfp4"}
 NVFP4_PTX_CHECK = "nonflush-nvfp4-ptx"  # the correctness check of fp4_decode="ptx" (absent in older files)
 NVFP4_MMA_CHECK = "nonflush-nvfp4-mma"  # ... and of fp4_decode="mma", both launch forms (absent in older files)
 NVFP4_MMA_PTX_CHECK = "nonflush-nvfp4-mma-ptx"  # ... and of fp4_decode="mma-ptx" (absent in older files)
+#: the correctness check each NVFP4 decode other than the default "fp16" needs before it is timed
+#: ("fp16" is what the policy streams of ``check_correctness`` run)
+FP4_DECODE_CHECKS = {"ptx": NVFP4_PTX_CHECK, "mma": NVFP4_MMA_CHECK, "mma-ptx": NVFP4_MMA_PTX_CHECK}
 
 
 # The T > 1 launch keywords that choose another kernel or layout (a register cap only allocates the
@@ -296,13 +299,14 @@ def tune_candidates(op, kind, wide: bool = False, read: str | None = None, small
 
 
 def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, wide=False, B=256, small=False,
-         base: dict | None = None, upd: str = "fp32") -> dict:
+         base: dict | None = None, upd: str = "fp32", failed_decodes=()) -> dict:
     """Fastest launch shape of one kernel kind at batch ``B`` (every candidate recorded, failures too;
     ``small``: over ``TUNE_SPACE_SMALL``, each candidate also at the wrappers' defaults ``{}``;
     ``base``: keywords every candidate starts from, e.g. the fp32 flush's winner under the speculative
     flush's own candidates; a candidate's None keeps the base's value, or the wrapper's rule; ``upd``:
     the stored (update) format, which a conventional step other than fp32 also tunes at the wrappers'
-    defaults ``{}``, their per-format rule)."""
+    defaults ``{}``, their per-format rule); ``failed_decodes``: NVFP4 decodes whose correctness check
+    failed, which are not timed (a decode that computes wrong products must not win the tuning)."""
     best = None
     mkind = {"verify": "nonflush", "spec_flush": "flush"}.get(kind, kind)
     cands = tune_candidates(op, kind, wide, read, small)
@@ -311,6 +315,7 @@ def tune(op, kind, dev, rec, *, read=None, W=0, T=1, ring=16, wide=False, B=256,
     if base:
         cands = [{**base, **{k: v for k, v in c.items() if v is not None}} for c in cands]
     cands = [{k: W if v == WINDOW else v for k, v in c.items()} for c in cands]  # (the row's window)
+    cands = [c for c in cands if c.get("fp4_decode") not in failed_decodes]
     for cfg in cands:
         try:
             r = measure(op, mkind, B, dev, upd=upd, read=read, W=W, T=T, ring=ring, cfg=cfg)
@@ -529,8 +534,10 @@ def run(*, output, quick: bool = False, ops=("mamba2", "gdn"), tune_only: bool =
         wide = tune_only
         best = {"conventional": tune(op, "conventional", dev, rec, wide=wide),
                 "flush": tune(op, "flush", dev, rec, W=15, wide=wide)}
+        failed = {d for d, c in FP4_DECODE_CHECKS.items() if f"{op}:{c}" in checks and not checks[f"{op}:{c}"].ok}
         for rf in READ_FMTS:
-            best["nonflush", rf] = tune(op, "nonflush", dev, rec, read=rf, W=Lmid(16), wide=wide)
+            best["nonflush", rf] = tune(op, "nonflush", dev, rec, read=rf, W=Lmid(16), wide=wide,
+                                        failed_decodes=failed)
         for T in ([1, 8] if quick or wide else DRAFT_T):
             if T > 1:
                 ring = 1 << (16 + T - 1).bit_length()
@@ -678,9 +685,11 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
     out = {}
     for op in ("mamba2", "gdn"):
         ok_conv, ok_replay, ok_nvfp4 = ok(f"{op}:fp32"), ok(f"{op}:shared:fp32"), ok(f"{op}:split:fp32/nvfp4")
-        for check in (NVFP4_PTX_CHECK, NVFP4_MMA_CHECK, NVFP4_MMA_PTX_CHECK):  # the NVFP4 read row: any decode
-            if f"{op}:{check}" in checks:
-                ok_nvfp4 = ok_nvfp4 and ok(f"{op}:{check}")
+        # the NVFP4 read row needs the check of the decode it was timed with
+        nf4_read = _find(rows, op=op, tag="read", kernel="nonflush", read="nvfp4")
+        decode = (nf4_read.cfg or {}).get("fp4_decode", "fp16") if nf4_read else "fp16"
+        if decode in FP4_DECODE_CHECKS and f"{op}:{FP4_DECODE_CHECKS[decode]}" in checks:
+            ok_nvfp4 = ok_nvfp4 and ok(f"{op}:{FP4_DECODE_CHECKS[decode]}")
         ok_flush = ok(f"{op}:verify-T4-flush")
         batch, windows, drafts, read, update, conv = {}, {}, {}, {}, {}, {}
         for B in BATCHES:
