@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 from precision_lab.kernels.common.formats import C_NVFP4
-from precision_lab.kernels.common.launch import FP4_DECODES, check_fp4_decode
+from precision_lab.kernels.common.launch import FP4_DECODES, check_fp4_decode, resolve_fp4_decode
 from precision_lab.kernels.common.read_probe import nvfp4_read_products
 from precision_lab.kernels.common.state_io import load_state
 from precision_lab.kernels.decode_state import PackedState
@@ -402,6 +402,24 @@ def test_nvfp4_pool_must_allow_word_loads():
         pool.kernel_args()
 
 
+def test_mma_ptx_runs_only_where_its_layout_holds():
+    """``resolve_fp4_decode``: "mma-ptx" stays where rows are 128 elements, the pool and its slot stride
+    16-byte aligned and the row block whole m-tiles of at least 16 rows per warp; anywhere else the
+    wrappers compile "mma" (the same products through shared memory); other names pass through."""
+    pool = PackedState.empty("nvfp4", 2, 1, 128, 128)
+    assert resolve_fp4_decode("mma-ptx", pool, 64, 1) == "mma-ptx"
+    assert resolve_fp4_decode("mma-ptx", pool, 64, 4) == "mma-ptx"
+    assert resolve_fp4_decode("mma-ptx", pool, 16, 4) == "mma"  # 4 rows per warp
+    assert resolve_fp4_decode("mma-ptx", pool, 24, 1) == "mma"  # not whole m-tiles
+    assert resolve_fp4_decode("mma-ptx", PackedState.empty("nvfp4", 2, 1, 128, 64), 64, 1) == "mma"
+    big = torch.zeros(2 * 128 * 64 + 8, dtype=torch.uint8)
+    pool.data = big[8:].view(2, 1, 128, 64)  # 8-byte aligned
+    assert resolve_fp4_decode("mma-ptx", pool, 64, 1) == "mma"
+    assert resolve_fp4_decode("fp16", pool, 16, 4) == "fp16"
+    with pytest.raises(ValueError, match="fp4_decode must be one of"):
+        resolve_fp4_decode("table", pool, 64, 1)
+
+
 def test_fp4_decode_names():
     for name in FP4_DECODES:
         check_fp4_decode(name)
@@ -416,7 +434,7 @@ import kernel_resources as kr
 from precision_lab.kernels.common.formats import C_NVFP4
 from precision_lab.kernels.common.read_probe import _read_state_dot_kernel
 from precision_lab.kernels.decode_state import PackedState
-for BR, warps in ((16, 1), (64, 1), (64, 2), (128, 4)):
+for BR, warps in ((16, 1), (32, 2), (64, 1), (64, 4), (128, 4)):
     pool = PackedState.empty("nvfp4", 2, 1, 128, 128)
     d, sc, gs, s_d, s_sc, s_gs = pool.kernel_args()
     v, w = torch.zeros(128, dtype=torch.bfloat16), torch.zeros(128)
@@ -437,7 +455,8 @@ def test_mma_ptx_operands_sit_on_the_fragment_lanes():
     only where the compiler lays the code words out four per thread, four threads along a tile row and
     eight rows per warp (lane 4g + t), the warps along the rows, and gives every operand of the
     inline-PTX call that same layout. Compiled for sm_90 on any machine (no GPU): the layout of every
-    operand and result of the call at row blocks of 16 to 128 and 1 to 4 warps, no layout change
+    operand and result of the call at row blocks of 16 to 128 rows and 1 to 4 warps, 16 rows per warp
+    or more (what ``resolve_fp4_decode`` lets through), no layout change
     into it (the code words go from their loads to the call as loaded), and 8 products per m-tile of
     each warp."""
     if not Path(kernel_resources._BIN, "ptxas").exists():

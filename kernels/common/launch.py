@@ -43,17 +43,20 @@ def check_fp4_decode(name: str) -> None:
         raise ValueError(f"fp4_decode must be one of {FP4_DECODES}, got {name!r}")
 
 
-def resolve_fp4_decode(name: str, pool) -> str:
-    """The decode a kernel compiles for ``name`` and this read copy (a ``PackedState``): "mma-ptx"
-    hands the registers of 16-byte code loads to the tensor cores as they are, so it needs rows of
-    exactly 128 elements (64 bytes) starting at 16-byte aligned addresses, which the compiler must
-    be able to see (a 16-byte aligned pool and slot stride); elsewhere it runs as "mma", the same
-    products through shared memory."""
+def resolve_fp4_decode(name: str, pool, block_r: int, num_warps: int) -> str:
+    """The decode a kernel compiles for ``name``, this read copy (a ``PackedState``) and its launch
+    (``block_r`` rows per program over ``num_warps`` warps). "mma-ptx" hands the registers of 16-byte
+    code loads to the tensor cores as they are, which holds only where the compiler loads four words
+    per thread along eight-row slabs per warp: rows of exactly 128 elements (64 bytes) that it can
+    see are 16-byte aligned (a 16-byte aligned pool and slot stride), and a row block of whole m-tiles
+    with at least 16 rows per warp (fewer, and it spreads the words thinner). Elsewhere it runs as
+    "mma", the same products through shared memory."""
     check_fp4_decode(name)
-    if name != "mma-ptx" or pool is None:
+    if name != "mma-ptx":
         return name
     aligned = pool.data.data_ptr() % 16 == 0 and pool.data.stride(0) % 16 == 0
-    return name if pool.C == 128 and aligned else "mma"
+    fits = block_r % 16 == 0 and block_r >= 16 * num_warps
+    return name if pool.C == 128 and aligned and fits else "mma"
 
 
 #: longest window of the window-parallel scans (their in-register triangular solve is BLOCK_W wide)

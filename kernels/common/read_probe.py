@@ -34,7 +34,10 @@ def nvfp4_read_products(pool: PackedState, v: torch.Tensor, w: torch.Tensor, fp4
     S, R, C = pool.data.shape[0], pool.R, pool.C
     sv, sw = (torch.full((S, R), float("nan"), device=device) for _ in range(2))
     d, sc, gs, s_d, s_sc, s_gs = pool.kernel_args()
+    # 4 warps, or for "mma-ptx" one per 16 rows up to 4 (its layout needs 16 rows per warp)
+    warps = min(4, max(1, block_r // 16)) if fp4_decode == "mma-ptx" else 4
     _read_state_dot_kernel[(triton.cdiv(R, block_r), S)](
         d, sc, gs, s_d, s_sc, s_gs, v.to(device), w.to(device), sv, sw, R, C, BR=block_r,
-        BC=triton.next_power_of_2(C), HW=str(device).startswith("cuda"), FP4=resolve_fp4_decode(fp4_decode, pool))
+        BC=triton.next_power_of_2(C), HW=str(device).startswith("cuda"),
+        FP4=resolve_fp4_decode(fp4_decode, pool, block_r, warps), num_warps=warps)
     return sv.cpu(), sw.cpu()

@@ -1099,7 +1099,6 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
         raise ValueError(f"T = {T} tokens do not fit a ring of {records.ring} records")
     shared = read is None
     read = update if shared else read
-    fp4_decode = resolve_fp4_decode(fp4_decode, read)
     _check(update, V, K)
     _check(read, V, K)
     dev = v.device
@@ -1122,6 +1121,7 @@ def gdn_replay_step(update: PackedState, read: PackedState | None, records: GDNR
     if fused and not flush:  # the window's k records as a [ring, K] tile too: more warps (no spill)
         nw = max(nw, fused_nonflush_warps(bj))
     nw = _small_grid_warps(T, flush, fused, V, br, bj, Bsz * Hv, block_r) or nw
+    fp4_decode = resolve_fp4_decode(fp4_decode, read, br, num_warps or nw)
     if max_registers is None:
         max_registers = _nonflush_max_registers(T, flush, fused, block_r, num_warps, read.code, fp4_decode)
     # a two-launch one-token step overlaps its scores kernel where it can (overlap_scores_launch)

@@ -1149,7 +1149,6 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
                          f"ring's records), got {window_bound}")
     shared = read is None
     read = update if shared else read
-    fp4_decode = resolve_fp4_decode(fp4_decode, read)
     for st in (update, read):
         if (st.R, st.C) != (P, N):
             raise ValueError(f"state pool holds [{st.R}, {st.C}] matrices, inputs need [{P}, {N}]")
@@ -1233,6 +1232,8 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
             num_warps=num_warps or _replay_warps(T, flush), **({"maxnreg": max_registers} if max_registers else {}),
             enable_fp_fusion=False)  # a flush rounds state: no a*b+c fused into FMAs
         return y
+    step_warps = num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32)
+    fp4_decode = resolve_fp4_decode(fp4_decode, read, br, step_warps)
     grid = (nrb, H, Bsz)
     mamba2_replay_step_kernel[grid](
         *update.kernel_args(), *read.kernel_args(),
@@ -1246,7 +1247,7 @@ def mamba2_replay_step(update: PackedState, read: PackedState | None, records: M
         BR=br, BC=bc, BJ=bj, BW=bw, TP=max(pow2(T), 16), HW=x.is_cuda, FP4=fp4_decode,
         FOLD_PREC=fold_precision,
         VERIFY_PREC=verify_precision, STATE_PREC=state_prec,
-        FUSED=fused, PDL=pdl, TILED_FMT=tiled_fmt, EARLY_GATES=EARLY_OUTPUT_GATES and fused, EARLY_DT=EARLY_TOKEN_DT, num_warps=num_warps or _replay_warps(T, flush, fused, bj, read.code == FMT_FP32),
+        FUSED=fused, PDL=pdl, TILED_FMT=tiled_fmt, EARLY_GATES=EARLY_OUTPUT_GATES and fused, EARLY_DT=EARLY_TOKEN_DT, num_warps=step_warps,
         **({"maxnreg": max_registers} if max_registers else {}), **pdl_kwargs(pdl),
         # a step that stores no state may fuse a*b+c into FMAs (outputs are compared with a tolerance
         # and the records are single products); a flush rounds state and must not
