@@ -602,3 +602,28 @@ def test_batch1_rules_ab_rounds_time_each_form_with_its_rule_set_and_leave_warmu
     assert timings[("conventional", "")] == [rows[per_round]["us"], rows[2 * per_round]["us"]]
     assert all(len(us) == 2 for us in timings.values()) and len(timings) == per_round
     assert {constant: getattr(decode, constant) for constant in rules} == rules
+
+
+def test_nvfp4_decodes_ab_times_every_decode_in_alternating_order():
+    """scripts/ab_nvfp4_decodes.py's rounds (a stand-in ``measure``, no GPU): per round and operator the
+    conventional step, then the output-only step once per decode at batch 256, W = 7 from an NVFP4 read
+    copy, in ``FP4_DECODES`` order and reversed the next round; every row emitted, and the returned
+    times keyed by operator and form."""
+    from tests._scripts import load_script
+
+    ab = load_script("ab_nvfp4_decodes")
+    calls, rows = [], []
+
+    def measure(op, kind, B, dev, **kw):
+        calls.append((op, kind, B, kw.get("read"), kw.get("W"), (kw.get("cfg") or {}).get("fp4_decode")))
+        return {"op": op, "kernel": kind, "us": float(len(calls))}
+
+    times = ab.timed_rounds(measure, FP4_DECODES, "cpu", 2, rows.append, ops=("gdn",))
+    decodes = list(FP4_DECODES)
+    want = [("gdn", "conventional", 256, None, None, None)]
+    want += [("gdn", "nonflush", 256, "nvfp4", 7, d) for d in decodes]
+    want += [("gdn", "conventional", 256, None, None, None)]
+    want += [("gdn", "nonflush", 256, "nvfp4", 7, d) for d in reversed(decodes)]
+    assert calls == want
+    assert [r["rep"] for r in rows] == [0] * (1 + len(decodes)) + [1] * (1 + len(decodes))
+    assert times[("gdn", decodes[0])] == [2.0, float(2 * (1 + len(decodes)))]
