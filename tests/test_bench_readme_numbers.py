@@ -70,6 +70,7 @@ RUN28 = BENCH + "bench_kernels_round2ze_quick_h100.json"
 RUN30 = BENCH + "bench_kernels_round2zg_quick_h100.json"  # as measured (the recount came later)
 HEAD_PAIRS = "reports/diagnostics/mamba2-nvfp4-head-pairs-a4b3268.jsonl"
 VECTOR_FIRST = "reports/diagnostics/nvfp4-vector-first-ce4f78c.jsonl"
+DECODES_AB = "reports/diagnostics/nvfp4-decodes-ab-ad4f947-h100.jsonl"
 KERNEL_TIMES = "reports/diagnostics/replay-kernel-times-03c6535.jsonl"
 OWN_QK = "reports/diagnostics/gdn-own-qk-03c6535.jsonl"
 CHUNKED_FOLD = "reports/diagnostics/gdn-chunked-fold.jsonl"
@@ -531,6 +532,45 @@ def vector_first_rows():
         ("- GDN {} against {};", VECTOR_FIRST,
          lambda d: (span(us("gdn", 256, "new"), "{:.1f}"), span(us("gdn", 256, "old"), "{:.1f}"))),
         ("- batches 16 and 1 within {:.1f} µs either way.", VECTOR_FIRST, lambda d: (at_most(small, 1),)),
+    ]
+
+
+def decodes_ab_rows():
+    """The NVFP4 read's tensor-core products from registers ("mma-ptx"), one A/B on an H100 (diagnostics
+    after the fortieth run): the timings per decode, the bf16 check against "fp16", the GPU test log of
+    the same commit, and how far the thirty-first run's GDN NVFP4 step is from its target."""
+    rows = diagnostics_rows(DECODES_AB)
+    (head,) = [r for r in rows if r["kind"] == "head"]
+
+    def us(op, form):
+        return [r["us"] for r in rows if r["kind"] == "time" and r["op"] == op and r["form"] == form]
+
+    def row(label, op):
+        return (f"| {label} | {{}} | {{}} | {{}} |", DECODES_AB,
+                lambda d: tuple(span(us(op, form), "{:.1f}") for form in ("fp16", "mma", "mma-ptx")))
+
+    def faster_pct(op):
+        return 100 * (1 - median(us(op, "mma-ptx")) / median(us(op, "fp16")))
+
+    checks_ = [r for r in rows if r["kind"] == "check"]
+    log = (ROOT / gpu_log("ad4f947")).read_text()
+    (failed,) = re.findall(r"(\d+) failed", log)
+    nvfp4 = target(load(RUN31_H200), "gdn", "nvfp4_nonflush_pct_byte_bound")
+    return [
+        ("Timed at `{}` on one {} at batch 256, W = 7, three rounds in one process", DECODES_AB,
+         lambda d: (head["commit"], head["device"].removeprefix("NVIDIA ").removesuffix(" 80GB HBM3"))),
+        row("GDN output-only step", "gdn"), row("Mamba-2 output-only step", "mamba2"),
+        ("GDN's step runs {:.0f} % faster than with \"fp16\"; Mamba-2's is the same within {:.0f} %.", DECODES_AB,
+         lambda d: (faster_pct("gdn"), at_most(abs(faster_pct("mamba2")), 0))),
+        ("equal those of \"fp16\" in both operators (relative difference {})", DECODES_AB,
+         lambda d: ({0.0: "0"}[max(r["rel_err_vs_fp16"] for r in checks_)],)),
+        ("The GPU kernel tests at `ad4f947` failed {} of {}", gpu_log("ad4f947"),
+         lambda d: (int(failed), int(failed) + gpu_test_count("ad4f947"))),
+        ("GDN's NVFP4 step on the H200 ({:.1f} µs in the thirty-first run) needs about {:.0f} % less time for its "
+         "{:.0f} % target, so an {:.0f} % gain would not reach it.", RUN31_H200,
+         lambda d: (one(r["us"] for r in d["rows"] if r["op"] == "gdn" and r["kernel"] == "nonflush"
+                        and r["read"] == "nvfp4" and r["tag"] == "read"),
+                    100 * (1 - nvfp4["value"] / nvfp4["target"]), nvfp4["target"], faster_pct("gdn"))),
     ]
 
 
@@ -3105,6 +3145,8 @@ CLAIMS: list[tuple[str, str, object]] = [
      lambda d: tuple(split_per_token_us(r, op) for op in ("gdn", "mamba2") for r in (d, load(RUN39)))),
     ("The GPU kernel tests passed on an H100 at `da3a97e` just before this run ({},", gpu_log("da3a97e"),
      lambda d: (gpu_test_count("da3a97e"),)),
+    # --- since the fortieth run: the NVFP4 read's tensor-core products from registers (diagnostics) ---
+    *decodes_ab_rows(),
 ]
 
 # What each section says was met among README's targets, checked against its result file.
@@ -3135,7 +3177,8 @@ def test_bench_readme_states_which_targets_are_met(rel):
 # measurements.
 NOT_MEASUREMENTS = ("the summary had kept round one's 1.2×", "(0.5625 bytes per element against 2 and 1)",
                     "the 16 × 16 unit lower-triangular inverse", "at small batch 32 × 4 uncapped",
-                    "(8 × 304 against 4 × 508)", "| batch 1, µs |", "| GDN fp32 flush at batch 1, µs |", "Triton 3.6")
+                    "(8 × 304 against 4 × 508)", "| batch 1, µs |", "| GDN fp32 flush at batch 1, µs |", "Triton 3.6",
+                    "| batch 256, W = 7, µs |")
 
 # Any decimal (not a § section number), or any number with a unit: what a section must not print
 # without a claim behind it.
