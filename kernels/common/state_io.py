@@ -265,16 +265,25 @@ def _mma_vector(v_ptr, elem, m_e, SPLIT: tl.constexpr):
     entries pass through hi unchanged (lo 0)."""
     v = tl.load(v_ptr + elem, mask=m_e, other=0).to(tl.float32)
     bits = qc.abs_bits(v)
-    amax = tl.max(tl.where(bits < 0x7F800000, bits, 0), 0)
-    e = tl.minimum(tl.maximum((amax >> 23) - 127, -100), 127)
-    e = tl.where(amax == 0, 0, e)
-    vs = v * _pow2(14 - e)
+    to, back = _mma_scales(bits)
+    vs = v * to
     hi = vs.to(tl.float16)
     if SPLIT:
         lo = tl.where(bits < 0x7F800000, vs - hi.to(tl.float32), 0.0).to(tl.float16)
     else:
         lo = tl.zeros_like(hi)
-    return hi, lo, _pow2(e)
+    return hi, lo, back
+
+
+@triton.jit
+def _mma_scales(bits):
+    """(2^(14-E), 2^E) for a vector given as the absolute bit patterns of its entries [n]: E =
+    floor(log2 amax) of the finite entries, clamped to [-100, 127], 0 for a zero vector
+    (``_mma_vector``)."""
+    amax = tl.max(tl.where(bits < 0x7F800000, bits, 0), 0)
+    e = tl.minimum(tl.maximum((amax >> 23) - 127, -100), 127)
+    e = tl.where(amax == 0, 0, e)
+    return _pow2(14 - e), _pow2(e)
 
 
 @triton.jit
@@ -364,13 +373,9 @@ def _gather_f32(addr, m, DT: tl.constexpr):
 
 @triton.jit
 def _mma_vector_scale(v_ptr, C, BC: tl.constexpr):
-    """(2^(14-E), 2^E) for the vector's C entries, E as in ``_mma_vector``."""
+    """(2^(14-E), 2^E) for the vector's C entries (``_mma_scales``)."""
     cc = tl.arange(0, BC)
-    bits = qc.abs_bits(tl.load(v_ptr + cc, mask=cc < C, other=0).to(tl.float32))
-    amax = tl.max(tl.where(bits < 0x7F800000, bits, 0), 0)
-    e = tl.minimum(tl.maximum((amax >> 23) - 127, -100), 127)
-    e = tl.where(amax == 0, 0, e)
-    return _pow2(14 - e), _pow2(e)
+    return _mma_scales(qc.abs_bits(tl.load(v_ptr + cc, mask=cc < C, other=0).to(tl.float32)))
 
 
 @triton.jit
@@ -412,7 +417,7 @@ def _mma_sync_pair(v_ptr, w_ptr, cw, K: tl.constexpr, C, m_col, part, use_w, to_
 def _nvfp4_dot_mma_sync(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask, R, C, v_ptr, w_ptr,
                         BR: tl.constexpr, BC: tl.constexpr, TWO: tl.constexpr):
     """``read_state_dot`` of an NVFP4 tile as tensor-core products issued from registers by inline PTX
-    (``_mma_sync_word``; compiled GPU kernels only, BC = 128, BR % 16 == 0): the tensor-core form of
+    (``_mma_sync_words``; compiled GPU kernels only, BC = 128, BR % 16 == 0): the tensor-core form of
     ``_nvfp4_dot_mma`` without its operand's layout change through shared memory, and no per-element
     fp32 conversion or FMA.
 
@@ -588,6 +593,10 @@ def read_state_dot(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, rmask,
       vectors in two fp16 parts), one block-diagonal product per part, the block scales once per
       16 elements; compiled and interpreted alike. Needs BR >= 16 (the tensor-core product's rows);
       a smaller row block takes "fp16".
+    * "mma-ptx": with HW the same products issued from the registers the codes were loaded into
+      (``_nvfp4_dot_mma_sync``; no shared-memory layout change). Needs BC = 128, whole m-tiles of
+      16 rows and at least 16 rows per warp, which the wrappers check (``resolve_fp4_decode``, which
+      gives "mma" elsewhere); the interpreter runs "mma".
 
     The sums run in another order than ``load_state`` + ``tl.sum`` (same value up to fp32 rounding;
     "mma" accumulates each block on tensor cores, see ``_nvfp4_dot_mma`` for its error)."""
