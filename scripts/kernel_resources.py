@@ -78,15 +78,28 @@ def _signature(fn, args, kwargs):
     return sig, const, attrs
 
 
+def _compile(fn, args, kwargs, options: dict):
+    """One launch compiled for sm_90 (``triton.compile``), arguments specialised as the runtime would."""
+    sig, const, attrs = _signature(fn, args, kwargs)
+    return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs),
+                          target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def _cubin_texts(cubin: bytes, *commands: list[str]) -> list[str]:
+    """The output of each command (a tool of Triton's bin folder and its flags) run on the cubin."""
+    with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    try:
+        return [subprocess.run([os.path.join(_BIN, tool), *flags, f.name], capture_output=True, text=True).stdout
+                for tool, *flags in commands]
+    finally:
+        os.unlink(f.name)
+
+
 def compiled_text(fn, args, kwargs, num_warps: int) -> tuple[str, str]:
     """(TTGIR, SASS) of one launch compiled for sm_90, arguments as ``resources``."""
-    sig, const, attrs = _signature(fn, args, kwargs)
-    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs),
-                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
-    with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
-        f.write(k.asm["cubin"])
-    sass = subprocess.run([os.path.join(_BIN, "cuobjdump"), "-sass", f.name], capture_output=True, text=True).stdout
-    os.unlink(f.name)
+    k = _compile(fn, args, kwargs, dict(num_warps=num_warps))
+    (sass,) = _cubin_texts(k.asm["cubin"], ["cuobjdump", "-sass"])
     return k.asm["ttgir"], sass
 
 
@@ -94,18 +107,11 @@ def resources(fn, args, kwargs, num_warps: int, enable_fp_fusion: bool = False, 
               loads: bool = False) -> dict:
     """Compile one launch for sm_90 and read what it costs; ``loads``: also every global load's memory
     round and source line (``load_rounds`` of nvdisasm's text with line information), under "loads"."""
-    sig, const, attrs = _signature(fn, args, kwargs)
     options = dict(num_warps=num_warps, enable_fp_fusion=enable_fp_fusion, **({"maxnreg": maxnreg} if maxnreg else {}))
-    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs),
-                       target=GPUTarget("cuda", 90, 32), options=options)
-    with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
-        f.write(k.asm["cubin"])
-    usage = subprocess.run([os.path.join(_BIN, "cuobjdump"), "--dump-resource-usage", f.name],
-                           capture_output=True, text=True).stdout
-    sass = subprocess.run([os.path.join(_BIN, "cuobjdump"), "-sass", f.name], capture_output=True, text=True).stdout
-    lined = subprocess.run([os.path.join(_BIN, "nvdisasm"), "-g", "-c", f.name], capture_output=True,
-                           text=True).stdout if loads else ""
-    os.unlink(f.name)
+    k = _compile(fn, args, kwargs, options)
+    usage, sass, *lined = _cubin_texts(k.asm["cubin"], ["cuobjdump", "--dump-resource-usage"],
+                                       ["cuobjdump", "-sass"], *([["nvdisasm", "-g", "-c"]] if loads else []))
+    lined = lined[0] if loads else ""
     if os.environ.get("KERNEL_RESOURCES_DUMP"):  # keep the compiled text (ttgir, ptx, sass) for reading
         d = os.environ["KERNEL_RESOURCES_DUMP"]
         os.makedirs(d, exist_ok=True)
