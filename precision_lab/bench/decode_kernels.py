@@ -686,8 +686,8 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
     for op in ("mamba2", "gdn"):
         ok_conv, ok_replay, ok_nvfp4 = ok(f"{op}:fp32"), ok(f"{op}:shared:fp32"), ok(f"{op}:split:fp32/nvfp4")
         # the NVFP4 read row needs the check of the decode it was timed with
-        nf4_read = _find(rows, op=op, tag="read", kernel="nonflush", read="nvfp4")
-        decode = (nf4_read.cfg or {}).get("fp4_decode", "fp16") if nf4_read else "fp16"
+        nf4 = _find(rows, op=op, tag="read", kernel="nonflush", read="nvfp4")
+        decode = (nf4.cfg or {}).get("fp4_decode", "fp16") if nf4 else "fp16"
         if decode in FP4_DECODE_CHECKS and f"{op}:{FP4_DECODE_CHECKS[decode]}" in checks:
             ok_nvfp4 = ok_nvfp4 and ok(f"{op}:{FP4_DECODE_CHECKS[decode]}")
         ok_flush = ok(f"{op}:verify-T4-flush")
@@ -767,7 +767,6 @@ def summarise(rows: list[KernelRow], checks: dict[str, KernelCheck], ceiling_GBp
         # the rows each target is made of (batch 256 unless stated)
         nf256, fl256 = (_find(rows, op=op, tag="batch", kernel=k, batch=256) for k in ("nonflush", "flush"))
         fla256 = _find(rows, op=op, tag="batch", kernel="fla", batch=256)
-        nf4 = _find(rows, op=op, tag="read", kernel="nonflush", read="nvfp4")
         nf32 = _find(rows, op=op, tag="read", kernel="nonflush", read="fp32")
         v8, f8 = (_find(rows, op=op, tag="T8", kernel=k) for k in ("nonflush", "flush"))
         replay_at_ceiling = _at_ceiling(ceil, (15 / 16, nf256), (1 / 16, fl256))
