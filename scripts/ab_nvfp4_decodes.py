@@ -2,9 +2,9 @@
 
     python scripts/ab_nvfp4_decodes.py -o reports/diagnostics/nvfp4-decodes-ab-<commit>-<card>.jsonl
 
-First rows (``check``): each decode other than "fp16" against "fp16" on the same small problem
-(``PROBLEMS[op](2, ...)``, W = 5, fp32 checkpoint, NVFP4 read copy), in both launch forms, the
-relative error of the bf16 outputs and whether any is NaN. Then ``--rounds`` rounds, each the fp32
+First rows (``check``): each decode other than "fp16" against "fp16" on the benchmark's decode-check
+problem (batch 2, W = 5, fp32 checkpoint, NVFP4 read copy), the relative error of the bf16 outputs
+in each launch form (NaN where an output is). Then ``--rounds`` rounds, each the fp32
 conventional step and the output-only step at batch 256, W = 7, once per decode, through
 ``measure`` (the benchmark's timing: CUDA-graph replays over cold buffer sets, the wrappers' launch
 shape). The decodes run in the order of ``FP4_DECODES``, reversed every other round. Rows are
@@ -20,26 +20,18 @@ from pathlib import Path
 DEFAULT_OPS = ("gdn", "mamba2")
 
 
-def _relative(a, b) -> float:
-    a, b = a.float(), b.float()
-    return float((a - b).norm() / b.norm().clamp_min(1e-30))
-
-
-def check_rows(problems, decodes, dev, ops=DEFAULT_OPS) -> list[dict]:
-    """Each decode against "fp16" on one small problem per operator, in both launch forms."""
-    import torch
+def check_rows(decodes, dev, ops=DEFAULT_OPS) -> list[dict]:
+    """Each decode against "fp16" on the benchmark's decode-check problem per operator, in both launch
+    forms (``nvfp4_decode_errors``)."""
+    from precision_lab.bench.decode_kernels import nvfp4_decode_errors, nvfp4_decode_problem
 
     rows = []
     for op in ops:
-        prob = problems[op](2, dev, upd="fp32", read="nvfp4", ring=16, W=5, T=1)
-        ref = prob.replay(False, False, fp4_decode="fp16").float().clone()
+        prob, ref = nvfp4_decode_problem(op, dev)
         for decode in decodes:
-            if decode == "fp16":
-                continue
-            for fused in (False, True):
-                y = prob.replay(False, False, fp4_decode=decode, fused_scores=fused).float()
-                rows.append({"kind": "check", "op": op, "fp4_decode": decode, "fused": fused,
-                             "rel_err_vs_fp16": _relative(y, ref), "nan": bool(torch.isnan(y).any())})
+            if decode != "fp16":
+                rows.append({"kind": "check", "op": op, "fp4_decode": decode,
+                             "rel_err_vs_fp16": nvfp4_decode_errors(prob, ref, decode)})
     return rows
 
 
@@ -71,7 +63,7 @@ def main(argv=None) -> int:
     import triton
     from precision_lab.kernels.common.launch import FP4_DECODES
 
-    from precision_lab.bench.decode_kernels import PROBLEMS, measure
+    from precision_lab.bench.decode_kernels import measure
     from precision_lab.provenance import git_hash
 
     if not torch.cuda.is_available():
@@ -86,7 +78,7 @@ def main(argv=None) -> int:
 
     emit({"kind": "head", "commit": git_hash(), "device": torch.cuda.get_device_name(),
           "torch": torch.__version__, "triton": triton.__version__, "decodes": list(FP4_DECODES)})
-    for row in check_rows(PROBLEMS, FP4_DECODES, dev, args.ops):
+    for row in check_rows(FP4_DECODES, dev, args.ops):
         emit(row)
         print(row, flush=True)
     times = timed_rounds(measure, FP4_DECODES, dev, args.rounds, emit, args.ops)

@@ -414,18 +414,30 @@ def check_correctness(dev, steps=20, ops=("mamba2", "gdn")) -> dict:
     out.update(check_drafts(dev, ops))
     # the non-flush step's inline-PTX and tensor-core NVFP4 decodes (tuning candidates, ``fp4_decode``)
     # against the default fp16-pattern decode that the streams above checked: the same products summed
-    # in another order, so the bf16 outputs differ by rounding only; the tensor-core decode in both
+    # in another order, so the bf16 outputs differ by rounding only; the tensor-core decodes in both
     # launch forms (the batch-256 rows run the two-launch form)
     for op in ops:
-        prob = PROBLEMS[op](2, dev, upd="fp32", read="nvfp4", ring=16, W=5, T=1)
-        y16 = prob.replay(False, False, fp4_decode="fp16").float().clone()  # (writes only y and the record)
+        prob, y16 = nvfp4_decode_problem(op, dev)
         e = rel(prob.replay(False, False, fp4_decode="ptx"), y16)
         out[f"{op}:{NVFP4_PTX_CHECK}"] = {"rel_err": {"y": e}, "tol": 5e-3, "ok": e < 5e-3}
-        for decode, check in (("mma", NVFP4_MMA_CHECK), ("mma-ptx", NVFP4_MMA_PTX_CHECK)):
-            errs = {f"y_{name}": rel(prob.replay(False, False, fp4_decode=decode, fused_scores=fused), y16)
-                    for name, fused in (("two_launch", False), ("one_launch", True))}
-            out[f"{op}:{check}"] = {"rel_err": errs, "tol": 5e-3, "ok": max(errs.values()) < 5e-3}
+        for decode in ("mma", "mma-ptx"):
+            errs = nvfp4_decode_errors(prob, y16, decode)
+            out[f"{op}:{FP4_DECODE_CHECKS[decode]}"] = {"rel_err": errs, "tol": 5e-3, "ok": max(errs.values()) < 5e-3}
     return out
+
+
+def nvfp4_decode_problem(op, dev):
+    """The decode checks' problem (batch 2, W = 5, fp32 checkpoint, NVFP4 read copy) and the bf16
+    outputs of its output-only step with the default "fp16" decode, as fp32."""
+    prob = PROBLEMS[op](2, dev, upd="fp32", read="nvfp4", ring=16, W=5, T=1)
+    return prob, prob.replay(False, False, fp4_decode="fp16").float().clone()  # (writes only y and the record)
+
+
+def nvfp4_decode_errors(prob, y16, decode) -> dict[str, float]:
+    """Relative error of the output-only step's outputs with ``decode`` against ``y16`` (the "fp16"
+    decode's, ``nvfp4_decode_problem``), in each launch form."""
+    return {f"y_{name}": rel(prob.replay(False, False, fp4_decode=decode, fused_scores=fused), y16)
+            for name, fused in (("two_launch", False), ("one_launch", True))}
 
 
 def check_drafts(dev, ops=("mamba2", "gdn")) -> dict:
