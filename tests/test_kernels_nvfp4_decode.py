@@ -149,6 +149,49 @@ def test_nvfp4_pairs_every_byte_in_every_position(device):
     assert_same_values(wout, want, "nvfp4_word_pairs_scaled")
 
 
+
+_B32_OPS = {"shl.b32": int.__lshift__, "shr.b32": int.__rshift__, "and.b32": int.__and__, "or.b32": int.__or__}
+
+
+def _run_b32_ptx(lines: list[str], regs: dict[str, int]) -> dict[str, int]:
+    """Evaluate straight-line 32-bit PTX of the forms ``op.b32 d, a, b;`` (shl, shr, and, or) and
+    ``prmt.b32 d, a, b, c;`` (default mode) on Python ints; operands are register names or immediates."""
+    val = lambda x: regs[x] if x in regs else int(x, 0)  # noqa: E731
+    for line in lines:
+        op, args = line.rstrip(";").split(" ", 1)
+        d, *src = [a.strip() for a in args.split(",")]
+        a, b = val(src[0]), val(src[1])
+        if op == "prmt.b32":
+            pool = (b << 32 | a).to_bytes(8, "little")
+            sel = val(src[2])
+            regs[d] = int.from_bytes(bytes(pool[(sel >> 4 * i) & 7] for i in range(4)), "little")
+        else:
+            regs[d] = _B32_OPS[op](a, b) & 0xFFFFFFFF
+    return regs
+
+
+def test_mma_ptx_decode_every_nibble_in_every_position():
+    """The inline-PTX code-word decode of ``fp4_decode="mma-ptx"`` (``_mma_sync_decode``), evaluated
+    instruction by instruction on the CPU: on words holding every byte at every position, register K
+    holds elements 8c+K (low half) and 8c+K+4 (high half) as the fp16 bit patterns of E2M1 value ·
+    2^-14, ±0 and the subnormal ±0.5 included (the patterns ``nvfp4_word_pairs_scaled`` reads)."""
+    from precision_lab.kernels.common.state_io import _mma_sync_decode
+
+    lines = _mma_sync_decode("w", "p")
+    by = torch.arange(256, dtype=torch.uint8)
+    words = torch.cat([torch.roll(by, -s) for s in range(4)]).view(torch.int32)
+    want = (rounding.decode(rounding.unpack_nibbles(words.view(torch.uint8)), rounding.E2M1) * 2.0**-14)
+    want = want.to(torch.float16).view(torch.int16).to(torch.int32).reshape(-1, 8) & 0xFFFF
+    got = torch.zeros_like(want)
+    for i, w in enumerate(words.tolist()):
+        regs = _run_b32_ptx(lines, {"w": w & 0xFFFFFFFF})
+        for K in range(4):
+            got[i, K], got[i, K + 4] = regs[f"p{K}"] & 0xFFFF, regs[f"p{K}"] >> 16
+    bad = (got != want).nonzero()
+    assert bad.numel() == 0, f"{len(bad)} wrong patterns, first at (word, element) {bad[0].tolist()}: " \
+        f"{got[tuple(bad[0])].item():#06x} != {want[tuple(bad[0])].item():#06x}"
+
+
 # ------------------------------------------------------------------------------------------------
 # dequantize: every (byte, scale byte) pair under every global scale, bit for bit
 # ------------------------------------------------------------------------------------------------

@@ -295,25 +295,39 @@ def _pad_cols(x, BC: tl.constexpr, N: tl.constexpr):
 
 # A lane's share of one m16 row tile: four registers (its row's words 4t..4t+3) per call, and the
 # eight m16n8k16 products of its two rows on one accumulator. The text is generated from
-# ``_mma_sync_lines`` below: per word and pair K, the fp16-pattern decode of ``_e2m1_pair_bits`` (the
-# shift of pair K folded into the two masks' shifts), then the f16x2 block-scale multiply (exact).
-def _mma_sync_decode(word: str, K: int, dst: str) -> list[str]:
-    sh9, sh12 = 9 - 4 * K, 12 - 4 * K
-    out = [f"shl.b32 t, {word}, {sh9};" if sh9 > 0 else f"shr.b32 t, {word}, {-sh9};", "and.b32 t, t, 0x0E000E00;"]
-    out += [f"shl.b32 u, {word}, {sh12};", "and.b32 u, u, 0x80008000;"] if sh12 > 0 else [f"and.b32 u, {word}, 0x80008000;"]
-    return out + [f"or.b32 {dst}, t, u;", f"mul.rn.f16x2 {dst}, {dst}, s2;"]
+# ``_mma_sync_lines`` below; ``_mma_sync_decode`` writes the code-word decode.
+def _mma_sync_decode(word: str, dst: str) -> list[str]:
+    """PTX turning one NVFP4 code word (elements 8c..8c+7, nibble i = element 8c+i) into the four
+    f16x2 registers {dst}0..{dst}3, register K holding elements 8c+K (low half) and 8c+K+4 (high
+    half) as the fp16 patterns of E2M1 value · 2^-14 (those of ``_e2m1_pair_bits``).
+
+    Such a pattern has a zero low byte and a high byte s000_emm0 (sign s, magnitude emm). First
+    two spreads: ``o`` holds the high bytes of the odd nibbles 1, 3, 5, 7 in bytes 0..3 (magnitude
+    shifted down 3, the sign already at bit 7), ``e`` those of the even nibbles 0, 2, 4, 6
+    (magnitude up 1, sign up 4). Then each register is one byte permute: nibbles K and K + 4 are
+    bytes K // 2 and K // 2 + 2 of the same spread, placed above zero bytes (selector 4 is a byte of
+    the zero operand). Seven integer operations per word and one permute per register, against
+    four operations per register for shifting and masking the word once per pair."""
+    out = [f"shr.b32 t, {word}, 3;", "and.b32 t, t, 0x0E0E0E0E;", f"and.b32 u, {word}, 0x80808080;",
+           "or.b32 o, t, u;",
+           f"shl.b32 t, {word}, 1;", "and.b32 t, t, 0x0E0E0E0E;", f"shl.b32 u, {word}, 4;",
+           "and.b32 u, u, 0x80808080;", "or.b32 e, t, u;"]
+    for K in range(4):
+        k = K // 2
+        out.append(f"prmt.b32 {dst}{K}, {'e' if K % 2 == 0 else 'o'}, 0, 0x{k + 2:x}4{k:x}4;")
+    return out
 
 
 def _mma_sync_lines() -> str:
     """Operands: $0..$3 the accumulator (out); four registers each (q = 0..3): we $4-$7, wo $8-$11,
     se $12-$15, so $16-$19, then the B pairs K = 0..3: $20-$23, $24-$27, $28-$31, $32-$35."""
-    lines = ["{", ".reg .b32 t, u, s2, p0, p1, p2, p3, r0, r1, r2, r3;", ".reg .b16 l16, h16;"]
+    lines = ["{", ".reg .b32 t, u, e, o, s2, p0, p1, p2, p3, r0, r1, r2, r3;", ".reg .b16 l16, h16;"]
     lines += [f"mov.f32 ${i}, 0f00000000;" for i in range(4)]
     for q in range(4):
         for word, scale, dst in ((f"${4 + q}", f"${12 + q}", "p"), (f"${8 + q}", f"${16 + q}", "r")):
             lines += [f"prmt.b32 t, {scale}, 0, 0x0000;", "mov.b32 {l16, h16}, t;", "cvt.rn.f16x2.e4m3x2 s2, l16;"]
-            for K in range(4):
-                lines += _mma_sync_decode(word, K, f"{dst}{K}")
+            lines += _mma_sync_decode(word, dst)
+            lines += [f"mul.rn.f16x2 {dst}{K}, {dst}{K}, s2;" for K in range(4)]  # the block scale, exact
         b = [f"${20 + 4 * K + q}" for K in range(4)]
         for half in (0, 1):  # k-tiles 2q (pairs 0, 1) and 2q + 1 (pairs 2, 3)
             lines.append("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {$0, $1, $2, $3}, "
