@@ -35,21 +35,41 @@ def check_rows(decodes, dev, ops=DEFAULT_OPS) -> list[dict]:
     return rows
 
 
-def timed_rounds(measure, decodes, dev, rounds: int, emit, ops=DEFAULT_OPS, batch: int = 256) -> dict:
-    """``rounds`` rounds of the conventional step and each decode's output-only step per operator;
-    every row passed to ``emit``. Returns {(op, form): [µs per round]}."""
+def shape_name(shape: dict) -> str:
+    """A launch shape's label: "" for the wrappers' own, else "@key=value,..." ."""
+    return "@" + ",".join(f"{k}={v}" for k, v in shape.items()) if shape else ""
+
+
+def parse_shape(text: str) -> dict:
+    """"block_r=128,num_warps=2" → {"block_r": 128, "num_warps": 2}; "" → {} (the wrappers' shape)."""
+    shape = {}
+    for item in filter(None, text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or key not in ("block_r", "num_warps") or not value.isdigit():
+            raise argparse.ArgumentTypeError(f"{item!r}: expected block_r=N or num_warps=N")
+        shape[key] = int(value)
+    return shape
+
+
+def timed_rounds(measure, decodes, dev, rounds: int, emit, ops=DEFAULT_OPS, batch: int = 256,
+                 shapes=({},)) -> dict:
+    """``rounds`` rounds of the conventional step and each decode's output-only step per operator, at
+    each launch shape of ``shapes`` ({}: the wrappers' own); every row passed to ``emit``. Returns
+    {(op, form): [µs per round]}, form the decode and its shape's label (``shape_name``)."""
     times: dict = {}
+    forms = [(decode, shape) for shape in shapes for decode in decodes]
     for rep in range(rounds):
-        order = list(decodes) if rep % 2 == 0 else list(reversed(decodes))
+        order = forms if rep % 2 == 0 else list(reversed(forms))
         for op in ops:
             row = measure(op, "conventional", batch, dev)
             emit({"kind": "time", "rep": rep, "form": "conventional", **row})
             times.setdefault((op, "conventional"), []).append(row["us"])
-            for decode in order:
+            for decode, shape in order:
+                form = decode + shape_name(shape)
                 row = measure(op, "nonflush", batch, dev, upd="fp32", read="nvfp4", W=7,
-                              cfg={"fp4_decode": decode})
-                emit({"kind": "time", "rep": rep, "form": decode, **row})
-                times.setdefault((op, decode), []).append(row["us"])
+                              cfg={"fp4_decode": decode, **shape})
+                emit({"kind": "time", "rep": rep, "form": form, **row})
+                times.setdefault((op, form), []).append(row["us"])
     return times
 
 
@@ -58,6 +78,9 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--output", required=True, help="JSON-lines file the rows are appended to")
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds (default: %(default)s)")
     ap.add_argument("--ops", nargs="+", default=list(DEFAULT_OPS), choices=list(DEFAULT_OPS))
+    ap.add_argument("--shapes", nargs="+", type=parse_shape, default=[{}], metavar="SHAPE",
+                    help='launch shapes to time each decode at, e.g. "" (the wrappers\' own) '
+                         '"num_warps=2" "block_r=128,num_warps=2" (default: the wrappers\' own)')
     args = ap.parse_args(argv)
     import torch
     import triton
@@ -81,9 +104,9 @@ def main(argv=None) -> int:
     for row in check_rows(FP4_DECODES, dev, args.ops):
         emit(row)
         print(row, flush=True)
-    times = timed_rounds(measure, FP4_DECODES, dev, args.rounds, emit, args.ops)
+    times = timed_rounds(measure, FP4_DECODES, dev, args.rounds, emit, args.ops, shapes=args.shapes)
     for (op, form), us in times.items():
-        print(f"{op:>6} {form:>12}: {min(us):.2f}-{max(us):.2f} µs over {len(us)} rounds")
+        print(f"{op:>6} {form:>30}: {min(us):.2f}-{max(us):.2f} µs over {len(us)} rounds")
     return 0
 
 

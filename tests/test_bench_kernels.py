@@ -627,3 +627,30 @@ def test_nvfp4_decodes_ab_times_every_decode_in_alternating_order():
     assert calls == want
     assert [r["rep"] for r in rows] == [0] * (1 + len(decodes)) + [1] * (1 + len(decodes))
     assert times[("gdn", decodes[0])] == [2.0, float(2 * (1 + len(decodes)))]
+
+
+def test_nvfp4_decodes_ab_times_each_decode_at_each_launch_shape():
+    """``--shapes``: every decode at every launch shape, the shape passed to ``measure`` with the decode
+    and named in the form ("" the wrappers' own); a malformed shape is refused by name."""
+    import argparse
+
+    from tests._scripts import load_script
+
+    ab = load_script("ab_nvfp4_decodes")
+    shapes = [ab.parse_shape(""), ab.parse_shape("block_r=128,num_warps=2")]
+    assert shapes == [{}, {"block_r": 128, "num_warps": 2}]
+    for bad in ("warps=2", "block_r=x", "block_r"):
+        with pytest.raises(argparse.ArgumentTypeError, match=bad.split("=")[0]):
+            ab.parse_shape(bad)
+    cfgs = []
+
+    def measure(op, kind, B, dev, **kw):
+        cfgs.append(kw.get("cfg"))
+        return {"us": 1.0}
+
+    times = ab.timed_rounds(measure, ("fp16", "mma-ptx"), "cpu", 1, lambda row: None, ops=("gdn",), shapes=shapes)
+    assert cfgs[1:] == [{"fp4_decode": "fp16"}, {"fp4_decode": "mma-ptx"},
+                        {"fp4_decode": "fp16", "block_r": 128, "num_warps": 2},
+                        {"fp4_decode": "mma-ptx", "block_r": 128, "num_warps": 2}]
+    assert set(times) == {("gdn", "conventional"), ("gdn", "fp16"), ("gdn", "mma-ptx"),
+                          ("gdn", "fp16@block_r=128,num_warps=2"), ("gdn", "mma-ptx@block_r=128,num_warps=2")}
