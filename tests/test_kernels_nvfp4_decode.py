@@ -447,7 +447,7 @@ def test_nvfp4_pool_must_allow_word_loads():
 
 def test_mma_ptx_runs_only_where_its_layout_holds():
     """``resolve_fp4_decode``: "mma-ptx" stays where rows are 128 elements, the pool and its slot stride
-    16-byte aligned and the row block whole m-tiles of at least 16 rows per warp; anywhere else the
+    16-byte aligned (its block scales' 2-byte aligned) and the row block whole m-tiles of at least 16 rows per warp; anywhere else the
     wrappers compile "mma" (the same products through shared memory); other names pass through."""
     pool = PackedState.empty("nvfp4", 2, 1, 128, 128)
     assert resolve_fp4_decode("mma-ptx", pool, 64, 1) == "mma-ptx"
@@ -457,6 +457,10 @@ def test_mma_ptx_runs_only_where_its_layout_holds():
     assert resolve_fp4_decode("mma-ptx", PackedState.empty("nvfp4", 2, 1, 128, 64), 64, 1) == "mma"
     big = torch.zeros(2 * 128 * 64 + 8, dtype=torch.uint8)
     pool.data = big[8:].view(2, 1, 128, 64)  # 8-byte aligned
+    assert resolve_fp4_decode("mma-ptx", pool, 64, 1) == "mma"
+    pool = PackedState.empty("nvfp4", 2, 1, 128, 128)
+    scales = torch.zeros(2 * 128 * 8 + 1, dtype=torch.uint8)
+    pool.scale = scales[1:].view(2, 1, 128, 8)  # block scales at an odd address
     assert resolve_fp4_decode("mma-ptx", pool, 64, 1) == "mma"
     assert resolve_fp4_decode("fp16", pool, 16, 4) == "fp16"
     with pytest.raises(ValueError, match="fp4_decode must be one of"):

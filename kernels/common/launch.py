@@ -48,13 +48,16 @@ def resolve_fp4_decode(name: str, pool, block_r: int, num_warps: int) -> str:
     (``block_r`` rows per program over ``num_warps`` warps). "mma-ptx" hands the registers of 16-byte
     code loads to the tensor cores as they are, which holds only where the compiler loads four words
     per thread along eight-row slabs per warp: rows of exactly 128 elements (64 bytes) that it can
-    see are 16-byte aligned (a 16-byte aligned pool and slot stride), and a row block of whole m-tiles
+    see are 16-byte aligned (a 16-byte aligned pool and slot stride; the block scales are read two
+    bytes at a time, so their pool and slot stride must be even), and a row block of whole m-tiles
     with at least 16 rows per warp (fewer, and it spreads the words thinner). Elsewhere it runs as
     "mma", the same products through shared memory."""
     check_fp4_decode(name)
     if name != "mma-ptx":
         return name
     aligned = pool.data.data_ptr() % 16 == 0 and pool.data.stride(0) % 16 == 0
+    sc = pool.scale  # None where the pool is not NVFP4 (the decode is then unused)
+    aligned = aligned and (sc is None or sc.data_ptr() % 2 == 0 and sc.stride(0) % 2 == 0)
     fits = block_r % 16 == 0 and block_r >= 16 * num_warps
     return name if pool.C == 128 and aligned and fits else "mma"
 

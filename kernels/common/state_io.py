@@ -325,7 +325,9 @@ def _mma_sync_lines() -> str:
     lines += [f"mov.f32 ${i}, 0f00000000;" for i in range(4)]
     for q in range(4):
         for word, scale, dst in ((f"${4 + q}", f"${12 + q}", "p"), (f"${8 + q}", f"${16 + q}", "r")):
-            lines += [f"prmt.b32 t, {scale}, 0, 0x0000;", "mov.b32 {l16, h16}, t;", "cvt.rn.f16x2.e4m3x2 s2, l16;"]
+            b = q // 2  # words 4t, 4t+1 share the block scale in byte 0 of the pair; 4t+2, 4t+3 byte 1
+            lines += [f"prmt.b32 t, {scale}, 0, 0x{b}{b}{b}{b};", "mov.b32 {l16, h16}, t;",
+                      "cvt.rn.f16x2.e4m3x2 s2, l16;"]
             lines += _mma_sync_decode(word, dst)
             lines += [f"mul.rn.f16x2 {dst}{K}, {dst}{K}, s2;" for K in range(4)]  # the block scale, exact
         b = [f"${20 + 4 * K + q}" for K in range(4)]
@@ -343,8 +345,8 @@ _MMA_SYNC_ASM = tl.constexpr(_mma_sync_lines())
 def _mma_sync_words(we, wo, se, so, b0, b1, b2, b3):
     """GPU only (inline PTX): a lane's share of one m16 row tile times the vectors' B fragment
     (``_nvfp4_dot_mma_sync``). Per call (pack=4: registers q = 0..3 of each operand): we / wo the code
-    words 4t+q of the lane's rows g (even) and g + 8 (odd), se / so their block-scale bytes (E4M3, low
-    byte), b0..b3 the B pairs K = 0..3 of word 4t+q (fp16 x[8c+K] low, x[8c+K+4] high, column g of B).
+    words 4t+q of the lane's rows g (even) and g + 8 (odd), se / so the two block-scale bytes (E4M3) of
+    the lane's words in those rows (bytes 2t, 2t + 1 of the row's scales: the same in all four), b0..b3 the B pairs K = 0..3 of word 4t+q (fp16 x[8c+K] low, x[8c+K+4] high, column g of B).
     Word 4t+q's pair K is k-rows 2t, 2t+1 (+8 for odd K) of k-tile 2q + K // 2. Returns the
     accumulator registers in the four packed places: rows g (d0, d1) and g + 8 (d2, d3), columns 2t
     (d0, d2) and 2t + 1 (d1, d3)."""
@@ -361,18 +363,19 @@ def _f16_pair(lo, hi):
 
 
 @triton.jit
-def _gather_u8(addr, m):
-    """The byte at each int64 address where m, else 0 (an inline-PTX load: unlike ``tl.load`` it is
-    given no layout of its own, so it takes that of the tensors it is combined with)."""
+def _gather_u16(addr, m):
+    """The 16-bit word at each (2-byte aligned) int64 address where m, else 0 (an inline-PTX load:
+    unlike ``tl.load`` it is given no layout of its own, so it takes that of the tensors it is
+    combined with)."""
     return tl.inline_asm_elementwise(
-        asm="{ .reg .pred p; setp.ne.u32 p, $2, 0; mov.u32 $0, 0; @p ld.global.nc.u8 $0, [$1]; }",
+        asm="{ .reg .pred p; setp.ne.u32 p, $2, 0; mov.u32 $0, 0; @p ld.global.nc.u16 $0, [$1]; }",
         constraints="=r,l,r", args=[addr, m.to(tl.uint32)], dtype=tl.uint32, is_pure=True, pack=1)
 
 
 @triton.jit
 def _gather_f32(addr, m, DT: tl.constexpr):
     """The vector entry (dtype DT: fp32, bf16 or fp16) at each int64 address as fp32 where m, else 0
-    (inline PTX, as ``_gather_u8``)."""
+    (inline PTX, as ``_gather_u16``)."""
     if DT == tl.float32:
         asm: tl.constexpr = "{ .reg .pred p; setp.ne.u32 p, $2, 0; mov.b32 $0, 0; @p ld.global.nc.f32 $0, [$1]; }"
     elif DT == tl.bfloat16:
@@ -440,7 +443,7 @@ def _nvfp4_dot_mma_sync(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, r
     eight rows per warp) puts tile row 8j + g, words 4t..4t+3 on lane 4g + t: the lane of the
     m16n8k16 fragments for rows g and g + 8 of m-tile j, with each thread's registers running over
     (j, q), word c = 4t + q. Every other operand is computed from indices or loaded by inline PTX
-    (``_gather_u8``, ``_gather_f32``), so that no load of another layout competes with the code
+    (``_gather_u16``, ``_gather_f32``), so that no load of another layout competes with the code
     words' (a ``tl.load`` of the block scales or vector entries made the compiler move the words
     instead). The k order is ours to choose (the vectors' entries follow it): word c's pair K
     (elements 8c+K, 8c+K+4) is k-rows 2t, 2t+1 (+8 for odd K) of k-tile 2q + K // 2, so every lane
@@ -460,9 +463,9 @@ def _nvfp4_dot_mma_sync(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, r
     r_even = tl.min(rows, 0) + 16 * (tr // 8) + tr % 8  # the caller's rows are one contiguous block
     r_odd = r_even + 8
     live = tl.max(rmask.to(tl.int32), 0) > 0  # a skipped entry masks every row
-    m_c = cw < C // 8
-    m_even = (r_even < R) & m_c & live
-    m_odd = (r_odd < R) & m_c & live
+    # no column mask: rows are exactly BC = C = 128 elements here (``resolve_fp4_decode``)
+    m_even = (r_even < R) & live & (cw >= 0)
+    m_odd = (r_odd < R) & live & (cw >= 0)
     row_e = (h * R + r_even).to(tl.int64)
     row_o = (h * R + r_odd).to(tl.int64)
     base = d_ptr + slot * s_d
@@ -471,8 +474,10 @@ def _nvfp4_dot_mma_sync(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, r
     we = tl.load((base + row_e * (BC // 2)).to(tl.pointer_type(tl.uint32)) + cw, mask=m_even, other=0)
     wo = tl.load((base + row_o * (BC // 2)).to(tl.pointer_type(tl.uint32)) + cw, mask=m_odd, other=0)
     sc = sc_ptr + slot * s_sc
-    se = _gather_u8((sc + row_e * (BC // 16) + cw // 2).to(tl.int64, bitcast=True), m_even)
-    so = _gather_u8((sc + row_o * (BC // 16) + cw // 2).to(tl.int64, bitcast=True), m_odd)
+    # the block scales of words 4t..4t+3 are the row's scale bytes 2t, 2t + 1: one 16-bit load per row
+    # (the four registers share it; a 2-byte aligned scale pool and slot stride: ``resolve_fp4_decode``)
+    se = _gather_u16((sc + row_e * (BC // 16) + 2 * (cw // 4)).to(tl.int64, bitcast=True), m_even)
+    so = _gather_u16((sc + row_o * (BC // 16) + 2 * (cw // 4)).to(tl.int64, bitcast=True), m_odd)
     # B: lane column g = tile row % 8 (0 v hi, 1 v lo, 2 w hi, 3 w lo, the rest 0)
     to_v, back_v = _mma_vector_scale(v_ptr, C, BC)
     if TWO:
