@@ -10,10 +10,12 @@ values are compared as int32 bit patterns. On CPU the kernels run under TRITON_I
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import triton
@@ -190,6 +192,111 @@ def test_mma_ptx_decode_every_nibble_in_every_position():
     bad = (got != want).nonzero()
     assert bad.numel() == 0, f"{len(bad)} wrong patterns, first at (word, element) {bad[0].tolist()}: " \
         f"{got[tuple(bad[0])].item():#06x} != {want[tuple(bad[0])].item():#06x}"
+
+
+
+def _run_mma_sync_warp(asm: str, operands: list[np.ndarray]) -> list[np.ndarray]:
+    """Evaluate ``_MMA_SYNC_ASM`` for a whole warp: ``operands`` $4.. as uint32 arrays over the 32
+    lanes; returns the accumulator $0..$3 per lane (float64). Integer instructions as
+    ``_run_b32_ptx``; f16x2 values as numpy float16 (``mul.rn.f16x2`` rounds as the hardware does; the
+    block scales' products are exact anyway); ``cvt.rn.f16x2.e4m3x2`` through the E4M3 decode;
+    ``mma.sync.m16n8k16`` by the PTX fragment layout (lane 4g + t: A rows g, g + 8 at k 2t, 2t + 1 and
+    2t + 8, 2t + 9; B k rows the same, column g; D rows g, g + 8 at columns 2t, 2t + 1), accumulated in
+    float64."""
+    regs = {f"${i + 4}": op.astype(np.uint64) for i, op in enumerate(operands)}
+    acc = [np.zeros(32) for _ in range(4)]
+    lane = np.arange(32)
+    g, t = lane // 4, lane % 4
+
+    def val(x):
+        return regs[x] if x in regs else np.full(32, int(x, 0), dtype=np.uint64)
+
+    def halves(x):  # uint32 words → (low, high) float16
+        return ((x & 0xFFFF).astype(np.uint16).view(np.float16), (x >> 16).astype(np.uint16).view(np.float16))
+
+    def pack(lo, hi):
+        return lo.astype(np.float16).view(np.uint16).astype(np.uint64) | \
+            (hi.astype(np.float16).view(np.uint16).astype(np.uint64) << 16)
+
+    e4m3 = rounding.decode(torch.arange(256), rounding.E4M3).to(torch.float16).numpy()
+    for line in (x.strip() for x in asm.splitlines()):
+        if line in ("{", "}") or line.startswith(".reg") or line.startswith("mov.f32"):
+            continue
+        op, args = line.rstrip(";").split(" ", 1)
+        if op.startswith("mma.sync"):
+            groups = [[r.strip() for r in grp.split(",")] for grp in re.findall(r"\{([^}]*)\}", args)]
+            A = np.zeros((16, 16))
+            B = np.zeros((16, 8))
+            for i, r in enumerate(groups[1]):  # a0 (row g, k 2t..), a1 (g + 8), a2 (g, k 2t + 8..), a3
+                lo, hi = halves(val(r))
+                row, k = g + 8 * (i % 2), 2 * t + 8 * (i // 2)
+                A[row, k], A[row, k + 1] = lo, hi
+            for i, r in enumerate(groups[2]):
+                lo, hi = halves(val(r))
+                B[2 * t + 8 * i, g], B[2 * t + 8 * i + 1, g] = lo, hi
+            D = A @ B
+            acc = [acc[0] + D[g, 2 * t], acc[1] + D[g, 2 * t + 1], acc[2] + D[g + 8, 2 * t],
+                   acc[3] + D[g + 8, 2 * t + 1]]
+            continue
+        d, *src = [a.strip() for a in args.split(",")]
+        if op == "mov.b32":  # {l16, h16}, t
+            lo16, hi16 = [x.strip(" {}") for x in (d, src[0])]
+            regs[lo16], regs[hi16] = val(src[1]) & 0xFFFF, val(src[1]) >> 16
+        elif op == "cvt.rn.f16x2.e4m3x2":
+            x = val(src[0])
+            regs[d] = pack(e4m3[(x & 0xFF).astype(np.int64)], e4m3[((x >> 8) & 0xFF).astype(np.int64)])
+        elif op == "mul.rn.f16x2":
+            (alo, ahi), (blo, bhi) = halves(val(src[0])), halves(val(src[1]))
+            regs[d] = pack(alo * blo, ahi * bhi)
+        elif op == "prmt.b32":
+            pool = val(src[0]) | (val(src[1]) << 32)
+            sel = int(src[2], 0)
+            regs[d] = sum(((pool >> np.uint64(8 * ((sel >> 4 * i) & 7))) & 0xFF) << np.uint64(8 * i) for i in range(4))
+        else:
+            a, b = val(src[0]), val(src[1])
+            regs[d] = np.asarray([_B32_OPS[op](int(x), int(y)) & 0xFFFFFFFF for x, y in zip(a, b)], dtype=np.uint64)
+    return acc
+
+
+def test_mma_ptx_asm_computes_the_tile_products():
+    """The whole inline-PTX block of ``fp4_decode="mma-ptx"`` (``_MMA_SYNC_ASM``: decode, block scales,
+    eight ``mma.sync``), evaluated for one warp on the CPU with each lane's operands laid out as
+    ``_nvfp4_dot_mma_sync`` documents them (lane 4g + t, register q: words 4t + q of rows g and g + 8,
+    the 16-bit scale pair 2t, 2t + 1 of those rows, B pairs K of word 4t + q for column g). Columns
+    0 and 2 of B hold two vectors (fp16 values, so their lo columns are 0): the sums the kernel takes
+    (lane t = 0: d0 + d1 row g, d2 + d3 row g + 8; t = 1 for the second vector), times the 2^14
+    the decode leaves out, must equal the dequantized m-tile times each vector, computed apart in
+    float64. Every product is exact and so is
+    the float64 sum of these few terms, so the comparison is for equality."""
+    from precision_lab.kernels.common.state_io import _MMA_SYNC_ASM
+
+    gen = torch.Generator().manual_seed(7)
+    codes = torch.randint(0, 256, (16, 64), dtype=torch.uint8, generator=gen)  # one m-tile, 128 elements
+    scales = torch.randint(0x08, 0x48, (16, 8), dtype=torch.uint8, generator=gen)  # E4M3 0.0156..2.25 range
+    vals = rounding.decode(rounding.unpack_nibbles(codes), rounding.E2M1).double()  # [16, 128]
+    vals *= rounding.decode(scales.long(), rounding.E4M3).double().repeat_interleave(16, 1)
+    vecs = (torch.randint(-64, 65, (2, 128), generator=gen).double() / 32).numpy()  # exact in fp16
+    words = codes.view(torch.int32).numpy().view(np.uint32)  # [16, 16]
+    pairs = scales.numpy().view(np.uint16).astype(np.uint32)  # [16, 4]: bytes 2t, 2t + 1
+    lane = np.arange(32)
+    g, t = lane // 4, lane % 4
+    col = np.where(g == 0, 0, np.where(g == 2, 1, -1))  # B column g: 0 v (hi), 2 w (hi), the rest 0
+    ops = [words[g, 4 * t + q] for q in range(4)] + [words[g + 8, 4 * t + q] for q in range(4)]
+    ops += [pairs[g, t]] * 4 + [pairs[g + 8, t]] * 4
+    for K in range(4):
+        for q in range(4):
+            c = 4 * t + q
+            x = np.where(col >= 0, vecs[np.maximum(col, 0), 8 * c + K], 0.0).astype(np.float16)
+            y = np.where(col >= 0, vecs[np.maximum(col, 0), 8 * c + K + 4], 0.0).astype(np.float16)
+            ops.append(x.view(np.uint16).astype(np.uint32) | (y.view(np.uint16).astype(np.uint32) << 16))
+    d = _run_mma_sync_warp(_MMA_SYNC_ASM.value, ops)
+    want = vals.numpy() @ vecs.T  # [16 rows, 2 vectors]
+    for v, lane_t in ((0, 0), (1, 1)):
+        got = np.zeros(16)
+        on = t == lane_t
+        got[g[on]] = (d[0] + d[1])[on]
+        got[g[on] + 8] = (d[2] + d[3])[on]
+        assert np.array_equal(got * 2.0**14, want[:, v]), (v, got * 2.0**14, want[:, v])
 
 
 # ------------------------------------------------------------------------------------------------
