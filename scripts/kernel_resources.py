@@ -10,6 +10,7 @@ costs in registers, spills and shared memory — no GPU and no device time neede
     python scripts/kernel_resources.py --hw --ops flush --policies fp16-sr/nvfp4 fp32/fp32
     python scripts/kernel_resources.py --hw --ops gdn --batch 1 --loads   # batch 1's rules, load by load
     python scripts/kernel_resources.py --hw --ops gdn --overlap-scores   # two-launch steps as overlapped
+    python scripts/kernel_resources.py --hw --overlap-scores --issue-floor 256   # + each launch's issue floor
 
 For every launch the wrappers would make, the kernel launch is replaced by ``triton.compile`` for
 ``cuda:90`` with the same arguments (pointer alignment and divisibility-by-16 of integer arguments
@@ -17,7 +18,9 @@ specialised as the runtime would), and the cubin is read with the ``cuobjdump`` 
 Triton. Columns: REG registers per thread, STACK bytes of spill stack per thread, smem bytes,
 convert_layout ops in the TTGIR, SASS instructions, a digest of the SASS text, and ``rounds``: the
 global loads a thread issues in each memory round trip (``memory_rounds``; a sketch of the critical
-path at small batch, not a timing: docs/pitfalls.md §17). Equal digests
+path at small batch, not a timing: docs/pitfalls.md §17); with ``--issue-floor B``, the least time
+the launch's warps need to issue their instructions at batch B on 132 SMs at 1980 MHz (straight-line
+kernels only: ``loop`` where the code branches back; docs/design.md §7). Equal digests
 before and after a change mean the same machine code (a refactor that keeps them needs no GPU
 re-check; one that changes them, even by reordering independent operations, needs the kernel tests
 on a GPU). Use it before spending device time: a flush at 255 registers with a
@@ -126,6 +129,7 @@ def resources(fn, args, kwargs, num_warps: int, enable_fp_fusion: bool = False, 
     return {"regs": grab(r"REG:(\d+)"), "stack": grab(r"STACK:(\d+)"), "smem": k.metadata.shared,
             "convert_layout": k.asm["ttgir"].count("convert_layout"), "sass": len(code),
             "digest": hashlib.sha256("\n".join(code).encode()).hexdigest()[:12], "rounds": memory_rounds(sass),
+            "straight_line": straight_line(sass),
             **({"loads": load_rounds(lined)} if loads else {})}
 
 
@@ -202,10 +206,42 @@ def load_rounds(sass: str) -> list[tuple[int, str, str]]:
                 pending.pop(r, None)
     return out
 
+def straight_line(sass: str) -> bool:
+    """Whether the code has no backward branch (no loop), so that every warp issues each instruction
+    once and the SASS count is the count a warp issues (predicated-off instructions issue too). The
+    self-branch after the last EXIT is padding, not a loop."""
+    for addr, text in _INSTR.findall(sass):
+        words = text.split()
+        opcode = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
+        to = re.findall(r"0x([0-9a-f]+)", text)
+        if opcode.split(".")[0] == "BRA" and to and int(to[-1], 16) < int(addr, 16):
+            return False
+    return True
+
+
+def issue_floor_us(programs: int, warps: int, instructions: int, sms: int, clock_mhz: float) -> float:
+    """The least time in µs a launch of ``programs`` programs of ``warps`` warps, each warp issuing
+    ``instructions`` instructions, can take on ``sms`` SMs of four schedulers that each issue at most
+    one warp instruction per cycle at ``clock_mhz``: a floor, reached only if nothing ever stalls."""
+    return programs * warps * instructions / (sms * 4 * clock_mhz)
+
+
+def grid_programs(grid, meta: dict) -> int:
+    """Programs of a launch grid (a tuple, or a callable of the launch's keyword arguments)."""
+    dims = grid(meta) if callable(grid) else grid
+    n = 1
+    for d in (dims if isinstance(dims, tuple) else (dims,)):
+        n *= int(d)
+    return n
+
+
 class _Compile:
     """Stands in for ``kernel[grid]``: compiles instead of launching and prints the resources (with
-    ``LOADS`` set, every global load's round and source line below each launch)."""
+    ``LOADS`` set, every global load's round and source line below each launch; with ``ISSUE`` set to
+    (batch, compiled batch, SMs, clock in MHz), the issue floor of the launch at that batch, its grid
+    scaled from the compiled batch: the wrappers' grids are batch-major)."""
     LOADS = False
+    ISSUE = None
 
     def __init__(self, fn, label):
         self.fn, self.label = fn, label
@@ -220,10 +256,19 @@ class _Compile:
             shape += f" maxnreg={maxnreg}" if maxnreg else ""
             print(f"{self.label:16s} warps={num_warps:<2d} {shape:60s} REG={r['regs']:<4} STACK={r['stack']:<5} "
                   f"smem={r['smem']:<6} convert_layout={r['convert_layout']:<3} sass={r['sass']:<5} "
-                  f"digest={r['digest']} rounds={'/'.join(map(str, r['rounds']))}")
+                  f"digest={r['digest']} rounds={'/'.join(map(str, r['rounds']))}" + self._issue(grid, kw, num_warps, r))
             for (k, op, where), n in _runs(r.get("loads", [])):
                 print(f"    round {k:<3d} {op:14s} {where}" + (f"  x{n}" if n > 1 else ""))
         return call
+
+    def _issue(self, grid, kw, num_warps, r) -> str:
+        if self.ISSUE is None:
+            return ""
+        batch, compiled, sms, clock_mhz = self.ISSUE
+        if not r["straight_line"]:
+            return f" issue@B{batch}=loop"  # a loop's trip count is not in the SASS count
+        programs = grid_programs(grid, kw) * batch // compiled
+        return f" issue@B{batch}>={issue_floor_us(programs, num_warps, r['sass'], sms, clock_mhz):.1f}us"
 
 
 def _runs(items):
@@ -495,9 +540,18 @@ def main(argv=None) -> int:
     ap.add_argument("--overlap-scores", action="store_true",
                     help="two-launch steps as on a Hopper GPU, overlapped with their scores kernel (the "
                          "wrappers' rule where the read copy is NVFP4: the step reads the raw q, k)")
+    ap.add_argument("--issue-floor", type=int, metavar="BATCH",
+                    help="after each launch, the least time its instructions take to issue at batch BATCH "
+                         "(straight-line kernels; one warp instruction per scheduler and cycle, four "
+                         "schedulers per SM: a floor, not a prediction)")
+    ap.add_argument("--sms", type=int, default=132, help="SMs for --issue-floor (default: %(default)s, H100/H200 SXM)")
+    ap.add_argument("--clock-mhz", type=float, default=1980.0,
+                    help="SM clock for --issue-floor (default: %(default)s, what the H100 and H200 ran the benchmarks at)")
     args = ap.parse_args(argv)
     print(f"# Triton {triton.__version__} ({os.path.dirname(triton.__file__)}), sm_90", flush=True)
     _Compile.LOADS = args.loads
+    if args.issue_floor:
+        _Compile.ISSUE = (args.issue_floor, 2 if args.batch is None else args.batch, args.sms, args.clock_mhz)
     if args.hw:  # the wrappers choose the hardware decode path from x.is_cuda
         torch.Tensor.is_cuda = property(lambda self: True)
     import precision_lab.kernels.gdn.decode as gd

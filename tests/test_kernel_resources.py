@@ -169,3 +169,24 @@ def test_output_names_the_triton_that_compiled():
     first = _gdn_batch1_loads()[0]
     assert first.startswith(f"# Triton {triton.__version__} ("), first
     assert os.path.dirname(triton.__file__) in first, first
+
+
+def test_straight_line_is_code_without_a_backward_branch():
+    """``straight_line``: a forward branch or the padding self-branch after EXIT keeps code straight; a
+    branch to an earlier address (a loop), predicated or not, does not."""
+    straight = kernel_resources.straight_line
+    assert straight(_sass("FADD R1, R2, R3", "@P0 BRA 0x30", "FADD R1, R2, R3", "EXIT", "BRA 0x40"))
+    assert not straight(_sass("FADD R1, R2, R3", "ISETP.GE.AND P0, PT, R1, 0x4, PT", "@!P0 BRA 0x0", "EXIT"))
+    assert not straight(_sass("FADD R1, R2, R3", "BRA.U 0x0", "EXIT"))
+    assert straight(_sass("MOV R1, 0x10", "EXIT"))  # an immediate that is not a branch target
+
+
+def test_issue_floor_counts_warp_instructions_over_the_schedulers():
+    """``issue_floor_us``: programs x warps x instructions over SMs x 4 schedulers x clock; a grid's
+    programs from a tuple or from a callable of the launch's keywords."""
+    # 16384 one-warp programs of 1650 instructions on 132 SMs at 1980 MHz: 27,033,600 / 1,045,440 µs
+    assert kernel_resources.issue_floor_us(16384, 1, 1650, 132, 1980.0) == pytest.approx(25.8586, abs=1e-4)
+    assert kernel_resources.issue_floor_us(2, 4, 100, 1, 1.0) == 200.0
+    assert kernel_resources.grid_programs((2, 32, 256), {}) == 2 * 32 * 256
+    assert kernel_resources.grid_programs(lambda meta: (meta["n"] // 64, 3), {"n": 256}) == 12
+    assert kernel_resources.grid_programs(7, {}) == 7
