@@ -297,7 +297,7 @@ def _patched(module, names_labels, skip=()):
     return saved
 
 
-def mamba2_configs(B=2, flush_kw=None, fp4_decode="fp16"):
+def mamba2_configs(B=2, flush_kw=None, fp4_decode="fp16", nonflush_kw=None):
     import precision_lab.kernels.mamba2.decode as m2
     from precision_lab.kernels.decode_state import PackedState
 
@@ -322,7 +322,7 @@ def mamba2_configs(B=2, flush_kw=None, fp4_decode="fp16"):
                                   *ints, z(B, T, H, P), z(B, T, H), torch.zeros(H), z(B, T, G, N), z(B, T, G, N),
                                   torch.zeros(H), torch.zeros(H), z(B, T, H, P), flush=flush, fold_new=flush and T == 1,
                                   fused_scores=fused, fp4_decode=fp4_decode, window_bound=wb,
-                                  **((flush_kw or {}) if flush else {}))
+                                  **((flush_kw or {}) if flush else (nonflush_kw or {}) if T == 1 else {}))
     finally:
         for n, f in saved.items():
             setattr(m2, n, f)
@@ -343,7 +343,7 @@ def large_batch_shapes(*modules):
             setattr(m, n, v)
 
 
-def gdn_configs(B=2, fp4_decode="fp16"):
+def gdn_configs(B=2, fp4_decode="fp16", nonflush_kw=None):
     import precision_lab.kernels.gdn.decode as gd
     from precision_lab.kernels.decode_state import PackedState
 
@@ -366,7 +366,7 @@ def gdn_configs(B=2, fp4_decode="fp16"):
             gd.gdn_replay_step(PackedState.empty("fp32", B, Hv, V, K), read_copy, rec,
                                *ints, z(B, T, Hk, K), z(B, T, Hk, K), z(B, T, Hv, V), z(B, T, Hv), z(B, T, Hv),
                                flush=flush, fold_new=flush and T == 1, recompute=rc, fused_scores=fused,
-                               fp4_decode=fp4_decode)
+                               fp4_decode=fp4_decode, **((nonflush_kw or {}) if T == 1 and not flush else {}))
     finally:
         for n, f in saved.items():
             setattr(gd, n, f)
@@ -530,6 +530,9 @@ def main(argv=None) -> int:
                     help="split policies of --ops flush (default: %(default)s)")
     ap.add_argument("--flush-kw", nargs="*", default=[], metavar="KEY=VALUE",
                     help="extra keywords of the --ops flush launches (both operators), e.g. num_warps=8")
+    ap.add_argument("--nonflush-kw", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="extra keywords of both operators' one-token output-only launches (--ops mamba2 gdn), "
+                         "e.g. block_r=128 num_warps=1")
     ap.add_argument("--fp4-decode", choices=list(FP4_DECODES), default="fp16",
                     help="NVFP4 element decode of the non-flush steps (the wrappers' fp4_decode; 'ptx' needs --hw)")
     ap.add_argument("--batch", type=int, default=None, metavar="B",
@@ -565,9 +568,10 @@ def main(argv=None) -> int:
     with large_batch_shapes(m2, gd) if args.batch is None else contextlib.nullcontext():
         B = 2 if args.batch is None else args.batch
         if "mamba2" in args.ops:
-            mamba2_configs(B=B, flush_kw=_keywords(args.m2_flush), fp4_decode=args.fp4_decode)
+            mamba2_configs(B=B, flush_kw=_keywords(args.m2_flush), fp4_decode=args.fp4_decode,
+                           nonflush_kw=_keywords(args.nonflush_kw))
         if "gdn" in args.ops:
-            gdn_configs(B=B, fp4_decode=args.fp4_decode)
+            gdn_configs(B=B, fp4_decode=args.fp4_decode, nonflush_kw=_keywords(args.nonflush_kw))
         for op in ("mamba2", "gdn"):
             if f"{op}-scan" in args.ops:
                 scan_configs(op)

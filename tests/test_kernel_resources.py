@@ -190,3 +190,24 @@ def test_issue_floor_counts_warp_instructions_over_the_schedulers():
     assert kernel_resources.grid_programs((2, 32, 256), {}) == 2 * 32 * 256
     assert kernel_resources.grid_programs(lambda meta: (meta["n"] // 64, 3), {"n": 256}) == 12
     assert kernel_resources.grid_programs(7, {}) == 7
+
+
+@pytest.mark.parametrize("op", ["gdn", "mamba2"])
+def test_nonflush_keywords_reach_only_the_one_token_output_only_launches(op, monkeypatch):
+    """``--nonflush-kw``: the keywords go to each operator's T = 1 non-flush launches and to no flush,
+    draft or conventional launch (the wrappers stubbed: nothing is compiled)."""
+    import precision_lab.kernels.gdn.decode as gd
+    import precision_lab.kernels.mamba2.decode as m2
+
+    mod, step, conv = (gd, "gdn_replay_step", "gdn_conventional_step") if op == "gdn" else \
+        (m2, "mamba2_replay_step", "mamba2_conventional_step")
+    calls = []
+    # positional: update, read copy, records, three index tensors, then the token inputs [B, T, ...]
+    monkeypatch.setattr(mod, step, lambda *a, **kw: calls.append(dict(kw, T=a[6].shape[1])))
+    monkeypatch.setattr(mod, conv, lambda *a, **kw: None)
+    configs = kernel_resources.gdn_configs if op == "gdn" else kernel_resources.mamba2_configs
+    configs(nonflush_kw={"block_r": 128, "num_warps": 1})
+    nonflush = [kw for kw in calls if not kw["flush"] and kw["T"] == 1]
+    assert calls and all(("block_r" in kw) == (kw in nonflush) for kw in calls)
+    assert nonflush and all(kw["block_r"] == 128 and kw["num_warps"] == 1 for kw in nonflush)
+    assert len(nonflush) < len(calls)  # flushes and drafts are left alone
