@@ -116,7 +116,7 @@ TUNE_SPACE = {
         # fold_stages: the folds' pipeline depth (records staged ahead + 1; the rule's 8 at batch 256 beat
         # 4 by 15 % on the shared fp32 flush, reports/diagnostics/gdn-fold-stages-256.jsonl)
         "flush": dict(block_r=[None], fold_stages=[None, 6, 12]),
-        # num_warps 1 with 128 rows: "mma-ptx" issues 2616 SASS instructions per 128-row program against
+        # num_warps 1 with 128 rows: "mma-ptx" runs 2616 SASS instructions per 128-row program against
         # 2 x 1656 at 64 rows (the vectors' operands and the step's other work shared; sm_90,
         # kernel_resources.py --nonflush-kw), where the wrapper's rule gives 128 rows 2 warps
         "nonflush": dict(block_r=[None, 128], num_warps=[None, 1, 2, 4], fp4_decode=["fp16", "ptx", "mma", "mma-ptx"]),
