@@ -206,6 +206,7 @@ def load_rounds(sass: str) -> list[tuple[int, str, str]]:
                 pending.pop(r, None)
     return out
 
+
 def straight_line(sass: str) -> bool:
     """Whether the code has no backward branch (no loop), so that every warp issues each instruction
     once and the SASS count is the count a warp issues (predicated-off instructions issue too). The
@@ -553,6 +554,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     print(f"# Triton {triton.__version__} ({os.path.dirname(triton.__file__)}), sm_90", flush=True)
     _Compile.LOADS = args.loads
+    if args.issue_floor and args.batch is not None and args.issue_floor != args.batch:
+        ap.error("--issue-floor needs the batch of --batch: the wrappers' small-batch launch shapes do not scale")
     if args.issue_floor:
         _Compile.ISSUE = (args.issue_floor, 2 if args.batch is None else args.batch, args.sms, args.clock_mhz)
     if args.hw:  # the wrappers choose the hardware decode path from x.is_cuda

@@ -345,8 +345,10 @@ _MMA_SYNC_ASM = tl.constexpr(_mma_sync_lines())
 def _mma_sync_words(we, wo, se, so, b0, b1, b2, b3):
     """GPU only (inline PTX): a lane's share of one m16 row tile times the vectors' B fragment
     (``_nvfp4_dot_mma_sync``). Per call (pack=4: registers q = 0..3 of each operand): we / wo the code
-    words 4t+q of the lane's rows g (even) and g + 8 (odd), se / so the two block-scale bytes (E4M3) of
-    the lane's words in those rows (bytes 2t, 2t + 1 of the row's scales: the same in all four), b0..b3 the B pairs K = 0..3 of word 4t+q (fp16 x[8c+K] low, x[8c+K+4] high, column g of B).
+    words 4t+q of the lane's rows g (even) and g + 8 (odd), se / so the two block-scale bytes (E4M3)
+    of the lane's words in those rows (bytes 2t, 2t + 1 of the row's scales, the same in all four
+    registers), b0..b3 the B pairs K = 0..3 of word 4t+q (fp16 x[8c+K] low, x[8c+K+4] high, column g
+    of B).
     Word 4t+q's pair K is k-rows 2t, 2t+1 (+8 for odd K) of k-tile 2q + K // 2. Returns the
     accumulator registers in the four packed places: rows g (d0, d1) and g + 8 (d2, d3), columns 2t
     (d0, d2) and 2t + 1 (d1, d3)."""
