@@ -152,24 +152,66 @@ def test_nvfp4_pairs_every_byte_in_every_position(device):
 
 
 
-_B32_OPS = {"shl.b32": int.__lshift__, "shr.b32": int.__rshift__, "and.b32": int.__and__, "or.b32": int.__or__}
+_B32_OPS = {"shl.b32": np.left_shift, "shr.b32": np.right_shift, "and.b32": np.bitwise_and, "or.b32": np.bitwise_or}
 
 
-def _run_b32_ptx(lines: list[str], regs: dict[str, int]) -> dict[str, int]:
-    """Evaluate straight-line 32-bit PTX of the forms ``op.b32 d, a, b;`` (shl, shr, and, or) and
-    ``prmt.b32 d, a, b, c;`` (default mode) on Python ints; operands are register names or immediates."""
-    val = lambda x: regs[x] if x in regs else int(x, 0)  # noqa: E731
-    for line in lines:
+def _run_ptx(lines: list[str], regs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Evaluate the straight-line PTX that ``fp4_decode="mma-ptx"`` generates, on every lane at once:
+    ``regs`` maps operand names to uint64 arrays of 32-bit values, one entry per lane (updated in
+    place); returns the accumulator $0..$3 per lane (float64). Integer instructions (shl, shr, and, or
+    .b32; ``prmt.b32`` in its default mode) on the bits; f16x2 values as numpy float16
+    (``mul.rn.f16x2`` rounds as the hardware does; the block scales' products are exact anyway);
+    ``cvt.rn.f16x2.e4m3x2`` through the E4M3 decode; ``mma.sync.m16n8k16`` (32 lanes only) by the
+    PTX fragment layout (lane 4g + t: A rows g, g + 8 at k 2t, 2t + 1 and 2t + 8, 2t + 9; B the same
+    k rows, column g; D rows g, g + 8 at columns 2t, 2t + 1), accumulated in float64."""
+    n = len(next(iter(regs.values())))
+    acc = [np.zeros(n) for _ in range(4)]
+    g, t = np.arange(n) // 4, np.arange(n) % 4
+
+    def val(x):
+        return regs[x] if x in regs else np.full(n, int(x, 0), dtype=np.uint64)
+
+    def halves(x):  # 32-bit words → (low, high) float16
+        return ((x & 0xFFFF).astype(np.uint16).view(np.float16), (x >> 16).astype(np.uint16).view(np.float16))
+
+    def pack(lo, hi):
+        return lo.astype(np.float16).view(np.uint16).astype(np.uint64) | \
+            (hi.astype(np.float16).view(np.uint16).astype(np.uint64) << 16)
+
+    e4m3 = rounding.decode(torch.arange(256), rounding.E4M3).to(torch.float16).numpy()
+    for line in (x.strip() for x in lines):
+        if line in ("{", "}") or line.startswith(".reg") or line.startswith("mov.f32"):
+            continue
         op, args = line.rstrip(";").split(" ", 1)
+        if op.startswith("mma.sync"):
+            assert n == 32, "mma.sync is a warp's instruction"
+            _, a_regs, b_regs, _ = [[r.strip() for r in grp.split(",")] for grp in re.findall(r"\{([^}]*)\}", args)]
+            A, B = np.zeros((16, 16)), np.zeros((16, 8))
+            for i, r in enumerate(a_regs):  # a0 (row g, k 2t, 2t + 1), a1 (row g + 8), a2 (row g, k 2t + 8..), a3
+                row, k = g + 8 * (i % 2), 2 * t + 8 * (i // 2)
+                A[row, k], A[row, k + 1] = halves(val(r))
+            for i, r in enumerate(b_regs):
+                B[2 * t + 8 * i, g], B[2 * t + 8 * i + 1, g] = halves(val(r))
+            D = A @ B
+            acc = [acc[0] + D[g, 2 * t], acc[1] + D[g, 2 * t + 1], acc[2] + D[g + 8, 2 * t],
+                   acc[3] + D[g + 8, 2 * t + 1]]
+            continue
         d, *src = [a.strip() for a in args.split(",")]
-        a, b = val(src[0]), val(src[1])
-        if op == "prmt.b32":
-            pool = (b << 32 | a).to_bytes(8, "little")
-            sel = val(src[2])
-            regs[d] = int.from_bytes(bytes(pool[(sel >> 4 * i) & 7] for i in range(4)), "little")
+        if op == "mov.b32":  # {l16, h16}, t: split a register into its halves
+            lo16, hi16 = d.strip(" {"), src[0].strip(" }")
+            regs[lo16], regs[hi16] = val(src[1]) & 0xFFFF, val(src[1]) >> 16
+        elif op == "cvt.rn.f16x2.e4m3x2":
+            x = val(src[0]).astype(np.int64)
+            regs[d] = pack(e4m3[x & 0xFF], e4m3[(x >> 8) & 0xFF])
+        elif op == "mul.rn.f16x2":
+            (alo, ahi), (blo, bhi) = halves(val(src[0])), halves(val(src[1]))
+            regs[d] = pack(alo * blo, ahi * bhi)
+        elif op == "prmt.b32":  # result byte i = byte (selector nibble i) of {b, a}
+            pool, sel = val(src[0]) | (val(src[1]) << np.uint64(32)), int(src[2], 0)
+            regs[d] = sum(((pool >> np.uint64(8 * ((sel >> 4 * i) & 7))) & 0xFF) << np.uint64(8 * i) for i in range(4))
         else:
-            regs[d] = _B32_OPS[op](a, b) & 0xFFFFFFFF
-    return regs
+            regs[d] = _B32_OPS[op](val(src[0]), val(src[1])) & 0xFFFFFFFF
+    return acc
 
 
 def test_mma_ptx_decode_every_nibble_in_every_position():
@@ -179,83 +221,19 @@ def test_mma_ptx_decode_every_nibble_in_every_position():
     2^-14, ±0 and the subnormal ±0.5 included (the patterns ``nvfp4_word_pairs_scaled`` reads)."""
     from precision_lab.kernels.common.state_io import _mma_sync_decode
 
-    lines = _mma_sync_decode("w", "p")
     by = torch.arange(256, dtype=torch.uint8)
     words = torch.cat([torch.roll(by, -s) for s in range(4)]).view(torch.int32)
     want = (rounding.decode(rounding.unpack_nibbles(words.view(torch.uint8)), rounding.E2M1) * 2.0**-14)
     want = want.to(torch.float16).view(torch.int16).to(torch.int32).reshape(-1, 8) & 0xFFFF
+    regs = {"w": words.numpy().view(np.uint32).astype(np.uint64)}
+    _run_ptx(_mma_sync_decode("w", "p"), regs)
     got = torch.zeros_like(want)
-    for i, w in enumerate(words.tolist()):
-        regs = _run_b32_ptx(lines, {"w": w & 0xFFFFFFFF})
-        for K in range(4):
-            got[i, K], got[i, K + 4] = regs[f"p{K}"] & 0xFFFF, regs[f"p{K}"] >> 16
+    for K in range(4):
+        got[:, K] = torch.from_numpy((regs[f"p{K}"] & 0xFFFF).astype(np.int64))
+        got[:, K + 4] = torch.from_numpy((regs[f"p{K}"] >> 16).astype(np.int64))
     bad = (got != want).nonzero()
     assert bad.numel() == 0, f"{len(bad)} wrong patterns, first at (word, element) {bad[0].tolist()}: " \
         f"{got[tuple(bad[0])].item():#06x} != {want[tuple(bad[0])].item():#06x}"
-
-
-
-def _run_mma_sync_warp(asm: str, operands: list[np.ndarray]) -> list[np.ndarray]:
-    """Evaluate ``_MMA_SYNC_ASM`` for a whole warp: ``operands`` $4.. as uint32 arrays over the 32
-    lanes; returns the accumulator $0..$3 per lane (float64). Integer instructions as
-    ``_run_b32_ptx``; f16x2 values as numpy float16 (``mul.rn.f16x2`` rounds as the hardware does; the
-    block scales' products are exact anyway); ``cvt.rn.f16x2.e4m3x2`` through the E4M3 decode;
-    ``mma.sync.m16n8k16`` by the PTX fragment layout (lane 4g + t: A rows g, g + 8 at k 2t, 2t + 1 and
-    2t + 8, 2t + 9; B k rows the same, column g; D rows g, g + 8 at columns 2t, 2t + 1), accumulated in
-    float64."""
-    regs = {f"${i + 4}": op.astype(np.uint64) for i, op in enumerate(operands)}
-    acc = [np.zeros(32) for _ in range(4)]
-    lane = np.arange(32)
-    g, t = lane // 4, lane % 4
-
-    def val(x):
-        return regs[x] if x in regs else np.full(32, int(x, 0), dtype=np.uint64)
-
-    def halves(x):  # uint32 words → (low, high) float16
-        return ((x & 0xFFFF).astype(np.uint16).view(np.float16), (x >> 16).astype(np.uint16).view(np.float16))
-
-    def pack(lo, hi):
-        return lo.astype(np.float16).view(np.uint16).astype(np.uint64) | \
-            (hi.astype(np.float16).view(np.uint16).astype(np.uint64) << 16)
-
-    e4m3 = rounding.decode(torch.arange(256), rounding.E4M3).to(torch.float16).numpy()
-    for line in (x.strip() for x in asm.splitlines()):
-        if line in ("{", "}") or line.startswith(".reg") or line.startswith("mov.f32"):
-            continue
-        op, args = line.rstrip(";").split(" ", 1)
-        if op.startswith("mma.sync"):
-            groups = [[r.strip() for r in grp.split(",")] for grp in re.findall(r"\{([^}]*)\}", args)]
-            A = np.zeros((16, 16))
-            B = np.zeros((16, 8))
-            for i, r in enumerate(groups[1]):  # a0 (row g, k 2t..), a1 (g + 8), a2 (g, k 2t + 8..), a3
-                lo, hi = halves(val(r))
-                row, k = g + 8 * (i % 2), 2 * t + 8 * (i // 2)
-                A[row, k], A[row, k + 1] = lo, hi
-            for i, r in enumerate(groups[2]):
-                lo, hi = halves(val(r))
-                B[2 * t + 8 * i, g], B[2 * t + 8 * i + 1, g] = lo, hi
-            D = A @ B
-            acc = [acc[0] + D[g, 2 * t], acc[1] + D[g, 2 * t + 1], acc[2] + D[g + 8, 2 * t],
-                   acc[3] + D[g + 8, 2 * t + 1]]
-            continue
-        d, *src = [a.strip() for a in args.split(",")]
-        if op == "mov.b32":  # {l16, h16}, t
-            lo16, hi16 = [x.strip(" {}") for x in (d, src[0])]
-            regs[lo16], regs[hi16] = val(src[1]) & 0xFFFF, val(src[1]) >> 16
-        elif op == "cvt.rn.f16x2.e4m3x2":
-            x = val(src[0])
-            regs[d] = pack(e4m3[(x & 0xFF).astype(np.int64)], e4m3[((x >> 8) & 0xFF).astype(np.int64)])
-        elif op == "mul.rn.f16x2":
-            (alo, ahi), (blo, bhi) = halves(val(src[0])), halves(val(src[1]))
-            regs[d] = pack(alo * blo, ahi * bhi)
-        elif op == "prmt.b32":
-            pool = val(src[0]) | (val(src[1]) << 32)
-            sel = int(src[2], 0)
-            regs[d] = sum(((pool >> np.uint64(8 * ((sel >> 4 * i) & 7))) & 0xFF) << np.uint64(8 * i) for i in range(4))
-        else:
-            a, b = val(src[0]), val(src[1])
-            regs[d] = np.asarray([_B32_OPS[op](int(x), int(y)) & 0xFFFFFFFF for x, y in zip(a, b)], dtype=np.uint64)
-    return acc
 
 
 def test_mma_ptx_asm_computes_the_tile_products():
@@ -289,7 +267,7 @@ def test_mma_ptx_asm_computes_the_tile_products():
             x = np.where(col >= 0, vecs[np.maximum(col, 0), 8 * c + K], 0.0).astype(np.float16)
             y = np.where(col >= 0, vecs[np.maximum(col, 0), 8 * c + K + 4], 0.0).astype(np.float16)
             ops.append(x.view(np.uint16).astype(np.uint32) | (y.view(np.uint16).astype(np.uint32) << 16))
-    d = _run_mma_sync_warp(_MMA_SYNC_ASM.value, ops)
+    d = _run_ptx(_MMA_SYNC_ASM.value.splitlines(), {f"${i + 4}": op.astype(np.uint64) for i, op in enumerate(ops)})
     want = vals.numpy() @ vecs.T  # [16 rows, 2 vectors]
     for v, lane_t in ((0, 0), (1, 1)):
         got = np.zeros(16)
