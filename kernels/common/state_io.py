@@ -465,7 +465,8 @@ def _nvfp4_dot_mma_sync(d_ptr, sc_ptr, gs_ptr, slot, s_d, s_sc, s_gs, h, rows, r
     r_even = tl.min(rows, 0) + 16 * (tr // 8) + tr % 8  # the caller's rows are one contiguous block
     r_odd = r_even + 8
     live = tl.max(rmask.to(tl.int32), 0) > 0  # a skipped entry masks every row
-    # no column mask: rows are exactly BC = C = 128 elements here (``resolve_fp4_decode``)
+    # no column mask: rows are exactly BC = C = 128 elements here (``resolve_fp4_decode``); the
+    # always-true (cw >= 0) only gives the row masks the word tile's shape
     m_even = (r_even < R) & live & (cw >= 0)
     m_odd = (r_odd < R) & live & (cw >= 0)
     row_e = (h * R + r_even).to(tl.int64)
